@@ -1,0 +1,21 @@
+"""User-facing errors: one clear paragraph, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+
+class FootprintError(Exception):
+    """An error caused by the user's input or model, reported without a traceback."""
+
+    exit_code = 2
+
+
+class MissingExtraError(FootprintError):
+    """An optional dependency is not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the optional package '{package}', which is not installed. "
+            f"Install it with: pip install 'torch-footprint[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra

@@ -1,0 +1,1 @@
+"""Placeholder for the hardware stage (see DESIGN.md); filled in by later issues."""

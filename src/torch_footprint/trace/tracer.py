@@ -1,0 +1,482 @@
+"""Run a model once under a TorchDispatchMode over fake tensors and record every aten op.
+
+The model's parameters and buffers are swapped for fake tensors on the target device
+(``cpu`` by default), so the kernels chosen are the ones that device would run (the CPU
+flash-attention kernel, nn.MultiheadAttention's fused path) while nothing is allocated.
+Where fake tensors cannot answer (data-dependent control flow) and the model is small,
+the trace falls back to real tensors and says so in ``Trace.notes``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ..errors import FootprintError
+from .fastmeta import fast_meta
+from .formulas import formula_for
+from .kernels import CpuKernels
+from .records import MemFree, ModuleInfo, OpEvent, TensorInfo, Trace
+
+REAL_FALLBACK_LIMIT = 2 * 1024**3  # bytes of parameters up to which a real-tensor run is allowed
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    """The tensors in nested tuples, lists and dicts (a fast path for op arguments)."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        out: list[torch.Tensor] = []
+        for x in obj:
+            if isinstance(x, torch.Tensor):
+                out.append(x)
+            elif isinstance(x, (tuple, list, dict)):
+                out.extend(_tensors(x))
+        return out
+    if isinstance(obj, dict):
+        return _tensors(list(obj.values()))
+    leaves, _ = tree_flatten(obj)  # model outputs such as HF ModelOutput
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def _span_bytes(t: torch.Tensor) -> int:
+    """Bytes a kernel touches for ``t``: its elements, or fewer where strides repeat (expand)."""
+    n = t.numel()
+    if n == 0:
+        return 0
+    if 0 in t.stride():
+        span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
+        n = min(n, span)
+    return n * t.element_size()
+
+
+class ModuleStack:
+    """Which module is running: forward hooks in the forward, grad hooks in the backward.
+
+    Forward: a pre-hook pushes the module's path and a post-hook pops it, so every op is
+    attributed to the innermost module that is running. Backward: when the gradients of a
+    module's outputs are ready its backward begins (push), and when the gradients of its
+    inputs are ready it ends (pop); a push first drops entries that are not its ancestors,
+    so a module whose inputs need no gradient does not linger. The hooks are global (one
+    registration, however many modules) and ignore modules that are not the model's.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.paths: dict[int, str] = {}
+        self.types: dict[str, str] = {}
+        for path, mod in model.named_modules():
+            if id(mod) not in self.paths:
+                self.paths[id(mod)] = path
+                self.types[path] = type(mod).__name__
+        self.forward: list[str] = []
+        self.backward: list[str] = []
+        self.track_backward = False
+        self.calls: dict[str, int] = {}
+        self.out_shapes: dict[str, list[list[int]]] = {}
+        self._handles = [
+            torch.nn.modules.module.register_module_forward_pre_hook(self._pre),
+            torch.nn.modules.module.register_module_forward_hook(self._post, with_kwargs=True),
+        ]
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def current(self, phase: str) -> str:
+        stack = self.backward if phase == "backward" else self.forward
+        return stack[-1] if stack else ""
+
+    def _pre(self, mod: nn.Module, args: Any) -> None:
+        path = self.paths.get(id(mod))
+        if path is None:
+            return
+        self.forward.append(path)
+        self.calls[path] = self.calls.get(path, 0) + 1
+
+    def _post(self, mod: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        path = self.paths.get(id(mod))
+        if path is None:
+            return
+        if self.forward and self.forward[-1] == path:
+            self.forward.pop()
+        outs = _tensors(output)
+        if path not in self.out_shapes:
+            self.out_shapes[path] = [list(t.shape) for t in outs]
+        if self.track_backward and torch.is_grad_enabled():
+            ins = [t for t in _tensors((args, kwargs)) if t.requires_grad]
+            if ins:
+                torch.autograd.graph.register_multi_grad_hook(ins, self._bw_exit(path))
+            grads = [t for t in outs if t.requires_grad]
+            if grads:
+                torch.autograd.graph.register_multi_grad_hook(grads, self._bw_enter(path))
+
+    def _bw_enter(self, path: str) -> Callable[[Any], None]:
+        def hook(_grads: Any) -> None:
+            st = self.backward
+            while st and not (st[-1] == "" or path.startswith(st[-1] + ".")):
+                st.pop()
+            st.append(path)
+
+        return hook
+
+    def _bw_exit(self, path: str) -> Callable[[Any], None]:
+        def hook(_grads: Any) -> None:
+            if path in self.backward:
+                del self.backward[self.backward.index(path):]
+
+        return hook
+
+
+class Recorder(TorchDispatchMode):
+    """Records one :class:`OpEvent` per aten op, and storage allocations and frees."""
+
+    def __init__(self, stack: ModuleStack) -> None:
+        super().__init__()
+        self.stack = stack
+        self.phase = "forward"
+        self.events: list[OpEvent] = []
+        self.frees: list[MemFree] = []
+        self.live: dict[int, int] = {}
+        self._finalizers: list[weakref.finalize] = []
+        self._names: dict[Any, str] = {}
+
+    def watch(self, t: torch.Tensor) -> tuple[int, int] | None:
+        """Start tracking ``t``'s storage; return (id, nbytes) if it was not tracked yet."""
+        st = t.untyped_storage()
+        key = st._cdata
+        if key in self.live:
+            return None
+        nbytes = st.nbytes()
+        self.live[key] = nbytes
+        self._finalizers.append(weakref.finalize(st, self._freed, key))
+        return key, nbytes
+
+    def _freed(self, key: int) -> None:
+        nbytes = self.live.pop(key, 0)
+        self.frees.append(MemFree(after=len(self.events) - 1, storage=key, nbytes=nbytes))
+
+    def detach_finalizers(self) -> None:
+        for f in self._finalizers:
+            f.detach()
+        self._finalizers.clear()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        fast = fast_meta(func, args)
+        out = fast(*args, **kwargs) if fast is not None else func(*args, **kwargs)
+        if func.namespace == "prim":
+            return out
+        cost = formula_for(func)(func, args, kwargs, out)
+        outs = _tensors(out)
+        if cost.kind == "view":
+            read = written = 0
+        else:
+            ins = _tensors(args)
+            if kwargs:
+                ins += _tensors(kwargs)
+            read = 0
+            seen: set[int] = set()
+            for t in ins:
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    read += _span_bytes(t)
+            written = sum(_span_bytes(t) for t in outs)
+        allocs = []
+        for t in outs:
+            new = self.watch(t)
+            if new is not None:
+                allocs.append(list(new))
+        name = self._names.get(func)
+        if name is None:
+            name = self._names[func] = f"{func.namespace}.{func._overloadpacket.__name__.split('.')[-1]}." \
+                                       f"{func._overloadname}"
+        self.events.append(OpEvent(
+            op=name,
+            module=self.stack.current(self.phase),
+            phase=self.phase,
+            flops=cost.flops,
+            macs=cost.macs,
+            kind=cost.kind,
+            bytes_read=read,
+            bytes_written=written,
+            out_shapes=[list(t.shape) for t in outs],
+            out_dtypes=[dtype_name(t.dtype) for t in outs],
+            allocs=allocs,
+        ))
+        return out
+
+
+def _scalar_of(output: Any) -> torch.Tensor:
+    """A scalar to call backward on: the sum of the first floating output that needs grad."""
+    for t in _tensors(output):
+        if t.is_floating_point() and t.requires_grad:
+            return t.sum()
+    raise FootprintError(
+        "backward was asked for, but the model returned no floating-point tensor that requires "
+        "a gradient (are all parameters frozen?)"
+    )
+
+
+def _fake_mode() -> Any:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=False)
+
+
+def _swap_tensors(model: nn.Module, make: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+    """Replace every parameter and buffer with ``make(t)``, keeping shared ones shared.
+
+    Returns a function that puts the original tensors back."""
+    memo: dict[int, torch.Tensor] = {}
+    saved: list[tuple[dict[str, Any], str, Any]] = []
+    for mod in model.modules():
+        for name, p in list(mod._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in memo:
+                memo[id(p)] = nn.Parameter(make(p), requires_grad=p.requires_grad)
+            saved.append((mod._parameters, name, p))
+            mod._parameters[name] = memo[id(p)]
+        for name, b in list(mod._buffers.items()):
+            if b is None:
+                continue
+            if id(b) not in memo:
+                memo[id(b)] = make(b)
+            saved.append((mod._buffers, name, b))
+            mod._buffers[name] = memo[id(b)]
+
+    def restore() -> None:
+        for table, name, original in saved:
+            table[name] = original
+
+    return restore
+
+
+def _param_infos(model: nn.Module) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    params = [
+        TensorInfo(name=n, module=n.rpartition(".")[0], shape=list(p.shape), dtype=dtype_name(p.dtype),
+                   numel=p.numel(), nbytes=p.numel() * p.element_size(), trainable=p.requires_grad)
+        for n, p in model.named_parameters()
+    ]
+    buffers = [
+        TensorInfo(name=n, module=n.rpartition(".")[0], shape=list(b.shape), dtype=dtype_name(b.dtype),
+                   numel=b.numel(), nbytes=b.numel() * b.element_size())
+        for n, b in model.named_buffers()
+    ]
+    return params, buffers
+
+
+def _module_infos(params: list[TensorInfo], stack: ModuleStack) -> list[ModuleInfo]:
+    infos = {}
+    for path, mtype in stack.types.items():
+        infos[path] = ModuleInfo(path=path, type=mtype, depth=0 if path == "" else path.count(".") + 1,
+                                 calls=stack.calls.get(path, 0), out_shapes=stack.out_shapes.get(path, []))
+    for p in params:
+        info = infos.get(p.module)
+        if info is not None:
+            info.params += p.numel
+            info.param_bytes += p.nbytes
+    return list(infos.values())
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    names = {"DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException",
+             "GuardOnDataDependentSymNode", "UnsupportedFakeTensorException"}
+    e: BaseException | None = exc
+    while e is not None:
+        if type(e).__name__ in names:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+@contextlib.contextmanager
+def _phase(rec: Recorder, phase: str) -> Iterator[None]:
+    old = rec.phase
+    rec.phase = phase
+    try:
+        yield
+    finally:
+        rec.phase = old
+
+
+def _materialize(model: nn.Module, device: str) -> Callable[[], None]:
+    """Give the model real storage with small random values (for the real fallback)."""
+    gen = torch.Generator().manual_seed(0)
+
+    def make(t: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(t.shape, dtype=t.dtype, device=device)
+        if out.is_floating_point():
+            out.normal_(0.0, 0.02, generator=gen)
+        else:
+            out.zero_()
+        return out
+
+    restore = _swap_tensors(model, make)
+    for mod in model.modules():
+        if isinstance(mod, nn.modules.batchnorm._NormBase) and mod.running_var is not None:
+            mod.running_var.fill_(1.0)
+    return restore
+
+
+def trace_model(
+    model: nn.Module,
+    make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]],
+    *,
+    name: str = "model",
+    backward: bool = False,
+    device: str = "cpu",
+    inputs_meta: list[dict[str, Any]] | None = None,
+    real_fallback_limit: int = REAL_FALLBACK_LIMIT,
+) -> Trace:
+    """Trace one forward (and optionally backward) pass of ``model``.
+
+    ``model`` may live on the meta device (the usual case) or on a real device.
+    ``make_inputs(device)`` returns ``(args, kwargs)`` built on the device it is given.
+
+    Tensors: meta first (fastest; attention routed to the kernel ``device`` would run);
+    where the model cannot run on meta (it mixes in tensors of another device, say),
+    fake tensors on ``device``; where the forward depends on tensor values, real tensors
+    with random values if the parameters fit ``real_fallback_limit``. Each fallback is
+    stated in ``Trace.notes``. The model's own tensors are swapped only for the run and
+    put back afterwards.
+    """
+    params, buffers = _param_infos(model)
+    common = dict(name=name, backward=backward, device=device, params=params, buffers=buffers,
+                  inputs_meta=inputs_meta or [])
+    notes: list[str] = []
+    try:
+        trace = _run(model, make_inputs, tensors="meta", **common)
+        trace.notes = notes
+        return trace
+    except _ModelRaised as err:
+        first = err
+    gc.collect()
+    try:
+        trace = _run(model, make_inputs, tensors="fake", **common)
+        trace.notes = [f"traced with fake tensors on {device}: the meta device failed "
+                       f"({type(first.original).__name__} in '{first.where}')"]
+        return trace
+    except _ModelRaised as err:
+        if not _is_data_dependent(err.original):
+            raise err.user_error() from err.original
+        second = err
+    total = sum(p.nbytes for p in params) + sum(b.nbytes for b in buffers)
+    if total > real_fallback_limit:
+        raise FootprintError(
+            f"the model's forward depends on tensor values ({type(second.original).__name__} in "
+            f"'{second.where}'), which fake tensors cannot answer, and at {total / 2**30:.1f} GiB of "
+            f"parameters it is too large to run for real (limit {real_fallback_limit / 2**30:.1f} GiB)"
+        ) from second.original
+    gc.collect()
+    try:
+        trace = _run(model, make_inputs, tensors="real", **common)
+    except _ModelRaised as err:
+        raise err.user_error() from err.original
+    trace.notes = [
+        f"ran on real {device} tensors with random values: the forward depends on tensor values "
+        f"({type(second.original).__name__} in '{second.where}'), which fake tensors cannot answer"
+    ]
+    return trace
+
+
+class _ModelRaised(Exception):
+    def __init__(self, original: BaseException, where: str, mtype: str, phase: str) -> None:
+        super().__init__(str(original))
+        self.original = original
+        self.where = where or "<root>"
+        self.mtype = mtype
+        self.phase = phase
+
+    def user_error(self) -> FootprintError:
+        msg = str(self.original).strip().splitlines()
+        first = msg[0] if msg else ""
+        return FootprintError(
+            f"the model raised {type(self.original).__name__} during the {self.phase} pass, in module "
+            f"'{self.where}' ({self.mtype}): {first}"
+        )
+
+
+def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]], *, name: str,
+         backward: bool, device: str, tensors: str, params: list[TensorInfo], buffers: list[TensorInfo],
+         inputs_meta: list[dict[str, Any]]) -> Trace:
+    stack = ModuleStack(model)
+    stack.track_backward = backward
+    rec = Recorder(stack)
+    types = stack.types
+    restore: Callable[[], None] = lambda: None  # noqa: E731
+    pre: list[list[int]] = []
+    run_device = "meta" if tensors == "meta" else device
+    if tensors == "fake":
+        mode: Any = _fake_mode()
+    elif tensors == "meta" and device == "cpu":
+        mode = CpuKernels()
+    else:
+        mode = contextlib.nullcontext()
+    try:
+        with mode:
+            if tensors == "real":
+                restore = _materialize(model, device)
+            else:
+                restore = _swap_tensors(model, lambda t: torch.empty_strided(
+                    t.shape, t.stride(), dtype=t.dtype, device=run_device))
+            phase = "inputs"
+            try:
+                args, kwargs = make_inputs(run_device)
+                for t in [*model.parameters(), *model.buffers(), *_tensors((args, kwargs))]:
+                    new = rec.watch(t)
+                    if new is not None:
+                        pre.append([new[0], new[1]])
+                grad_ctx = contextlib.nullcontext() if backward else torch.no_grad()
+                phase = "forward"
+                with rec, grad_ctx:
+                    out = model(*args, **kwargs)
+                    if backward:
+                        phase = "loss"
+                        with _phase(rec, "loss"):
+                            loss = _scalar_of(out)
+                        phase = "backward"
+                        with _phase(rec, "backward"):
+                            loss.backward()
+                        del loss
+                    del out
+            except FootprintError:
+                raise
+            except Exception as exc:  # the model's own error: report where it happened
+                where = stack.forward[-1] if phase == "forward" and stack.forward else stack.current(phase)
+                raise _ModelRaised(exc, where, types.get(where, type(model).__name__), phase) from exc
+            finally:
+                stack.forward.clear()
+                stack.backward.clear()
+    finally:
+        stack.remove()
+        rec.detach_finalizers()
+        modules = _module_infos(params, stack)
+        restore()
+    settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training}
+    return Trace(model=name, inputs=inputs_meta, events=rec.events, frees=rec.frees, modules=modules,
+                 params=params, buffers=buffers, preexisting=pre, settings=settings)
+
+
+def to_meta_inputs(obj: Any) -> Any:
+    """Meta copies of any tensors in ``obj`` (for re-creating them inside a fake mode)."""
+    return tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, obj)
