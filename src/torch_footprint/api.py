@@ -117,6 +117,17 @@ class Profile:
         return d
 
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Profile:
+        """A profile saved with ``to_dict(include_trace=True)`` (``footprint profile --json``)."""
+        if "trace" not in d:
+            raise FootprintError("this JSON file holds no trace; save it with footprint profile --json")
+        try:
+            return cls(Trace.from_dict(d["trace"]), list(d.get("notes", [])))
+        except (KeyError, TypeError, ValueError) as e:
+            raise FootprintError(f"malformed trace in JSON file: {e}") from e
+
+
 # --------------------------------------------------------------------------- inputs
 
 def _spec_of(x: Any, name: str | None = None) -> Any:
@@ -221,8 +232,9 @@ def profile(model: nn.Module | str, inputs: InputsLike = None, *, backward: bool
     m.train(backward if train is None else train)
     meta = [x.to_dict() for x in [*pos, *kw.values()] if isinstance(x, InputSpec)]
     try:
-        trace = trace_model(m, _materializer(pos, kw), name=built.name, backward=backward, device=device,
-                            inputs_meta=meta)
+        with built.trace_context():
+            trace = trace_model(m, _materializer(pos, kw), name=built.name, backward=backward, device=device,
+                                inputs_meta=meta)
     finally:
         m.train(was_training)
     return Profile(trace, [*built.notes, *trace.notes])

@@ -46,6 +46,8 @@ class Built:
     call_kwargs: dict[str, Any] = field(default_factory=dict)
     # rebuild with other constructor arguments (vit's image_size follows the input size)
     rebuild: Callable[[dict[str, Any]], nn.Module] | None = None
+    # entered around the trace: adjustments a model family needs to run on meta tensors
+    trace_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
 
 
 def _require(package: str, extra: str, purpose: str) -> Any:
@@ -70,11 +72,14 @@ def _skip_init() -> Iterator[None]:
     still end in those fills). Nothing reads the values: the model is traced on meta."""
     saved = {n: getattr(nn.init, n) for n in _INIT_FUNCS if hasattr(nn.init, n)}
     saved_methods = {n: getattr(torch.Tensor, n) for n in _RANDOM_METHODS}
+    def keep(*args: Any, **kwargs: Any) -> Any:  # the tensor, unchanged, however it was passed
+        return args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+
     try:
         for n in saved:
-            setattr(nn.init, n, lambda t, *a, **k: t)
+            setattr(nn.init, n, keep)
         for n in saved_methods:
-            setattr(torch.Tensor, n, lambda t, *a, **k: t)
+            setattr(torch.Tensor, n, keep)
         yield
     finally:
         for n, f in saved.items():
@@ -257,6 +262,28 @@ def _load_hf_config(ident: str, trust_remote_code: bool) -> tuple[Any, str]:
         ) from e
 
 
+@contextlib.contextmanager
+def _hf_meta_context() -> Iterator[None]:
+    """transformers looks at position-id values to detect packed sequences, which meta
+    tensors cannot answer. For token ids traced without explicit positions the positions
+    are 0..T-1, never packed: answer that, as a real run would, so the causal-mask path
+    (``is_causal=True``, no mask tensor) is the one a real run takes."""
+    try:
+        import transformers.masking_utils as mu
+    except ImportError:
+        yield
+        return
+    saved = getattr(mu, "find_packed_sequence_indices", None)
+    if saved is None:
+        yield
+        return
+    mu.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        mu.find_packed_sequence_indices = saved
+
+
 def build_hf(ident: str, trust_remote_code: bool = False) -> Built:
     transformers = _require("transformers", "hf", "Hugging Face models")
     config, how = _load_hf_config(ident, trust_remote_code)
@@ -284,7 +311,7 @@ def build_hf(ident: str, trust_remote_code: bool = False) -> Built:
     call_kwargs = {}
     if getattr(config, "use_cache", None) is not None:
         call_kwargs["use_cache"] = False
-    return Built(model, f"hf:{ident}", "hf", inputs, notes, call_kwargs)
+    return Built(model, f"hf:{ident}", "hf", inputs, notes, call_kwargs, trace_context=_hf_meta_context)
 
 
 # --------------------------------------------------------------------------- factories

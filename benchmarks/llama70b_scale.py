@@ -1,0 +1,83 @@
+"""Scale: a Llama-3-70B-shaped model, forward + backward at 2048 tokens, as whole processes.
+
+footprint (the command, as a user runs it) against a plain Python process that builds the
+same model on the meta device and runs torch's FlopCounterMode over forward and backward.
+Both are measured in this run, alternating, as whole processes: wall time and peak RSS.
+
+    python benchmarks/llama70b_scale.py [--repeat 3]
+
+Targets (issue 2): footprint within 1.5x the reference's wall time and 1.25x its peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "tests" / "configs" / "llama3-70b"
+
+REFERENCE = f"""
+import torch, transformers
+from torch.utils.flop_counter import FlopCounterMode
+import transformers.masking_utils as mu
+# meta tensors cannot answer transformers' packed-sequence check; positions 0..T-1 are not packed
+mu.find_packed_sequence_indices = lambda position_ids: None
+config = transformers.AutoConfig.from_pretrained({str(CONFIG)!r})
+with torch.device("meta"):
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+ids = torch.empty(1, 2048, dtype=torch.long, device="meta")
+with FlopCounterMode(display=False) as counter:
+    logits = model(input_ids=ids, use_cache=False).logits
+    logits.sum().backward()
+print("reference FLOPs", counter.get_total_flops())
+"""
+
+
+def run(cmd: list[str]) -> tuple[float, float, str]:
+    """Run ``cmd`` under a small wrapper process so that RUSAGE_CHILDREN covers that child
+    alone: wall seconds, the child's peak RSS in MiB, and its output."""
+    wrapper = [sys.executable, "-c",
+               "import resource,subprocess,sys;r=subprocess.run(sys.argv[1:],capture_output=True,text=True);"
+               "sys.stdout.write(r.stdout+r.stderr);"
+               "print('MAXRSS_KIB',resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss);"
+               "sys.exit(r.returncode)", *cmd]
+    t = time.perf_counter()
+    proc = subprocess.run(wrapper, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-2000:]}")
+    rss_kib = float(proc.stdout.rsplit("MAXRSS_KIB", 1)[1].split()[0])
+    return wall, rss_kib / 1024, proc.stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    footprint = [sys.executable, "-m", "torch_footprint", "profile", str(CONFIG), "--input-ids", "1,2048",
+                 "--backward", "--depth", "1"]
+    reference = [sys.executable, "-c", REFERENCE]
+    results: dict[str, list[tuple[float, float]]] = {"footprint": [], "FlopCounterMode (meta)": []}
+    for i in range(args.repeat):
+        for name, cmd in (("footprint", footprint), ("FlopCounterMode (meta)", reference)):
+            wall, rss, _ = run(cmd)
+            results[name].append((wall, rss))
+            print(f"run {i + 1} {name:24s} {wall:6.2f} s {rss:7.0f} MiB", flush=True)
+    print()
+    ref_t = statistics.median(w for w, _ in results["FlopCounterMode (meta)"])
+    ref_m = statistics.median(m for _, m in results["FlopCounterMode (meta)"])
+    print(f"{'tool':26s} {'wall (median)':>14s} {'peak RSS':>10s} {'time ratio':>11s} {'RSS ratio':>10s}")
+    for name, rows in results.items():
+        t = statistics.median(w for w, _ in rows)
+        m = statistics.median(r for _, r in rows)
+        print(f"{name:26s} {t:12.2f} s {m:6.0f} MiB {t / ref_t:10.2f}x {m / ref_m:9.2f}x")
+    print("\ntargets: footprint time ratio <= 1.50x, RSS ratio <= 1.25x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,1 +1,0 @@
-"""Placeholder for the bench stage (see DESIGN.md); filled in by later issues."""

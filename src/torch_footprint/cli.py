@@ -1,0 +1,120 @@
+"""The ``footprint`` command: parse, call the Python API, render. Nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from .errors import FootprintError
+
+EXAMPLES = """examples:
+  footprint profile resnet50
+  footprint profile vit_b_16 --input 8,3,224,224 --backward --depth 2
+  footprint profile timm:convnext_tiny
+  footprint profile hf:gpt2 --input-ids 1,1024
+  footprint profile ./my_model.py:build --input 1,3,64,64 --input 1,10 --dtype bf16
+  footprint profile resnet50 --by operator --json out.json
+  footprint show out.json --by operator
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="footprint", description="What a PyTorch model costs and what hardware it needs.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    prof = sub.add_parser("profile", help="parameters, FLOPs and MACs by module and operator",
+                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    prof.add_argument("model", help="resnet50 | timm:NAME | hf:ID | CONFIG_FOLDER | FILE.py:FACTORY | "
+                                    "package.module:FACTORY")
+    prof.add_argument("--input", "-i", action="append", default=[], metavar="SHAPE[:DTYPE]",
+                      help="an input shape such as 1,3,224,224 or 1,128:int64; repeat for several positional "
+                           "inputs; NAME=SHAPE for a keyword input")
+    prof.add_argument("--input-ids", metavar="B,T", help="token ids for a language model (int64 input_ids)")
+    prof.add_argument("--dtype", help="cast parameters and floating inputs: fp32, fp16, bf16, fp64")
+    prof.add_argument("--backward", action="store_true", help="also trace a backward pass (train mode)")
+    prof.add_argument("--train", action="store_true", help="run the forward in train mode (dropout, batch stats)")
+    prof.add_argument("--depth", type=int, default=2, help="module tree depth to show (default 2)")
+    prof.add_argument("--by", choices=("module", "operator"), default="module", help="table to show")
+    prof.add_argument("--json", metavar="FILE", help="also write the profile, with its trace, as JSON")
+    prof.add_argument("--weights", help="torchvision weights whose metadata sets the input (e.g. IMAGENET1K_V2)")
+    prof.add_argument("--trust-remote-code", action="store_true",
+                      help="allow a Hugging Face config to run code from its repository (off by default)")
+    prof.add_argument("--debug", action="store_true", help="show tracebacks")
+
+    show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
+    show.add_argument("file")
+    show.add_argument("--depth", type=int, default=2)
+    show.add_argument("--by", choices=("module", "operator"), default="module")
+    show.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from . import api
+    from .report.files import write_json
+    from .report.terminal import render_profile
+    from .sources.inputs import parse_input_ids, parse_shape
+
+    if args.depth < 0:
+        raise FootprintError("--depth cannot be negative")
+    specs = [parse_shape(s) for s in args.input]
+    if args.input_ids:
+        specs.append(parse_input_ids(args.input_ids))
+    prof = api.profile(args.model, specs or None, backward=args.backward, dtype=args.dtype,
+                       train=bool(args.train or args.backward), weights=args.weights,
+                       trust_remote_code=args.trust_remote_code)
+    render_profile(prof, by=args.by, depth=args.depth)
+    if args.json:
+        write_json(args.json, prof.to_dict(depth=None, include_trace=True))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .api import Profile
+    from .report.files import read_json
+    from .report.terminal import render_profile
+
+    render_profile(Profile.from_dict(read_json(args.file)), by=args.by, depth=args.depth)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from . import __version__
+
+        print(f"torch-footprint {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    handlers = {"profile": _profile, "show": _show}
+    debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
+    try:
+        return handlers[args.command](args)
+    except FootprintError as e:
+        if debug:
+            raise
+        print(f"footprint: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("footprint: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug of ours: say so plainly, without a traceback
+        if debug:
+            raise
+        print(f"footprint: internal error: {type(e).__name__}: {e}\n"
+              "This is a bug in torch-footprint; run again with --debug for the traceback and report it.",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Renderers: terminal tables and files. Formatting only, no arithmetic."""

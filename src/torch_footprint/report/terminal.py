@@ -1,0 +1,120 @@
+"""Terminal renderer for a profile (rich). Formatting only: every number comes from the result."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..analysis import ModuleRow, OperatorRow, Totals
+from .units import binary, count, percent, shape, si
+
+CONVENTIONS = (
+    "1 MAC = 2 FLOPs. MACs count matrix ops only (matmul, convolution, attention): the figure thop, "
+    "fvcore and torchvision's \"GFLOPS\" report. FLOPs = matrix FLOPs (2 x MACs, tensor-core work) + "
+    "vector FLOPs (elementwise, reductions, norms, softmax, bias adds; see README for the per-op convention)."
+)
+
+
+def _tree_label(row: ModuleRow, root_name: str) -> str:
+    if row.path == "":
+        return root_name
+    return "  " * (row.depth - 1) + "├─ " + row.name
+
+
+def module_table(rows: list[ModuleRow], root_name: str, title: str | None = None) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", show_lines=False, pad_edge=False)
+    t.add_column("module", no_wrap=True)
+    t.add_column("type", style="dim", no_wrap=True)
+    t.add_column("output", no_wrap=True)
+    for col in ("params", "MACs", "FLOPs", "share", "read", "written"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        calls = f" x{r.calls}" if r.calls > 1 else ""
+        t.add_row(
+            _tree_label(r, root_name),
+            r.type + calls,
+            shape(r.out_shapes),
+            count(r.params) if r.params else "",
+            si(r.macs, "MAC") if r.macs else "",
+            si(r.flops, "FLOP") if r.flops else "",
+            percent(r.share) if r.flops else "",
+            binary(r.bytes_read) if r.bytes_read else "",
+            binary(r.bytes_written) if r.bytes_written else "",
+            style="bold" if r.path == "" else None,
+        )
+    return t
+
+
+def operator_table(rows: list[OperatorRow], title: str | None = None) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    t.add_column("operator", no_wrap=True)
+    t.add_column("kind", style="dim", no_wrap=True)
+    for col in ("calls", "MACs", "FLOPs", "share", "read", "written"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        t.add_row(r.op, r.kind, str(r.calls), si(r.macs, "MAC") if r.macs else "",
+                  si(r.flops, "FLOP") if r.flops else "", percent(r.share) if r.flops else "",
+                  binary(r.bytes_read), binary(r.bytes_written),
+                  style="yellow" if r.kind == "unknown" else None)
+    return t
+
+
+def _totals_line(label: str, t: Totals) -> Text:
+    line = Text(f"{label}: ", style="bold")
+    line.append(f"{si(t.macs, 'MAC')} = {si(t.matrix_flops, 'FLOP')} matrix; ")
+    line.append(f"+ {si(t.vector_flops, 'FLOP')} vector = {si(t.flops, 'FLOP')} in all; ")
+    line.append(f"{binary(t.bytes_read)} read, {binary(t.bytes_written)} written, {t.ops} kernels")
+    return line
+
+
+def make_console() -> Console:
+    """A console; output that is not a terminal gets a width that fits the tables (COLUMNS wins)."""
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        return Console(width=160)
+    return Console()
+
+
+def render_profile(p: Any, by: str = "module", depth: int | None = 2, console: Console | None = None) -> None:
+    """Print a :class:`~torch_footprint.api.Profile` to the terminal."""
+    console = console or make_console()
+    tr = p.trace
+    s = tr.settings
+    inputs = ", ".join("x".join(str(d) for d in i["shape"]) + f":{i['dtype']}" for i in tr.inputs) or "(none)"
+    mode = "train mode" if s.get("training") else "eval mode"
+    passes = "forward + backward" if s.get("backward") else "forward"
+    header = Text(f"{tr.model}", style="bold cyan")
+    header.append(f"  input {inputs}  ·  {mode}, {passes}  ·  {s.get('tensors')} tensors, "
+                  f"kernels of {s.get('device')}", style="dim")
+    console.print(header)
+    phases = ("forward",)
+    if by == "operator":
+        console.print(operator_table(p.by_operator(phases), title="forward, by operator"))
+        if s.get("backward"):
+            console.print(operator_table(p.by_operator(("backward",)), title="backward, by operator"))
+    else:
+        console.print(module_table(p.by_module(depth, phases), tr.modules[0].type,
+                                   title=f"forward, by module (depth {depth})" if depth is not None else None))
+    dtypes = ", ".join(f"{count(n)} {d}" for d, n in p.params_by_dtype.items())
+    console.print(Text.assemble(
+        ("params: ", "bold"), f"{p.params:,} ({count(p.params)}; {dtypes}), trainable {p.trainable_params:,}; ",
+        f"{binary(p.param_bytes)} of parameters, {binary(p.buffer_bytes)} of buffers"))
+    console.print(_totals_line("forward", p.forward))
+    if s.get("backward"):
+        bwd = p.backward
+        console.print(_totals_line("backward", bwd))
+        ratio = bwd.matrix_flops / p.matrix_flops if p.matrix_flops else 0.0
+        console.print(Text(f"backward / forward matrix FLOPs: {ratio:.3f}", style="dim"))
+    unknown = p.unknown_ops
+    if unknown:
+        listed = ", ".join(f"{op} (x{n})" for op, n in sorted(unknown.items()))
+        console.print(Text(f"no formula, FLOPs not counted: {listed}", style="yellow"))
+    else:
+        console.print(Text("every operator had a formula", style="dim"))
+    for note in p.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    console.print(Text(CONVENTIONS, style="dim italic"))
