@@ -217,7 +217,7 @@ def _materializer(pos: list[Any], kw: dict[str, Any]) -> Any:
 
 def profile(model: nn.Module | str, inputs: InputsLike = None, *, backward: bool = False,
             dtype: str | torch.dtype | None = None, train: bool | None = None, device: str = "cpu",
-            weights: str | None = None, trust_remote_code: bool = False) -> Profile:
+            weights: str | None = None, trust_remote_code: bool = False, tensors: str = "auto") -> Profile:
     """Parameters, FLOPs and MACs of one forward (and, with ``backward``, one backward) pass.
 
     ``model`` is an ``nn.Module`` (its weights are left untouched) or a name such as
@@ -225,7 +225,12 @@ def profile(model: nn.Module | str, inputs: InputsLike = None, *, backward: bool
     ``inputs`` is a tensor, a shape spec (``"1,3,224,224"``, ``"1,128:int64"``), a sequence
     of those, or a mapping of keyword inputs; None uses the model's default input.
     The model runs in eval mode unless ``train`` (default: ``backward``) is set.
+    ``tensors`` ("auto", "meta", "fake", "real") picks what the trace runs on; "auto" tries
+    meta, then fake, then (for small models whose forward reads tensor values) real.
     """
+    if device != "cpu":
+        raise FootprintError(f"profiling for device '{device}' is not supported yet: the trace follows the "
+                             "CPU's kernels (device='cpu'); FLOP and MAC counts do not depend on it")
     built, pos, kw = prepare(model, inputs, dtype=dtype, weights=weights, trust_remote_code=trust_remote_code)
     m = built.model
     was_training = m.training
@@ -234,7 +239,7 @@ def profile(model: nn.Module | str, inputs: InputsLike = None, *, backward: bool
     try:
         with built.trace_context():
             trace = trace_model(m, _materializer(pos, kw), name=built.name, backward=backward, device=device,
-                                inputs_meta=meta)
+                                inputs_meta=meta, tensors=tensors)
     finally:
         m.train(was_training)
     return Profile(trace, [*built.notes, *trace.notes])

@@ -26,10 +26,9 @@ class Totals:
     def add(self, e: OpEvent) -> None:
         self.flops += e.flops
         self.macs += e.macs
-        if e.kind == "matrix":
-            self.matrix_flops += e.flops
-        else:
-            self.vector_flops += e.flops
+        # a matrix op's FLOPs beyond 2 x MACs (bias adds, softmax inside attention) are vector work
+        self.matrix_flops += 2 * e.macs
+        self.vector_flops += e.flops - 2 * e.macs
         self.bytes_read += e.bytes_read
         self.bytes_written += e.bytes_written
         if e.kind != "view":

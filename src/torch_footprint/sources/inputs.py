@@ -37,7 +37,13 @@ class InputSpec:
     name: str | None = None
 
     def make(self, device: str | torch.device) -> torch.Tensor:
-        return torch.empty(self.shape, dtype=self.dtype, device=device)
+        """An example tensor: empty on meta; elsewhere zeros (integers) or a normal sample, so a
+        real run never indexes out of range nor reads uninitialised memory."""
+        if torch.device(device).type == "meta":
+            return torch.empty(self.shape, dtype=self.dtype, device=device)
+        if self.dtype.is_floating_point:
+            return torch.randn(self.shape, dtype=self.dtype, device=device)
+        return torch.zeros(self.shape, dtype=self.dtype, device=device)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"shape": list(self.shape), "dtype": str(self.dtype).removeprefix("torch.")}

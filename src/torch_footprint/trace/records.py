@@ -35,7 +35,8 @@ class OpEvent:
 
     @property
     def matrix_flops(self) -> int:
-        return self.flops if self.kind == "matrix" else 0
+        """2 x MACs: the tensor-core part (the rest of ``flops`` is vector work)."""
+        return 2 * self.macs
 
 
 @dataclass(slots=True)

@@ -125,15 +125,26 @@ class ModuleStack:
             ins = [t for t in _tensors((args, kwargs)) if t.requires_grad]
             if ins:
                 torch.autograd.graph.register_multi_grad_hook(ins, self._bw_exit(path))
-            grads = [t for t in outs if t.requires_grad]
+            # an output that is one of the inputs (an identity, dropout with p=0) has no backward here
+            in_ids = {id(t) for t in ins}
+            grads = [t for t in outs if t.requires_grad and id(t) not in in_ids]
             if grads:
                 torch.autograd.graph.register_multi_grad_hook(grads, self._bw_enter(path))
 
     def _bw_enter(self, path: str) -> Callable[[Any], None]:
+        prefix = path + "." if path else ""
+
         def hook(_grads: Any) -> None:
             st = self.backward
-            while st and not (st[-1] == "" or path.startswith(st[-1] + ".")):
-                st.pop()
+            # modules that are neither ancestors nor descendants of this one are done
+            st[:] = [p for p in st if p == "" or path.startswith(p + ".") or p.startswith(prefix) or p == path]
+            if path in st:
+                return
+            # nested modules sharing one output tensor enter inner-first: keep the innermost on top
+            for i, p in enumerate(st):
+                if p != path and p.startswith(prefix) and (path != "" or p != ""):
+                    st.insert(i, path)
+                    return
             st.append(path)
 
         return hook
@@ -347,6 +358,7 @@ def trace_model(
     device: str = "cpu",
     inputs_meta: list[dict[str, Any]] | None = None,
     real_fallback_limit: int = REAL_FALLBACK_LIMIT,
+    tensors: str = "auto",
 ) -> Trace:
     """Trace one forward (and optionally backward) pass of ``model``.
 
@@ -357,12 +369,20 @@ def trace_model(
     where the model cannot run on meta (it mixes in tensors of another device, say),
     fake tensors on ``device``; where the forward depends on tensor values, real tensors
     with random values if the parameters fit ``real_fallback_limit``. Each fallback is
-    stated in ``Trace.notes``. The model's own tensors are swapped only for the run and
-    put back afterwards.
+    stated in ``Trace.notes``. ``tensors`` forces one kind ("meta", "fake" or "real")
+    instead of that order ("auto"). The model's own tensors are swapped only for the run
+    and put back afterwards.
     """
     params, buffers = _param_infos(model)
     common = dict(name=name, backward=backward, device=device, params=params, buffers=buffers,
                   inputs_meta=inputs_meta or [])
+    if tensors != "auto":
+        if tensors not in ("meta", "fake", "real"):
+            raise FootprintError(f"unknown tensor kind '{tensors}': use auto, meta, fake or real")
+        try:
+            return _run(model, make_inputs, tensors=tensors, **common)
+        except _ModelRaised as err:
+            raise err.user_error() from err.original
     notes: list[str] = []
     try:
         trace = _run(model, make_inputs, tensors="meta", **common)

@@ -1,0 +1,185 @@
+"""Operator counts checked against closed-form figures worked by hand.
+
+Each expected value is written as the formula it comes from (sizes in the test), never
+as a number copied from the code's output.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torch_footprint as tfp
+from torch_footprint.trace.formulas import causal_pairs
+
+
+class Attention(nn.Module):
+    def __init__(self, causal: bool) -> None:
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+
+B, H, L, E = 2, 4, 10, 16
+
+
+def test_sdpa_uses_the_cpu_flash_kernel_and_counts_all_pairs() -> None:
+    p = tfp.profile(Attention(False), [f"{B},{H},{L},{E}"] * 3)
+    ops = {e.op for e in p.trace.events}
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in ops
+    # Q K^T: B*H*L*L*E MACs; P V: B*H*L*L*E MACs
+    assert p.macs == B * H * L * L * E * 2
+
+
+def test_causal_attention_counts_only_visible_pairs() -> None:
+    p = tfp.profile(Attention(True), [f"{B},{H},{L},{E}"] * 3)
+    visible = L * (L + 1) // 2  # query i sees keys 0..i
+    assert p.macs == B * H * visible * E * 2
+
+
+def test_causal_pairs_top_left_aligned() -> None:
+    # torch's is_causal mask is ones(L, S).tril(): query i sees keys 0..i
+    assert causal_pairs(4, 10) == 1 + 2 + 3 + 4
+    assert causal_pairs(10, 4) == (1 + 2 + 3 + 4) + 6 * 4
+    assert causal_pairs(5, 5) == 15
+
+
+def test_attention_backward_is_twice_forward() -> None:
+    # no parameters and inputs that need no gradient: nothing to differentiate, said plainly
+    with pytest.raises(tfp.FootprintError, match="no floating-point tensor that requires a gradient"):
+        tfp.profile(Attention(True), [f"{B},{H},{L},{E}"] * 3, backward=True)
+    # with a learned projection in front, dQ, dK, dV and dP are all computed
+    proj = _ProjectedAttention()
+    p = tfp.profile(proj, f"{B},{L},{H * E}", backward=True)
+    fwd_attn = B * H * (L * (L + 1) // 2) * E * 2
+    bwd_attn = 2 * fwd_attn  # dV, dP, dQ, dK
+    linear = B * L * (H * E) * (3 * H * E)
+    assert p.macs == linear + fwd_attn
+    assert p.backward.macs == linear + bwd_attn  # weight grad only: the input needs no grad
+
+
+class _ProjectedAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(H * E, 3 * H * E, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, H, E).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("tensors", ["meta", "fake"])
+def test_multihead_attention_inference(tensors: str) -> None:
+    # under no_grad + eval on CPU tensors nn.MultiheadAttention takes its fused fast path
+    # (aten._native_multi_head_attention); on meta the unfused path: the same MACs
+    emb, heads, batch, seq = 64, 4, 2, 10
+    mha = nn.MultiheadAttention(emb, heads, batch_first=True)
+
+    class Wrap(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mha = mha
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.mha(x, x, x, need_weights=False)[0]
+
+    p = tfp.profile(Wrap(), f"{batch},{seq},{emb}", tensors=tensors)
+    if tensors == "fake":
+        assert any(e.op == "aten._native_multi_head_attention.default" for e in p.trace.events)
+    in_proj = batch * seq * emb * 3 * emb
+    attention = batch * heads * seq * seq * (emb // heads) * 2
+    out_proj = batch * seq * emb * emb
+    assert p.macs == in_proj + attention + out_proj
+    assert p.unknown_ops == {}
+
+
+def test_depthwise_and_grouped_convolution() -> None:
+    dw = tfp.profile(nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False), "1,32,16,16")
+    assert dw.macs == 16 * 16 * 32 * (32 // 32) * 3 * 3
+    grouped = tfp.profile(nn.Conv2d(32, 64, 3, padding=1, groups=4, bias=False), "1,32,16,16")
+    assert grouped.macs == 16 * 16 * 64 * (32 // 4) * 3 * 3
+
+
+def test_conv_transpose() -> None:
+    # every input element is scattered into a k x k window of every output channel
+    p = tfp.profile(nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1, bias=False), "1,16,8,8")
+    assert p.trace.modules[0].out_shapes == [[1, 8, 16, 16]]
+    assert p.macs == 8 * 8 * 16 * 8 * 4 * 4
+
+
+def test_lstm_single_and_stacked_bidirectional() -> None:
+    t, b, i, h = 5, 3, 8, 16
+    p = tfp.profile(nn.LSTM(i, h), f"{t},{b},{i}")
+    assert p.macs == t * b * 4 * h * (i + h)
+    p2 = tfp.profile(nn.LSTM(i, h, num_layers=2, bidirectional=True), f"{t},{b},{i}")
+    layer1 = 2 * t * b * 4 * h * (i + h)
+    layer2 = 2 * t * b * 4 * h * (2 * h + h)  # layer 2 reads both directions' outputs
+    assert p2.macs == layer1 + layer2
+    assert p2.unknown_ops == {}
+
+
+def test_gru() -> None:
+    t, b, i, h = 5, 3, 8, 16
+    p = tfp.profile(nn.GRU(i, h), f"{t},{b},{i}")
+    assert p.macs == t * b * 3 * h * (i + h)
+
+
+class Einsum(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bij,bjk->bik", a, b)
+
+
+def test_einsum() -> None:
+    p = tfp.profile(Einsum(), ["2,3,4", "2,4,5"])
+    assert p.macs == 2 * 3 * 4 * 5
+
+
+class Shared(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Linear(10, 10)
+        self.again = self.block  # the same module reached by a second name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.again(torch.relu(self.block(x)))
+
+
+def test_shared_module_params_once_flops_per_call() -> None:
+    p = tfp.profile(Shared(), "4,10")
+    assert p.params == 10 * 10 + 10
+    assert p.macs == 2 * 4 * 10 * 10
+    row = next(r for r in p.by_module() if r.path == "block")
+    assert row.calls == 2 and row.macs == 2 * 4 * 10 * 10
+
+
+def test_linear_bias_is_vector_work() -> None:
+    p = tfp.profile(nn.Linear(10, 20), "4,10")
+    assert p.macs == 4 * 10 * 20
+    assert p.matrix_flops == 2 * 4 * 10 * 20
+    assert p.vector_flops == 4 * 20  # one add per output element
+    assert p.flops == p.matrix_flops + p.vector_flops
+
+
+def test_vector_conventions() -> None:
+    x = "4,32"
+    assert tfp.profile(nn.ReLU(), x).vector_flops == 4 * 32
+    assert tfp.profile(nn.Softmax(dim=-1), x).vector_flops == 5 * 4 * 32
+    # layer norm: statistics (3) + normalise and affine (4) per element
+    assert tfp.profile(nn.LayerNorm(32), x).vector_flops == 7 * 4 * 32
+    # batch norm in eval mode uses running statistics: normalise and affine only
+    assert tfp.profile(nn.BatchNorm1d(32), x).vector_flops == 4 * 4 * 32
+
+
+def test_unknown_operator_is_listed_not_zero() -> None:
+    class Odd(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.linalg.cholesky(x @ x.mT)
+
+    p = tfp.profile(Odd(), "3,4,4")
+    assert "aten.linalg_cholesky_ex.default" in p.unknown_ops
+    assert p.macs == 3 * 4 * 4 * 4  # the matmul is still counted
