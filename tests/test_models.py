@@ -120,3 +120,16 @@ def test_vit_follows_the_input_size() -> None:
     p = tfp.profile("vit_b_16", "1,3,384,384")
     # torchvision publishes 55.484 GMACs for vit_b_16 at 384 (IMAGENET1K_SWAG_E2E_V1)
     assert round(p.macs / 1e9, 3) == 55.484
+
+
+def test_causal_attention_on_the_math_path_is_still_counted_as_causal() -> None:
+    # with attention dropout while training, the CPU runs attention through its math path
+    # (full score matrix): the trace keeps those kernels but counts only the visible pairs
+    pytest.importorskip("transformers")
+    t, d, layers, heads, vocab = 64, 128, 2, 4, 1000
+    p = tfp.profile(str(CONFIGS / "gpt2-tiny-dropout"), {"input_ids": f"1,{t}:int64"}, backward=True)
+    assert any(e.op == "aten._safe_softmax.default" for e in p.trace.events)  # the math path ran
+    linear = t * layers * d * (3 * d + d + 4 * d + 4 * d)
+    attention = layers * heads * causal_pairs(t, t) * (d // heads) * 2
+    assert p.macs == linear + attention + t * d * vocab
+    assert p.backward.macs == 2 * p.macs

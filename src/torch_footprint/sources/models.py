@@ -17,7 +17,9 @@ import difflib
 import importlib
 import importlib.util
 import json
+import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -240,26 +242,64 @@ def _load_hf_config(ident: str, trust_remote_code: bool) -> tuple[Any, str]:
         if not os.path.isfile(os.path.join(ident, "config.json")):
             raise FootprintError(f"folder '{ident}' has no config.json")
         try:
-            return transformers.AutoConfig.from_pretrained(ident, trust_remote_code=trust_remote_code), \
-                f"config from {ident}/config.json"
+            with _quiet_hf():
+                config = transformers.AutoConfig.from_pretrained(ident, trust_remote_code=trust_remote_code)
+            return config, f"config from {ident}/config.json"
         except ValueError as e:
             raise FootprintError(f"could not read the config in '{ident}': {e}") from e
     bundled = _bundled_config(ident)
     if bundled is not None:
         data = json.loads(bundled.read_text())
         model_type = data.pop("model_type")
-        return transformers.AutoConfig.for_model(model_type, **data), \
-            f"config for '{ident}' shipped with torch-footprint (a copy of the hub's config.json)"
+        with _quiet_hf():
+            config = transformers.AutoConfig.for_model(model_type, **data)
+        return config, f"config for '{ident}' shipped with torch-footprint (a copy of the hub's config.json)"
+    online = _hub_reachable()
     try:
-        return transformers.AutoConfig.from_pretrained(ident, trust_remote_code=trust_remote_code), \
-            f"config for '{ident}' from the Hugging Face hub"
+        with _quiet_hf():
+            config = transformers.AutoConfig.from_pretrained(
+                ident, trust_remote_code=trust_remote_code, local_files_only=not online)
+        return config, f"config for '{ident}' from the Hugging Face hub" + ("" if online else " cache")
     except Exception as e:  # offline, gated, unknown id, or remote code refused
         text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if not online:
+            text = "the Hugging Face hub cannot be reached and the config is not in the local cache"
         shipped = ", ".join(bundled_hf_ids())
         raise FootprintError(
             f"could not load the config of '{ident}': {text}. Give a local folder that holds its "
             f"config.json, or one of the configs shipped with torch-footprint: {shipped}"
         ) from e
+
+
+def _hub_reachable() -> bool:
+    """False when offline is asked for or the hub's host name does not resolve (no network):
+    then only the local cache is read, instead of minutes of retries."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    try:
+        from urllib.parse import urlparse
+
+        from huggingface_hub import constants
+
+        host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+        socket.getaddrinfo(host, 443)
+        return True
+    except (OSError, ImportError):
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_hf() -> Iterator[None]:
+    """transformers and huggingface_hub warn through logging; errors reach the user anyway."""
+    loggers = [logging.getLogger(n) for n in ("transformers", "huggingface_hub")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, lv in zip(loggers, levels):
+            lg.setLevel(lv)
 
 
 @contextlib.contextmanager
@@ -298,8 +338,9 @@ def build_hf(ident: str, trust_remote_code: bool = False) -> Built:
         except ValueError:
             return transformers.AutoModel.from_config(config, trust_remote_code=trust_remote_code)
 
-    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-    model, notes = build_on_meta(ctor, f"Hugging Face model '{ident}'")
+    dtype = getattr(config, "dtype", None)
+    with _quiet_hf():
+        model, notes = build_on_meta(ctor, f"Hugging Face model '{ident}'")
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype, None)
     if isinstance(dtype, torch.dtype) and dtype.is_floating_point:

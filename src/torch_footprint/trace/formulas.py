@@ -295,7 +295,7 @@ def _variance(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) 
     return _vector(3 * _numel(args[0]))
 
 
-@register(*_ops("_softmax", "_log_softmax", "softmax"))
+@register(*_ops("_softmax", "_log_softmax", "softmax", "_safe_softmax"))
 def _softmax(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """max, subtract, exp, sum, divide: 5 FLOPs per element."""
     return _vector(5 * _numel(args[0]))

@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from ..errors import FootprintError
 from .fastmeta import fast_meta
 from .formulas import formula_for
-from .kernels import CpuKernels
+from .kernels import CpuKernels, causal_fraction
 from .records import MemFree, ModuleInfo, OpEvent, TensorInfo, Trace
 
 REAL_FALLBACK_LIMIT = 2 * 1024**3  # bytes of parameters up to which a real-tensor run is allowed
@@ -197,6 +197,11 @@ class Recorder(TorchDispatchMode):
         if func.namespace == "prim":
             return out
         cost = formula_for(func)(func, args, kwargs, out)
+        if cost.macs and func._overloadpacket is torch.ops.aten.bmm:
+            scope = causal_fraction()
+            if scope is not None:  # a causal attention's matmul on the math path: visible pairs only
+                macs = cost.macs * scope[0] // scope[1]
+                cost = cost._replace(flops=cost.flops - 2 * (cost.macs - macs), macs=macs)
         outs = _tensors(out)
         if cost.kind == "view":
             read = written = 0
@@ -320,6 +325,29 @@ def _is_data_dependent(exc: BaseException) -> bool:
     return False
 
 
+def _meta_specific(exc: BaseException) -> bool:
+    """Whether an error raised on meta tensors may go away on fake ones (a device mix-up,
+    a value read, an op without a meta kernel), rather than being the model's own error."""
+    if isinstance(exc, NotImplementedError):
+        return True
+    text = str(exc).lower()
+    return "meta" in text or "device" in text or _is_data_dependent(exc)
+
+
+@contextlib.contextmanager
+def _quiet_fake_logs() -> Iterator[None]:
+    """FakeTensorMode logs a traceback for every op that fails; the error reaches the user anyway."""
+    import logging
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 @contextlib.contextmanager
 def _phase(rec: Recorder, phase: str) -> Iterator[None]:
     old = rec.phase
@@ -380,7 +408,8 @@ def trace_model(
         if tensors not in ("meta", "fake", "real"):
             raise FootprintError(f"unknown tensor kind '{tensors}': use auto, meta, fake or real")
         try:
-            return _run(model, make_inputs, tensors=tensors, **common)
+            with _quiet_fake_logs():
+                return _run(model, make_inputs, tensors=tensors, **common)
         except _ModelRaised as err:
             raise err.user_error() from err.original
     notes: list[str] = []
@@ -389,10 +418,13 @@ def trace_model(
         trace.notes = notes
         return trace
     except _ModelRaised as err:
+        if not _meta_specific(err.original):
+            raise err.user_error() from err.original
         first = err
     gc.collect()
     try:
-        trace = _run(model, make_inputs, tensors="fake", **common)
+        with _quiet_fake_logs():
+            trace = _run(model, make_inputs, tensors="fake", **common)
         trace.notes = [f"traced with fake tensors on {device}: the meta device failed "
                        f"({type(first.original).__name__} in '{first.where}')"]
         return trace
@@ -446,14 +478,10 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     restore: Callable[[], None] = lambda: None  # noqa: E731
     pre: list[list[int]] = []
     run_device = "meta" if tensors == "meta" else device
-    if tensors == "fake":
-        mode: Any = _fake_mode()
-    elif tensors == "meta" and device == "cpu":
-        mode = CpuKernels()
-    else:
-        mode = contextlib.nullcontext()
+    mode: Any = _fake_mode() if tensors == "fake" else contextlib.nullcontext()
+    kernels: Any = CpuKernels(reroute=tensors == "meta") if device == "cpu" else contextlib.nullcontext()
     try:
-        with mode:
+        with mode, kernels:
             if tensors == "real":
                 restore = _materialize(model, device)
             else:

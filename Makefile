@@ -1,0 +1,27 @@
+# make run   - create .venv if missing, install, profile the default model (resnet50)
+# make test  - create .venv if missing, install with the test extras, run ruff and the tests
+VENV   ?= .venv
+PYTHON ?= python3
+PY     := $(VENV)/bin/python
+MODEL  ?= resnet50
+
+.PHONY: run test lint bench clean
+
+$(VENV)/.installed-%: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[$*]"
+	@touch $@
+
+run: $(VENV)/.installed-all
+	$(VENV)/bin/footprint profile $(MODEL)
+
+test: $(VENV)/.installed-all,dev
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed-all,dev,bench
+	$(PY) benchmarks/peers.py
+	$(PY) benchmarks/llama70b_scale.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info
