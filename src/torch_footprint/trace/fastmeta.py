@@ -1,10 +1,12 @@
-"""Output shapes for a few hot ops whose meta kernels are slow Python decompositions.
+"""Output tensors for hot ops whose meta kernels are slow Python decompositions.
 
-On the meta device, batch norm, layer norm, addmm and gelu run torch's Python reference
-decompositions just to produce empty outputs (about 2.5 ms per batch norm call, half of
-the time spent tracing a CNN zoo). These functions build the same empty outputs directly:
-same shapes, strides and dtypes as torch's own meta kernels, which a test checks case by
-case. They are used only when every tensor argument is a plain meta tensor.
+On the meta device, batch norm, layer norm, addmm and the pointwise ops run torch's
+Python reference implementations just to produce empty outputs (about 2.5 ms per batch
+norm call, half of the time spent tracing a CNN zoo). These functions build the same
+empty outputs directly: same shapes, strides and dtypes as torch's own meta kernels,
+which a test checks case by case. They are used only when every tensor argument is a
+plain meta tensor, and for pointwise ops only in the simple case (one shape, dtype and
+layout; no broadcasting or type promotion), where the result is known without checks.
 """
 
 from __future__ import annotations
@@ -55,11 +57,56 @@ FAST_META: dict[Any, Callable[..., Any]] = {
 }
 
 
+# pointwise ops whose result is not of their inputs' dtype
+_NOT_SAME_DTYPE = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
+                   "isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "bitwise_not", "angle",
+                   "real", "imag", "frexp", "copysign", "polar", "complex", "view_as_real", "_to_copy",
+                   "where", "masked_fill", "clone", "copy", "copy_", "bucketize", "_conj"}
+
+
+def _pointwise_same(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
+    """Pointwise ops on floating meta tensors of one shape, dtype and layout, with Python
+    numbers beside them: the result is an empty tensor like the first (or the first itself,
+    in place). Anything else (broadcasting, promotion, mixed layouts) goes to torch."""
+    if torch.Tag.pointwise not in func.tags or func._overloadname == "out":
+        return None
+    name = func._overloadpacket.__name__
+    if name.rstrip("_") in _NOT_SAME_DTYPE or name in _NOT_SAME_DTYPE:
+        return None
+    first: torch.Tensor | None = None
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if type(a) not in (torch.Tensor, torch.nn.Parameter) or a.device.type != "meta":
+                return None
+            if first is None:
+                if not a.is_floating_point():
+                    return None
+                first = a
+            elif a.shape != first.shape or a.dtype != first.dtype or a.stride() != first.stride():
+                return None
+        elif not (a is None or isinstance(a, (bool, int, float, str))):
+            return None
+    if first is None:
+        return None
+    if name.endswith("_"):
+        return _in_place
+    return _like_first
+
+
+def _in_place(*args: Any, **kwargs: Any) -> torch.Tensor:
+    return args[0]
+
+
+def _like_first(*args: Any, **kwargs: Any) -> torch.Tensor:
+    first = next(a for a in args if isinstance(a, torch.Tensor))
+    return torch.empty_like(first)
+
+
 def fast_meta(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
     """The fast kernel for ``func`` when its tensors are plain meta tensors, else None."""
     fn = FAST_META.get(func)
     if fn is None:
-        return None
+        return _pointwise_same(func, args)
     for a in args:
         if isinstance(a, torch.Tensor) and (a.device.type != "meta" or type(a) not in (torch.Tensor,
                                                                                      torch.nn.Parameter)):
