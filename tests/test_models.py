@@ -133,3 +133,22 @@ def test_causal_attention_on_the_math_path_is_still_counted_as_causal() -> None:
     attention = layers * heads * causal_pairs(t, t) * (d // heads) * 2
     assert p.macs == linear + attention + t * d * vocab
     assert p.backward.macs == 2 * p.macs
+
+
+def test_timm_model_matches_the_same_architecture_in_torchvision() -> None:
+    pytest.importorskip("timm")
+    p = tfp.profile("timm:resnet18")
+    # timm's resnet18 is torchvision's architecture: torchvision publishes 11,689,512 params, 1.814 GMACs
+    assert p.params == 11689512
+    assert round(p.macs / 1e9, 3) == 1.814
+    assert p.trace.inputs[0]["shape"] == [1, 3, 224, 224]
+
+
+def test_detection_model_runs_on_real_tensors_and_lists_what_it_cannot_price() -> None:
+    # NMS makes the forward depend on values: the trace falls back to real tensors and says so
+    p = tfp.profile("ssdlite320_mobilenet_v3_large", "1,3,320,320")
+    assert p.trace.settings["tensors"] == "real"
+    assert "torchvision.nms.default" in p.unknown_ops  # listed, never a silent zero
+    # torchvision publishes 0.583 GMACs and 3,440,060 parameters for its COCO_V1 weights
+    assert round(p.macs / 1e9, 3) == 0.583
+    assert p.params == 3440060

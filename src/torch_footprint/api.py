@@ -206,9 +206,13 @@ def prepare(model: nn.Module | str, inputs: InputsLike = None, *, dtype: str | t
     return built, [_cast(x, dt) for x in pos], {k: _cast(v, dt) for k, v in kw.items()}
 
 
-def _materializer(pos: list[Any], kw: dict[str, Any]) -> Any:
+def _materializer(pos: list[Any], kw: dict[str, Any], images_as_list: bool = False) -> Any:
     def make(device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         args = tuple(x.make(device) if isinstance(x, InputSpec) else x for x in pos)
+        if images_as_list and args and isinstance(args[0], torch.Tensor):
+            first = args[0]
+            images = list(first.unbind(0)) if first.dim() == 4 else [first]
+            args = (images, *args[1:])
         kwargs = {k: (v.make(device) if isinstance(v, InputSpec) else v) for k, v in kw.items()}
         return args, kwargs
 
@@ -238,8 +242,8 @@ def profile(model: nn.Module | str, inputs: InputsLike = None, *, backward: bool
     meta = [x.to_dict() for x in [*pos, *kw.values()] if isinstance(x, InputSpec)]
     try:
         with built.trace_context():
-            trace = trace_model(m, _materializer(pos, kw), name=built.name, backward=backward, device=device,
-                                inputs_meta=meta, tensors=tensors)
+            trace = trace_model(m, _materializer(pos, kw, built.images_as_list), name=built.name,
+                                backward=backward, device=device, inputs_meta=meta, tensors=tensors)
     finally:
         m.train(was_training)
     return Profile(trace, [*built.notes, *trace.notes])

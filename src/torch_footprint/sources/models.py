@@ -16,6 +16,7 @@ import contextlib
 import difflib
 import importlib
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -50,6 +51,8 @@ class Built:
     rebuild: Callable[[dict[str, Any]], nn.Module] | None = None
     # entered around the trace: adjustments a model family needs to run on meta tensors
     trace_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    # the model takes a list of images (torchvision detection): an N,C,H,W input becomes N images
+    images_as_list: bool = False
 
 
 def _require(package: str, extra: str, purpose: str) -> Any:
@@ -185,10 +188,12 @@ def build_torchvision(name: str, weights: str | None = None, image_size: int | N
         )
     w = torchvision_weights(name, weights)
     builder = tv.models.get_model_builder(name)
+    # detection and segmentation builders fetch backbone weights unless told not to
+    fixed = {"weights_backbone": None} if "weights_backbone" in inspect.signature(builder).parameters else {}
 
     def ctor(extra: dict[str, Any] | None = None) -> nn.Module:
         size = (extra or {}).get("image_size", image_size)
-        model = builder(weights=None, **_tv_kwargs(name, w, size))
+        model = builder(weights=None, **fixed, **_tv_kwargs(name, w, size))
         if w is not None and name in ("googlenet", "inception_v3"):
             # Once weights are loaded the builder turns the auxiliary heads off (they never run
             # in eval mode). googlenet's published num_params leaves its heads out and
@@ -206,8 +211,9 @@ def build_torchvision(name: str, weights: str | None = None, image_size: int | N
         return build_on_meta(lambda: ctor(extra), f"torchvision model '{name}'")[0]
 
     needs_size = name.startswith("vit_") or name.startswith("maxvit")
+    detection = builder.__module__.startswith("torchvision.models.detection")
     return Built(model, name, "torchvision", _tv_default_input(w), notes,
-                 rebuild=rebuild if needs_size else None)
+                 rebuild=rebuild if needs_size else None, images_as_list=detection)
 
 
 # --------------------------------------------------------------------------- timm

@@ -391,6 +391,19 @@ def _interp(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) ->
     return _vector(per * n)
 
 
+@register(*_ops("grid_sampler_2d", "grid_sampler_3d", "_grid_sampler_2d_cpu_fallback"))
+def _grid_sample(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Per output element: bilinear (trilinear) interpolation as lerps (6, or 14 in 3-D),
+    nearest 0, bicubic 4x bilinear; plus 4 (6) per sampling point to unnormalise the grid."""
+    a = named_args(func, args, kwargs)
+    three_d = "3d" in func._overloadpacket.__name__
+    mode = int(a.get("interpolation_mode", 0))
+    per = (14 if three_d else 6) * (0, 1, 0, 4)[mode + 1] if mode in (0, 1, 2) else 6
+    grid = a.get("grid")
+    points = grid.numel() // grid.shape[-1] if isinstance(grid, torch.Tensor) else 0
+    return _vector(per * _out_numel(out) + (6 if three_d else 4) * points)
+
+
 @register(*_ops("nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward", "nll_loss2d_backward",
                 "mse_loss", "mse_loss_backward", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
                 "binary_cross_entropy_with_logits", "huber_loss"))
@@ -509,8 +522,3 @@ def formula_for(func: Any) -> Formula:
 def cost_of(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """The cost of one aten op call (an op it cannot price is ``unknown``, never zero)."""
     return formula_for(func)(func, args, kwargs, out)
-
-
-def has_formula(func: Any) -> bool:
-    """True where the registry, torch's registry, or a tag rule prices this op."""
-    return formula_for(func) is not _unknown

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 from ..errors import FootprintError
 from .fastmeta import fast_meta
@@ -255,7 +255,7 @@ def _scalar_of(output: Any) -> torch.Tensor:
 def _fake_mode() -> Any:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    return FakeTensorMode(allow_non_fake_inputs=False)
+    return FakeTensorMode(allow_non_fake_inputs=True)  # constants a model keeps as plain attributes
 
 
 def _swap_tensors(model: nn.Module, make: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
@@ -279,6 +279,16 @@ def _swap_tensors(model: nn.Module, make: Callable[[torch.Tensor], torch.Tensor]
                 memo[id(b)] = make(b)
             saved.append((mod._buffers, name, b))
             mod._buffers[name] = memo[id(b)]
+
+    # tensors a module keeps as plain attributes (caches such as torchvision's anchors) may be
+    # replaced during the run by tensors of the run's kind: put those back too
+    for mod in model.modules():
+        for name, value in list(vars(mod).items()):
+            if name.startswith("_"):
+                continue
+            if isinstance(value, torch.Tensor) or (
+                    isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value)):
+                saved.append((vars(mod), name, value))
 
     def restore() -> None:
         for table, name, original in saved:
@@ -523,8 +533,3 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training}
     return Trace(model=name, inputs=inputs_meta, events=rec.events, frees=rec.frees, modules=modules,
                  params=params, buffers=buffers, preexisting=pre, settings=settings)
-
-
-def to_meta_inputs(obj: Any) -> Any:
-    """Meta copies of any tensors in ``obj`` (for re-creating them inside a fake mode)."""
-    return tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, obj)
