@@ -219,6 +219,134 @@ def _materializer(pos: list[Any], kw: dict[str, Any], images_as_list: bool = Fal
     return make
 
 
+def _with_batch(specs: list[Any], kw: dict[str, Any], batch: int | None) -> tuple[list[Any], dict[str, Any]]:
+    """Set the first dimension of every tensor input to ``batch``."""
+    if batch is None:
+        return specs, kw
+    if batch < 1:
+        raise FootprintError(f"batch must be at least 1, got {batch}")
+
+    def rebatch(x: Any) -> Any:
+        if isinstance(x, InputSpec) and x.shape:
+            return InputSpec((batch, *x.shape[1:]), x.dtype, x.name)
+        return x
+
+    return [rebatch(x) for x in specs], {k: rebatch(v) for k, v in kw.items()}
+
+
+def _trace_step(model: nn.Module | str, inputs: InputsLike, *, batch: int | None, train: bool,
+                optimizer: str | None, precision: str, checkpointing: bool, device: str,
+                weights: str | None, trust_remote_code: bool) -> tuple[Trace, list[str]]:
+    from .estimate import training
+
+    param_dtype, autocast = training.precision(precision)
+    opt = training.optimizer(optimizer) if train else None
+    if optimizer is not None and not train:
+        raise FootprintError("--optimizer needs --train (an optimizer only runs in a training step)")
+    built, pos, kw = prepare(model, inputs, weights=weights, trust_remote_code=trust_remote_code)
+    pos, kw = _with_batch(pos, kw, batch)
+    notes = [n for n in built.notes if not (batch and n.startswith("default input"))]
+    if batch:
+        notes.append(f"batch {batch}: inputs " + ", ".join(str(x) for x in [*pos, *kw.values()]
+                                                           if isinstance(x, InputSpec)))
+    m = built.model
+    undo: Any = lambda: None  # noqa: E731
+    if param_dtype != torch.float32:
+        if built.source == "module":
+            raise FootprintError(f"precision '{precision}' casts the weights: give the model by name, or cast "
+                                 "your module to that dtype yourself and use precision fp32")
+        m = m.to(param_dtype)
+        pos = [_cast(x, param_dtype) for x in pos]
+        kw = {k: _cast(v, param_dtype) for k, v in kw.items()}
+    if checkpointing:
+        if not train:
+            raise FootprintError("--checkpointing only changes training memory: add --train")
+        what, undo = training.enable_checkpointing(m)
+        notes.append("activation checkpointing: " + what)
+    was_training = m.training
+    m.train(train)
+    meta = [x.to_dict() for x in [*pos, *kw.values()] if isinstance(x, InputSpec)]
+    from .trace.tracer import StepOptions
+
+    try:
+        with built.trace_context():
+            trace = trace_model(m, _materializer(pos, kw, built.images_as_list), name=built.name, backward=train,
+                                device=device, inputs_meta=meta, step=StepOptions(opt, autocast))
+    finally:
+        m.train(was_training)
+        undo()
+    return trace, notes + trace.notes
+
+
+def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None = None, train: bool = False,
+           optimizer: str | None = None, precision: str = "fp32", checkpointing: bool = False,
+           device: str = "cpu", budget: int | str | None = None, utilisation: float = 0.8,
+           weights: str | None = None, trust_remote_code: bool = False) -> Any:
+    """Peak memory of one inference (or, with ``train``, one training step), from the trace.
+
+    Returns a :class:`~torch_footprint.estimate.memory.MemoryEstimate`: the peak, where it
+    happens, a breakdown by category, fixed overheads for ``device`` ("cpu" or "cuda"),
+    what to provision at ``utilisation``, and with ``budget`` (bytes or "24GiB") the
+    largest batch that fits it.
+    """
+    from .analysis.memory import replay
+    from .estimate.memory import ALLOCATOR_ROUNDING, MemoryEstimate, fit_batches, overheads_for, parse_bytes
+
+    if device not in ("cpu", "cuda"):
+        raise FootprintError(f"unknown device '{device}': use cpu or cuda")
+    if not 0 < utilisation <= 1:
+        raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
+    common = dict(train=train, optimizer=optimizer, precision=precision, checkpointing=checkpointing,
+                  device="cpu", weights=weights, trust_remote_code=trust_remote_code)
+
+    def at(b: int | None) -> tuple[Any, Trace, list[str]]:
+        tr, nt = _trace_step(model, inputs, batch=b, **common)
+        return replay(tr), tr, nt
+
+    peak, trace, notes = at(batch)
+    n_allocs = sum(len(e.allocs) for e in trace.events) + len(trace.preexisting)
+    overheads = overheads_for(device, n_allocs, ALLOCATOR_ROUNDING[device])
+    settings = dict(trace.settings, precision=precision, checkpointing=checkpointing, target=device,
+                    inputs=trace.inputs, model=trace.model)
+    est = MemoryEstimate(peak=peak, settings=settings, overheads=overheads, utilisation=utilisation, notes=notes)
+    if budget is not None:
+        budget_b = parse_bytes(budget) if isinstance(budget, str) else int(budget)
+        est.budget = budget_b
+        fixed_costs = sum(overheads.values())
+        weights_b = peak.breakdown.get("weights", 0)
+        if (weights_b + fixed_costs) / utilisation > budget_b:
+            raise FootprintError(
+                f"a budget of {budget_b / 2**30:.2f} GiB cannot hold this model: its weights alone take "
+                f"{weights_b / 2**30:.2f} GiB (plus {fixed_costs / 2**30:.2f} GiB of fixed overheads, at "
+                f"{utilisation:.0%} utilisation)"
+            )
+        b1 = batch or (int(trace.inputs[0]["shape"][0]) if trace.inputs and trace.inputs[0]["shape"] else 1)
+        b2, b3 = 2 * b1, 3 * b1
+        p2 = at(b2)[0].peak_bytes
+        p3 = at(b3)[0].peak_bytes
+        fit = fit_batches([b1, b2, b3], [peak.peak_bytes, p2, p3])
+        room = budget_b * utilisation - fixed_costs
+        if fit.per_sample > 0:
+            guess = max(1, int((room - fit.fixed) // fit.per_sample))
+            # check the prediction with real traces around it
+            while guess >= 1 and at(guess)[0].peak_bytes > room:
+                guess -= 1
+            while at(guess + 1)[0].peak_bytes <= room:
+                guess += 1
+            if guess < 1:
+                need = at(1)[0].peak_bytes + fixed_costs
+                raise FootprintError(
+                    f"not even batch 1 fits a budget of {budget_b / 2**30:.2f} GiB: it needs "
+                    f"{need / 2**30:.2f} GiB, {need / utilisation / 2**30:.2f} GiB at {utilisation:.0%} utilisation"
+                )
+            fit.max_batch, fit.max_batch_checked = guess, True
+        est.batch_fit = fit
+        if not fit.affine:
+            est.notes.append("peak memory is not affine in the batch size here: the largest batch was found "
+                             "by tracing, not from the fitted line")
+    return est
+
+
 def profile(model: nn.Module | str, inputs: InputsLike = None, *, backward: bool = False,
             dtype: str | torch.dtype | None = None, train: bool | None = None, device: str = "cpu",
             weights: str | None = None, trust_remote_code: bool = False, tensors: str = "auto") -> Profile:

@@ -20,6 +20,14 @@ EXAMPLES = """examples:
 """
 
 
+MEMORY_EXAMPLES = """examples:
+  footprint memory resnet50 --batch 64
+  footprint memory resnet50 --batch 64 --train --optimizer adamw
+  footprint memory hf:gpt2 --input-ids 8,1024 --train --precision bf16-mixed --checkpointing
+  footprint memory vit_b_16 --train --max-batch 24GiB
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="footprint", description="What a PyTorch model costs and what hardware it needs.",
@@ -45,6 +53,25 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--trust-remote-code", action="store_true",
                       help="allow a Hugging Face config to run code from its repository (off by default)")
     prof.add_argument("--debug", action="store_true", help="show tracebacks")
+
+    mem = sub.add_parser("memory", help="peak memory of inference or a training step, by category",
+                         epilog=MEMORY_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mem.add_argument("model")
+    mem.add_argument("--input", "-i", action="append", default=[], metavar="SHAPE[:DTYPE]")
+    mem.add_argument("--input-ids", metavar="B,T")
+    mem.add_argument("--batch", type=int, help="set the first dimension of every input")
+    mem.add_argument("--train", action="store_true", help="a training step: forward, backward and optimizer step")
+    mem.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor (with --train)")
+    mem.add_argument("--precision", default="fp32", help="fp32, fp16, bf16, fp16-mixed, bf16-mixed (default fp32)")
+    mem.add_argument("--checkpointing", action="store_true", help="activation checkpointing (with --train)")
+    mem.add_argument("--max-batch", metavar="BUDGET", help="largest batch whose provisioned memory fits, e.g. 24GiB")
+    mem.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                     help="whose fixed overheads to add (cuda: context, cuBLAS workspace, allocator rounding)")
+    mem.add_argument("--utilisation", type=float, default=0.8, help="usable fraction of memory (default 0.8)")
+    mem.add_argument("--json", metavar="FILE")
+    mem.add_argument("--weights")
+    mem.add_argument("--trust-remote-code", action="store_true")
+    mem.add_argument("--debug", action="store_true")
 
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
     show.add_argument("file")
@@ -75,6 +102,26 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _memory(args: argparse.Namespace) -> int:
+    from . import api
+    from .report.files import write_json
+    from .report.terminal import render_memory
+    from .sources.inputs import parse_input_ids, parse_shape
+
+    specs = [parse_shape(s) for s in args.input]
+    if args.input_ids:
+        specs.append(parse_input_ids(args.input_ids))
+    est = api.memory(args.model, specs or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
+                     precision=args.precision, checkpointing=args.checkpointing, device=args.device,
+                     budget=args.max_batch, utilisation=args.utilisation, weights=args.weights,
+                     trust_remote_code=args.trust_remote_code)
+    render_memory(est)
+    if args.json:
+        write_json(args.json, est.to_dict())
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _show(args: argparse.Namespace) -> int:
     from .api import Profile
     from .report.files import read_json
@@ -95,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handlers = {"profile": _profile, "show": _show}
+    handlers = {"profile": _profile, "memory": _memory, "show": _show}
     debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
     try:
         return handlers[args.command](args)

@@ -118,3 +118,61 @@ def render_profile(p: Any, by: str = "module", depth: int | None = 2, console: C
     for note in p.notes:
         console.print(Text(f"note: {note}", style="dim"))
     console.print(Text(CONVENTIONS, style="dim italic"))
+
+
+def render_memory(est: Any, console: Console | None = None, top: int = 10) -> None:
+    """Print a :class:`~torch_footprint.estimate.memory.MemoryEstimate`."""
+    console = console or make_console()
+    s = est.settings
+    inputs = ", ".join("x".join(str(d) for d in i["shape"]) + f":{i['dtype']}" for i in s.get("inputs", []))
+    what = "training step" if s.get("backward") else "inference"
+    if s.get("backward"):
+        what += f" ({s.get('optimizer') or 'no optimizer'}, {s.get('precision')}"
+        what += ", checkpointing)" if s.get("checkpointing") else ")"
+    header = Text(f"{s.get('model')}", style="bold cyan")
+    header.append(f"  input {inputs}  ·  {what}  ·  for {s.get('target')}", style="dim")
+    console.print(header)
+    peak = est.peak
+    t = Table(title="memory at the peak", title_justify="left", header_style="bold", pad_edge=False)
+    t.add_column("category", no_wrap=True)
+    t.add_column("bytes", justify="right", no_wrap=True)
+    t.add_column("share", justify="right", no_wrap=True)
+    for cat, nbytes in peak.breakdown.items():
+        t.add_row(cat, binary(nbytes), percent(nbytes / peak.peak_bytes) if peak.peak_bytes else "")
+    t.add_row("peak of tensors", binary(peak.peak_bytes), "", style="bold")
+    for name, nbytes in est.overheads.items():
+        t.add_row(f"+ {name.replace('_', ' ')}", binary(nbytes), "", style="dim")
+    t.add_row("total", binary(est.total), "", style="bold")
+    t.add_row(f"provision (total / {est.utilisation:g})", binary(est.provision), "", style="bold green")
+    console.print(t)
+    console.print(Text.assemble(("peak: ", "bold"), f"{binary(peak.peak_bytes)} during the {peak.phase}, after ",
+                                f"{peak.op} in '{peak.module or '<root>'}'; ",
+                                f"{binary(peak.baseline_bytes)} alive before the first op"))
+    if peak.activations_by_module:
+        a = Table(title="activations saved for the backward, by module", min_width=60, title_justify="left",
+                  header_style="bold", pad_edge=False)
+        a.add_column("module", no_wrap=True)
+        a.add_column("bytes", justify="right", no_wrap=True)
+        for mod, nbytes in list(peak.activations_by_module.items())[:top]:
+            a.add_row(mod or "<root>", binary(nbytes))
+        rest = list(peak.activations_by_module.values())[top:]
+        if rest:
+            a.add_row(f"({len(rest)} more)", binary(sum(rest)), style="dim")
+        console.print(a)
+    fit = est.batch_fit
+    if fit is not None:
+        line = Text("batch: ", style="bold")
+        line.append(f"peak = {binary(fit.fixed)} + {binary(fit.per_sample)} x batch "
+                    f"(traced at batches {', '.join(map(str, fit.batches))}; "
+                    f"{'affine' if fit.affine else 'NOT affine: a line does not describe it'})")
+        console.print(line)
+        if est.budget is not None:
+            console.print(Text.assemble(("largest batch within ", "bold"), (binary(est.budget), "bold"),
+                                        (f" at {est.utilisation:.0%} utilisation: ", "bold"),
+                                        (f"{fit.max_batch}", "bold green"),
+                                        " (checked by tracing that batch and the next)" if fit.max_batch_checked
+                                        else ""))
+    for note in est.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    console.print(Text("Memory in binary units. Activations: tensors made in the forward and alive when it ends "
+                       "(saved for the backward). Temporaries: anything else alive at the peak.", style="dim italic"))

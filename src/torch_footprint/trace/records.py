@@ -30,7 +30,7 @@ class OpEvent:
     bytes_written: int
     out_shapes: list[list[int]]
     out_dtypes: list[str]
-    # storages this op allocated: [storage_id, nbytes]
+    # storages this op allocated: [uid, nbytes]
     allocs: list[list[int]] = field(default_factory=list)
 
     @property
@@ -85,8 +85,10 @@ class Trace:
     modules: list[ModuleInfo] = field(default_factory=list)
     params: list[TensorInfo] = field(default_factory=list)
     buffers: list[TensorInfo] = field(default_factory=list)
-    # storages alive before the first event (parameters, buffers, inputs): [id, nbytes, what]
+    # storages alive before the first event: [uid, nbytes, "weights" | "buffers" | "input"]
     preexisting: list[list[Any]] = field(default_factory=list)
+    # storage uids by role, read at the end of the run: "output", "gradients", "optimizer"
+    tags: dict[str, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
 
@@ -101,6 +103,7 @@ class Trace:
             "params": [asdict(p) for p in self.params],
             "buffers": [asdict(b) for b in self.buffers],
             "preexisting": self.preexisting,
+            "tags": self.tags,
             "events": [asdict(e) for e in self.events],
             "frees": [asdict(f) for f in self.frees],
         }
@@ -118,6 +121,7 @@ class Trace:
             params=[TensorInfo(**p) for p in d["params"]],
             buffers=[TensorInfo(**b) for b in d["buffers"]],
             preexisting=d.get("preexisting", []),
+            tags=d.get("tags", {}),
             events=[OpEvent(**e) for e in d["events"]],
             frees=[MemFree(**f) for f in d.get("frees", [])],
         )

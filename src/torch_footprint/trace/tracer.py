@@ -13,6 +13,7 @@ import contextlib
 import gc
 import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -166,24 +167,33 @@ class Recorder(TorchDispatchMode):
         self.phase = "forward"
         self.events: list[OpEvent] = []
         self.frees: list[MemFree] = []
-        self.live: dict[int, int] = {}
+        self.live: dict[int, tuple[int, int]] = {}  # storage address -> (uid, nbytes)
+        self._uid = 0
         self._finalizers: list[weakref.finalize] = []
         self._names: dict[Any, str] = {}
 
     def watch(self, t: torch.Tensor) -> tuple[int, int] | None:
-        """Start tracking ``t``'s storage; return (id, nbytes) if it was not tracked yet."""
+        """Start tracking ``t``'s storage; return (uid, nbytes) if it was not tracked yet.
+
+        Each storage gets a uid of its own (storage addresses are reused after a free)."""
         st = t.untyped_storage()
         key = st._cdata
         if key in self.live:
             return None
         nbytes = st.nbytes()
-        self.live[key] = nbytes
+        self._uid += 1
+        self.live[key] = (self._uid, nbytes)
         self._finalizers.append(weakref.finalize(st, self._freed, key))
-        return key, nbytes
+        return self._uid, nbytes
+
+    def uid_of(self, t: torch.Tensor) -> int | None:
+        entry = self.live.get(t.untyped_storage()._cdata)
+        return entry[0] if entry else None
 
     def _freed(self, key: int) -> None:
-        nbytes = self.live.pop(key, 0)
-        self.frees.append(MemFree(after=len(self.events) - 1, storage=key, nbytes=nbytes))
+        uid, nbytes = self.live.pop(key, (0, 0))
+        if uid:
+            self.frees.append(MemFree(after=len(self.events) - 1, storage=uid, nbytes=nbytes))
 
     def detach_finalizers(self) -> None:
         for f in self._finalizers:
@@ -397,6 +407,7 @@ def trace_model(
     inputs_meta: list[dict[str, Any]] | None = None,
     real_fallback_limit: int = REAL_FALLBACK_LIMIT,
     tensors: str = "auto",
+    step: StepOptions | None = None,
 ) -> Trace:
     """Trace one forward (and optionally backward) pass of ``model``.
 
@@ -413,7 +424,9 @@ def trace_model(
     """
     params, buffers = _param_infos(model)
     common = dict(name=name, backward=backward, device=device, params=params, buffers=buffers,
-                  inputs_meta=inputs_meta or [])
+                  inputs_meta=inputs_meta or [], step=step)
+    if tensors == "auto" and step is not None and step.autocast is not None:
+        tensors = "fake"  # autocast acts on a device's tensors, not on meta ones
     if tensors != "auto":
         if tensors not in ("meta", "fake", "real"):
             raise FootprintError(f"unknown tensor kind '{tensors}': use auto, meta, fake or real")
@@ -478,18 +491,35 @@ class _ModelRaised(Exception):
         )
 
 
+@dataclass
+class StepOptions:
+    """What a training step adds to a forward and backward."""
+
+    optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None
+    autocast: torch.dtype | None = None  # mixed precision: the forward under torch.autocast
+
+
 def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]], *, name: str,
          backward: bool, device: str, tensors: str, params: list[TensorInfo], buffers: list[TensorInfo],
-         inputs_meta: list[dict[str, Any]]) -> Trace:
+         inputs_meta: list[dict[str, Any]], step: StepOptions | None = None) -> Trace:
+    step = step or StepOptions()
     stack = ModuleStack(model)
     stack.track_backward = backward
     rec = Recorder(stack)
     types = stack.types
     restore: Callable[[], None] = lambda: None  # noqa: E731
-    pre: list[list[int]] = []
+    pre: list[list[Any]] = []
+    tags: dict[str, list[int]] = {"output": [], "gradients": [], "optimizer": []}
     run_device = "meta" if tensors == "meta" else device
     mode: Any = _fake_mode() if tensors == "fake" else contextlib.nullcontext()
     kernels: Any = CpuKernels(reroute=tensors == "meta") if device == "cpu" else contextlib.nullcontext()
+
+    def tag(kind: str, ts: list[torch.Tensor]) -> None:
+        for t in ts:
+            uid = rec.uid_of(t)
+            if uid is not None and uid not in tags[kind]:
+                tags[kind].append(uid)
+
     try:
         with mode, kernels:
             if tensors == "real":
@@ -500,14 +530,20 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
             phase = "inputs"
             try:
                 args, kwargs = make_inputs(run_device)
-                for t in [*model.parameters(), *model.buffers(), *_tensors((args, kwargs))]:
-                    new = rec.watch(t)
-                    if new is not None:
-                        pre.append([new[0], new[1]])
+                for kind, ts in (("weights", list(model.parameters())), ("buffers", list(model.buffers())),
+                                 ("input", _tensors((args, kwargs)))):
+                    for t in ts:
+                        new = rec.watch(t)
+                        if new is not None:
+                            pre.append([new[0], new[1], kind])
                 grad_ctx = contextlib.nullcontext() if backward else torch.no_grad()
+                amp = (torch.autocast(device_type=device, dtype=step.autocast) if step.autocast is not None
+                       else contextlib.nullcontext())
                 phase = "forward"
                 with rec, grad_ctx:
-                    out = model(*args, **kwargs)
+                    with amp:
+                        out = model(*args, **kwargs)
+                    tag("output", _tensors(out))
                     if backward:
                         phase = "loss"
                         with _phase(rec, "loss"):
@@ -516,6 +552,15 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                         with _phase(rec, "backward"):
                             loss.backward()
                         del loss
+                        tag("gradients", [p.grad for p in model.parameters() if p.grad is not None])
+                        if step.optimizer is not None:
+                            phase = "optimizer"
+                            opt = step.optimizer([p for p in model.parameters() if p.requires_grad])
+                            with _phase(rec, "optimizer"):
+                                opt.step()
+                            tag("optimizer", [v for st in opt.state.values() for v in st.values()
+                                              if isinstance(v, torch.Tensor)])
+                            del opt
                     del out
             except FootprintError:
                 raise
@@ -525,11 +570,19 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
             finally:
                 stack.forward.clear()
                 stack.backward.clear()
+                for p in model.parameters():
+                    p.grad = None
     finally:
         stack.remove()
         rec.detach_finalizers()
         modules = _module_infos(params, stack)
         restore()
-    settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training}
+    settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training,
+                "optimizer": _optimizer_name(step),
+                "autocast": dtype_name(step.autocast) if step.autocast is not None else None}
     return Trace(model=name, inputs=inputs_meta, events=rec.events, frees=rec.frees, modules=modules,
-                 params=params, buffers=buffers, preexisting=pre, settings=settings)
+                 params=params, buffers=buffers, preexisting=pre, settings=settings, tags=tags)
+
+
+def _optimizer_name(step: StepOptions) -> str | None:
+    return getattr(step.optimizer, "label", None) if step.optimizer is not None else None

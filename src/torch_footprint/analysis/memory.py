@@ -1,0 +1,148 @@
+"""Memory from a trace: storage lifetimes replayed event by event.
+
+Every storage the run allocated is in the trace (allocated at an op's output, freed when
+its last reference died), with the storages alive before it (weights, buffers, inputs).
+Replaying them gives the live bytes after every op: the peak, where it happens, and what
+is alive there, in the categories a user adds up by hand:
+
+* weights: parameters and buffers;
+* gradients: the parameters' ``.grad`` tensors;
+* optimizer state: what the optimizer keeps per parameter (momentum, Adam's moments);
+* activations: tensors made in the forward that are still alive when it ends (saved
+  for the backward; in inference only the output survives, so this is empty);
+* temporaries: everything else alive at the peak (intermediate results, gradients of
+  activations, the optimizer's scratch tensors);
+* input/output: the model's inputs and outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..trace.records import Trace
+
+CATEGORIES = ("weights", "gradients", "optimizer state", "activations", "temporaries", "input/output")
+
+
+@dataclass
+class MemoryPeak:
+    """The peak of live bytes in one run, and what was alive there."""
+
+    peak_bytes: int
+    baseline_bytes: int  # alive before the first op (weights, buffers, inputs)
+    event: int  # index of the op after which the peak was reached (-1: before any op)
+    phase: str
+    module: str
+    op: str
+    breakdown: dict[str, int]
+    activations_by_module: dict[str, int] = field(default_factory=dict)
+    # whole-step totals, wherever the peak is: weights, gradients, optimizer state
+    persistent: dict[str, int] = field(default_factory=dict)
+    timeline: list[tuple[int, int]] = field(default_factory=list)  # (event index, live bytes)
+
+    @property
+    def above_baseline(self) -> int:
+        return self.peak_bytes - self.baseline_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("timeline")
+        d["above_baseline"] = self.above_baseline
+        return d
+
+
+def _forward_end(trace: Trace) -> int:
+    """Index of the first event after the forward phase (len(events) if none)."""
+    for i, e in enumerate(trace.events):
+        if e.phase != "forward":
+            return i
+    return len(trace.events)
+
+
+def replay(trace: Trace, keep_timeline: bool = False) -> MemoryPeak:
+    """Replay allocations and frees; return the peak and the breakdown there."""
+    size: dict[int, int] = {}
+    born: dict[int, int] = {}  # uid -> event index of its allocation (-1: before the run)
+    for uid, nbytes, *_ in trace.preexisting:
+        size[uid] = nbytes
+        born[uid] = -1
+    frees_after: dict[int, list[int]] = {}
+    for f in trace.frees:
+        frees_after.setdefault(f.after, []).append(f.storage)
+    live = sum(size.values())
+    baseline = live
+    alive: set[int] = set(size)
+    for uid in frees_after.get(-1, []):
+        if uid in alive:
+            alive.discard(uid)
+            live -= size[uid]
+    peak, peak_at, peak_alive = live, -1, set(alive)
+    timeline: list[tuple[int, int]] = []
+    for i, e in enumerate(trace.events):
+        for uid, nbytes in e.allocs:
+            size[uid] = nbytes
+            born[uid] = i
+            alive.add(uid)
+            live += nbytes
+        if live > peak:  # the op's outputs exist together with its inputs
+            peak, peak_at, peak_alive = live, i, set(alive)
+        for uid in frees_after.get(i, []):
+            if uid in alive:
+                alive.discard(uid)
+                live -= size[uid]
+        if keep_timeline:
+            timeline.append((i, live))
+    fwd_end = _forward_end(trace)
+    survived_forward = _alive_at(trace, fwd_end, size, born)
+    breakdown = _categorise(trace, peak_alive, size, born, fwd_end, survived_forward)
+    by_module: dict[str, int] = {}
+    if trace.settings.get("backward"):
+        outputs = set(trace.tags.get("output", []))
+        for uid in survived_forward:
+            b = born.get(uid, -1)
+            if b >= 0 and uid not in outputs:
+                mod = trace.events[b].module
+                by_module[mod] = by_module.get(mod, 0) + size[uid]
+    ev = trace.events[peak_at] if peak_at >= 0 else None
+    persistent = {
+        "weights": sum(n for _, n, kind in trace.preexisting if kind in ("weights", "buffers")),
+        "gradients": sum(size.get(u, 0) for u in trace.tags.get("gradients", [])),
+        "optimizer state": sum(size.get(u, 0) for u in trace.tags.get("optimizer", [])),
+    }
+    return MemoryPeak(persistent=persistent, peak_bytes=peak, baseline_bytes=baseline, event=peak_at,
+                      phase=ev.phase if ev else "start", module=ev.module if ev else "", op=ev.op if ev else "",
+                      breakdown=breakdown, activations_by_module=dict(sorted(by_module.items(), key=lambda kv: -kv[1])),
+                      timeline=timeline)
+
+
+def _alive_at(trace: Trace, index: int, size: dict[int, int], born: dict[int, int]) -> set[int]:
+    """Storages allocated before event ``index`` and not freed before it."""
+    freed_before = {f.storage for f in trace.frees if f.after < index}
+    return {uid for uid, b in born.items() if b < index and uid not in freed_before}
+
+
+def _categorise(trace: Trace, alive: set[int], size: dict[int, int], born: dict[int, int], fwd_end: int,
+                survived_forward: set[int]) -> dict[str, int]:
+    kinds = {uid: kind for uid, _, kind in trace.preexisting}
+    grads = set(trace.tags.get("gradients", []))
+    optim = set(trace.tags.get("optimizer", []))
+    outputs = set(trace.tags.get("output", []))
+    training = bool(trace.settings.get("backward"))
+    out = dict.fromkeys(CATEGORIES, 0)
+    for uid in alive:
+        kind = kinds.get(uid)
+        if kind in ("weights", "buffers"):
+            cat = "weights"
+        elif kind == "input" or uid in outputs:
+            cat = "input/output"
+        elif uid in grads:
+            cat = "gradients"
+        elif uid in optim:
+            cat = "optimizer state"
+        elif training and 0 <= born.get(uid, -1) < fwd_end and uid in survived_forward:
+            cat = "activations"
+        else:
+            cat = "temporaries"
+        out[cat] += size[uid]
+    return out

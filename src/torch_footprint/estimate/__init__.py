@@ -1,0 +1,1 @@
+"""Estimates built on the trace: training set-ups and memory."""

@@ -1,0 +1,112 @@
+"""Training set-ups: optimizers, precision, activation checkpointing.
+
+Closed-form bytes per parameter for the parts that do not depend on activations (P =
+number of trainable parameters); the trace reproduces these exactly, and tests check it:
+
+| set-up | weights | gradients | optimizer state |
+| --- | --- | --- | --- |
+| fp32, SGD | 4 | 4 | 0 |
+| fp32, SGD with momentum | 4 | 4 | 4 |
+| fp32, Adam / AdamW | 4 | 4 | 8 (two moments) |
+| bf16 or fp16 weights, Adam / AdamW | 2 | 2 | 4 (moments in the weights' dtype) |
+| bf16-mixed / fp16-mixed (fp32 master weights, autocast), Adam / AdamW | 4 | 4 | 8 |
+
+Adagrad and RMSprop keep one tensor per parameter (4 bytes in fp32); Adafactor keeps
+factored row and column statistics (about 4 x (rows + columns) bytes per matrix).
+Adam, AdamW, Adagrad, RMSprop and Adafactor also keep a float32 ``step`` tensor for each
+parameter tensor (4 bytes per tensor, not per parameter).
+Mixed precision also keeps low-precision copies of the weights made by autocast in the
+forward; the trace counts them among the activations (autograd saves them).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import FootprintError
+
+PRECISIONS = ("fp32", "fp16", "bf16", "fp16-mixed", "bf16-mixed")
+
+
+def _make(cls: Any, label: str, **kw: Any) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer]:
+    def factory(params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        return cls(params, **kw)
+
+    factory.label = label  # type: ignore[attr-defined]
+    return factory
+
+
+def optimizers() -> dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]]:
+    """torch.optim's own classes (so the state they keep is exactly theirs), by name."""
+    opt = torch.optim
+    table = {
+        "sgd": _make(opt.SGD, "sgd", lr=0.01),
+        "momentum": _make(opt.SGD, "momentum", lr=0.01, momentum=0.9),
+        "adam": _make(opt.Adam, "adam", lr=1e-3, foreach=False),
+        "adamw": _make(opt.AdamW, "adamw", lr=1e-3, foreach=False),
+        "adagrad": _make(opt.Adagrad, "adagrad", lr=0.01, foreach=False),
+        "rmsprop": _make(opt.RMSprop, "rmsprop", lr=0.01, foreach=False),
+    }
+    if hasattr(opt, "Adafactor"):
+        table["adafactor"] = _make(opt.Adafactor, "adafactor", lr=0.01, foreach=False)
+    return table
+
+
+def optimizer(name: str | None) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None:
+    if name is None:
+        return None
+    table = optimizers()
+    key = name.strip().lower()
+    if key not in table:
+        raise FootprintError(f"unknown optimizer '{name}'; valid optimizers: {', '.join(table)}")
+    return table[key]
+
+
+def precision(name: str) -> tuple[torch.dtype, torch.dtype | None]:
+    """(parameter dtype, autocast dtype or None)."""
+    key = name.strip().lower()
+    table = {"fp32": (torch.float32, None), "fp16": (torch.float16, None), "bf16": (torch.bfloat16, None),
+             "fp16-mixed": (torch.float32, torch.float16), "bf16-mixed": (torch.float32, torch.bfloat16)}
+    if key not in table:
+        raise FootprintError(f"unknown precision '{name}'; valid: {', '.join(PRECISIONS)}")
+    return table[key]
+
+
+def enable_checkpointing(model: nn.Module) -> tuple[str, Callable[[], None]]:
+    """Activation checkpointing through torch.utils.checkpoint: what was wrapped, and a
+    function that undoes it.
+
+    Hugging Face models use their own switch; other models get each block of their
+    longest run of repeated blocks (a ModuleList or Sequential) wrapped."""
+    if hasattr(model, "gradient_checkpointing_enable") and getattr(model, "supports_gradient_checkpointing", False):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return "the model's own gradient checkpointing", model.gradient_checkpointing_disable
+    best: tuple[str, list[nn.Module]] | None = None
+    for path, mod in model.named_modules():
+        if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) > 1:
+            kids = list(mod)
+            if len({type(k) for k in kids}) == 1 and (best is None or len(kids) > len(best[1])):
+                best = (path, kids)
+    if best is None:
+        raise FootprintError("--checkpointing: found no run of repeated blocks to checkpoint in this model")
+    for block in best[1]:
+        block.forward = functools.partial(_checkpointed, block.forward)  # type: ignore[method-assign]
+
+    def undo() -> None:
+        for block in best[1]:
+            vars(block).pop("forward", None)
+
+    return f"each of the {len(best[1])} blocks of '{best[0] or '<root>'}'", undo
+
+
+def _checkpointed(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import checkpoint
+
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    return checkpoint(forward, *args, use_reentrant=False, **kwargs)

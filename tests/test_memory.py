@@ -1,0 +1,141 @@
+"""Memory: closed-form bytes per parameter, a real CPU measurement, and bad input."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+import torch_footprint as tfp
+from torch_footprint.errors import FootprintError
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+P = 256 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
+TENSORS = 6  # three weights, three biases
+
+
+@pytest.mark.parametrize(("optimizer", "state_per_param", "step_counter"),
+                         [("sgd", 0, False), ("momentum", 4, False), ("adam", 8, True), ("adamw", 8, True),
+                          ("rmsprop", 4, True), ("adagrad", 4, True)])
+def test_fp32_bytes_per_parameter(optimizer: str, state_per_param: int, step_counter: bool) -> None:
+    est = tfp.memory(MLP(), "32,256", train=True, optimizer=optimizer)
+    got = est.peak.persistent
+    assert got["weights"] == 4 * P
+    assert got["gradients"] == 4 * P
+    # torch.optim keeps a float32 step counter tensor per parameter tensor where it counts steps
+    assert got["optimizer state"] == state_per_param * P + (4 * TENSORS if step_counter else 0)
+
+
+def test_bf16_weights_adamw_bytes_per_parameter() -> None:
+    # a Hugging Face model by name, so the tool may cast it: 2 + 2 + 4 bytes per parameter
+    pytest.importorskip("transformers")
+    from pathlib import Path
+
+    cfg = str(Path(__file__).parent / "configs" / "gpt2-tiny")
+    est = tfp.memory(cfg, {"input_ids": "1,32:int64"}, train=True, optimizer="adamw", precision="bf16")
+    p = tfp.profile(cfg, {"input_ids": "1,32:int64"}).params
+    n = 2 + 2 * (2 + 2 + 2 + 2 + 2 + 2) + 2  # wte, wpe; per layer 2 norms x2, 4 linears x2; final norm x2
+    got = est.peak.persistent
+    assert (got["weights"], got["gradients"]) == (2 * p, 2 * p)
+    assert got["optimizer state"] == 4 * p + 4 * n  # two bf16 moments, and a float32 step per tensor
+    mixed = tfp.memory(cfg, {"input_ids": "1,32:int64"}, train=True, optimizer="adamw", precision="bf16-mixed")
+    got = mixed.peak.persistent
+    assert (got["weights"], got["gradients"], got["optimizer state"]) == (4 * p, 4 * p, 8 * p + 4 * n)
+    assert mixed.settings["tensors"] == "fake"  # autocast needs a device's tensors
+
+
+def test_inference_frees_activations_layer_by_layer() -> None:
+    est = tfp.memory(MLP(), "64,256")
+    # the widest point: a 64x512 output alive with its 64x512 input (the ReLU's), plus weights and input
+    assert est.peak.above_baseline == 2 * 64 * 512 * 4
+    assert est.peak.breakdown["activations"] == 0
+
+
+def _measured_peak(model: nn.Module, x: torch.Tensor, train: bool) -> int:
+    from torch._C._profiler import _EventType
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.01) if train else None
+    model.train(train)
+    gc.collect()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        if train:
+            loss = model(x).sum()
+            loss.backward()
+            del loss
+            opt.step()
+        else:
+            with torch.no_grad():
+                model(x)
+    records = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.typed[0] == _EventType.Allocation:
+            records.append((node.start_time_ns, node.typed[1].alloc_size))
+        stack.extend(node.children)
+    live = peak = 0
+    for _, size in sorted(records):
+        live += size
+        peak = max(peak, live)
+    return peak
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_resnet18_peak_matches_the_cpu_allocator(train: bool) -> None:
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18()
+    measured = _measured_peak(model, torch.randn(2, 3, 224, 224), train)
+    est = tfp.memory("resnet18", "2,3,224,224", train=train, optimizer="sgd" if train else None)
+    assert est.peak.above_baseline == pytest.approx(measured, rel=0.05)
+
+
+def test_max_batch_within_a_budget() -> None:
+    budget = 16 * 2**20
+    est = tfp.memory(MLP(), "1,256", train=True, optimizer="sgd", budget=budget, utilisation=1.0)
+    fit = est.batch_fit
+    assert fit is not None and fit.affine and fit.max_batch_checked
+    b = fit.max_batch
+    assert b > 1
+    assert tfp.memory(MLP(), f"{b},256", train=True, optimizer="sgd").peak.peak_bytes <= budget
+    assert tfp.memory(MLP(), f"{b + 1},256", train=True, optimizer="sgd").peak.peak_bytes > budget
+
+
+def test_impossible_budget_says_so() -> None:
+    with pytest.raises(FootprintError, match="its weights alone take"):
+        tfp.memory(MLP(), "1,256", budget="100KiB")
+
+
+def test_unknown_optimizer_lists_the_valid_ones() -> None:
+    with pytest.raises(FootprintError, match="valid optimizers: sgd, momentum, adam, adamw"):
+        tfp.memory(MLP(), "1,256", train=True, optimizer="adamx")
+
+
+def test_checkpointing_keeps_fewer_activations() -> None:
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.Sequential(*[nn.Sequential(nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 128))
+                                          for _ in range(6)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.blocks(x)
+
+    plain = tfp.memory(Stack(), "64,128", train=True, optimizer="sgd")
+    ckpt = tfp.memory(Stack(), "64,128", train=True, optimizer="sgd", checkpointing=True)
+    assert ckpt.peak.persistent == plain.peak.persistent
+    # checkpointed: only the inputs of blocks 2..6 are kept (block 1's input is the model's input)
+    assert sum(ckpt.peak.activations_by_module.values()) == 5 * 64 * 128 * 4
+    # plain: every block also keeps its two 64x512 hiddens (the linear's output for GELU, GELU's for the linear)
+    assert sum(plain.peak.activations_by_module.values()) == 5 * 64 * 128 * 4 + 6 * 2 * 64 * 512 * 4
