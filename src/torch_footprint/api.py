@@ -14,6 +14,7 @@ from .errors import FootprintError
 from .sources.inputs import InputSpec, parse_dtype, parse_shape
 from .sources.models import Built, resolve
 from .trace import Trace, trace_model
+from .trace.tracer import dtype_name
 
 InputsLike = Any  # None | Tensor | InputSpec | str | sequence of those | mapping name -> those
 
@@ -251,11 +252,13 @@ def _trace_step(model: nn.Module | str, inputs: InputsLike, *, batch: int | None
                                                            if isinstance(x, InputSpec)))
     m = built.model
     undo: Any = lambda: None  # noqa: E731
-    if param_dtype != torch.float32:
+    float_dtypes = {p.dtype for p in m.parameters() if p.is_floating_point()}
+    if float_dtypes and float_dtypes != {param_dtype}:
         if built.source == "module":
-            raise FootprintError(f"precision '{precision}' casts the weights: give the model by name, or cast "
-                                 "your module to that dtype yourself and use precision fp32")
+            raise FootprintError(f"precision '{precision}' needs {dtype_name(param_dtype)} weights: give the model "
+                                 "by name, or cast your module to that dtype yourself")
         m = m.to(param_dtype)
+        notes.append(f"weights cast to {dtype_name(param_dtype)} for precision {precision}")
         pos = [_cast(x, param_dtype) for x in pos]
         kw = {k: _cast(v, param_dtype) for k, v in kw.items()}
     if checkpointing:

@@ -78,6 +78,7 @@ def replay(trace: Trace, keep_timeline: bool = False) -> MemoryPeak:
             alive.discard(uid)
             live -= size[uid]
     peak, peak_at, peak_alive = live, -1, set(alive)
+    peak_scratch = 0
     timeline: list[tuple[int, int]] = []
     for i, e in enumerate(trace.events):
         for uid, nbytes in e.allocs:
@@ -85,8 +86,9 @@ def replay(trace: Trace, keep_timeline: bool = False) -> MemoryPeak:
             born[uid] = i
             alive.add(uid)
             live += nbytes
-        if live > peak:  # the op's outputs exist together with its inputs
-            peak, peak_at, peak_alive = live, i, set(alive)
+        if live + e.scratch > peak:  # the op's outputs exist together with its inputs (and its scratch)
+            peak, peak_at, peak_alive = live + e.scratch, i, set(alive)
+            peak_scratch = e.scratch
         for uid in frees_after.get(i, []):
             if uid in alive:
                 alive.discard(uid)
@@ -96,6 +98,7 @@ def replay(trace: Trace, keep_timeline: bool = False) -> MemoryPeak:
     fwd_end = _forward_end(trace)
     survived_forward = _alive_at(trace, fwd_end, size, born)
     breakdown = _categorise(trace, peak_alive, size, born, fwd_end, survived_forward)
+    breakdown["temporaries"] += peak_scratch
     by_module: dict[str, int] = {}
     if trace.settings.get("backward"):
         outputs = set(trace.tags.get("output", []))

@@ -32,6 +32,8 @@ class OpEvent:
     out_dtypes: list[str]
     # storages this op allocated: [uid, nbytes]
     allocs: list[list[int]] = field(default_factory=list)
+    # bytes the kernel allocates and frees inside itself (copies of operands it cannot use as they are)
+    scratch: int = 0
 
     @property
     def matrix_flops(self) -> int:

@@ -212,6 +212,7 @@ class Recorder(TorchDispatchMode):
             if scope is not None:  # a causal attention's matmul on the math path: visible pairs only
                 macs = cost.macs * scope[0] // scope[1]
                 cost = cost._replace(flops=cost.flops - 2 * (cost.macs - macs), macs=macs)
+        scratch = _matmul_scratch(func, args) if cost.macs else 0
         outs = _tensors(out)
         if cost.kind == "view":
             read = written = 0
@@ -247,8 +248,31 @@ class Recorder(TorchDispatchMode):
             out_shapes=[list(t.shape) for t in outs],
             out_dtypes=[dtype_name(t.dtype) for t in outs],
             allocs=allocs,
+            scratch=scratch,
         ))
         return out
+
+
+_MATMULS = {torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm, torch.ops.aten.baddbmm}
+
+
+def _blas_ready(t: torch.Tensor) -> bool:
+    """Whether a BLAS call can read this matrix operand in place (row- or column-major)."""
+    if t.dim() < 2 or 0 in t.stride():
+        return t.dim() < 2 or t.numel() == 0
+    rows, cols = t.shape[-2], t.shape[-1]
+    rs, cs = t.stride()[-2], t.stride()[-1]
+    return (cs == 1 and rs >= max(cols, 1)) or (rs == 1 and cs >= max(rows, 1))
+
+
+def _matmul_scratch(func: Any, args: Any) -> int:
+    """A CPU matmul copies an operand it cannot hand to BLAS as it is (an expanded gradient,
+    say) into a contiguous buffer for the length of the call: that buffer's bytes."""
+    if func._overloadpacket not in _MATMULS:
+        return 0
+    operands = args[1:3] if func._overloadpacket in (torch.ops.aten.addmm, torch.ops.aten.baddbmm) else args[:2]
+    return sum(t.numel() * t.element_size() for t in operands
+               if isinstance(t, torch.Tensor) and not _blas_ready(t))
 
 
 def _scalar_of(output: Any) -> torch.Tensor:
@@ -551,7 +575,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                         phase = "backward"
                         with _phase(rec, "backward"):
                             loss.backward()
-                        del loss
+                        del loss, out  # a training loop lets the outputs go before the optimizer step
+                        out = None
                         tag("gradients", [p.grad for p in model.parameters() if p.grad is not None])
                         if step.optimizer is not None:
                             phase = "optimizer"
