@@ -82,7 +82,8 @@ def main() -> None:
           f"({peak['phase']}, {peak['module'] or '<root>'})")
     for k, v in expected.items():
         got = persistent[k]
-        print(f"  {k:16s} {got / 2**30:9.2f} GiB  closed form {v / 2**30:9.2f} GiB  {'equal' if got == v else 'DIFFER'}")
+        verdict = "equal" if got == v else "DIFFER"
+        print(f"  {k:16s} {got / 2**30:9.2f} GiB  closed form {v / 2**30:9.2f} GiB  {verdict}")
     if not args.skip_reference:
         rwall, rrss, text = timed([sys.executable, "-c", REFERENCE])
         snap = json.loads(text.split("REFERENCE", 1)[1].splitlines()[0])
