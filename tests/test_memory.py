@@ -139,3 +139,24 @@ def test_checkpointing_keeps_fewer_activations() -> None:
     assert sum(ckpt.peak.activations_by_module.values()) == 5 * 64 * 128 * 4
     # plain: every block also keeps its two 64x512 hiddens (the linear's output for GELU, GELU's for the linear)
     assert sum(plain.peak.activations_by_module.values()) == 5 * 64 * 128 * 4 + 6 * 2 * 64 * 512 * 4
+
+
+def test_gradients_kept_between_steps_exist_before_the_forward() -> None:
+    first = tfp.memory(MLP(), "32,256", train=True, optimizer="sgd")
+    kept = tfp.memory(MLP(), "32,256", train=True, optimizer="sgd", grads="zero")
+    assert kept.peak.baseline_bytes == first.peak.baseline_bytes + 4 * P
+    assert kept.peak.persistent["gradients"] == 4 * P  # accumulated in place, not allocated again
+
+
+def test_memory_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from torch_footprint.cli import main
+
+    assert main(["memory", "resnet18", "--batch", "4", "--train", "--optimizer", "momentum"]) == 0
+    out = capsys.readouterr().out
+    assert "optimizer state" in out and "provision (total / 0.8)" in out and "44.6 MiB" in out
+    assert main(["memory", "resnet18", "--optimizer", "sgdd", "--train"]) == 2
+    assert "valid optimizers" in capsys.readouterr().err
+    assert main(["memory", "resnet18", "--max-batch", "10MiB"]) == 2
+    assert "weights alone take" in capsys.readouterr().err
+    assert main(["memory", "resnet18", "--max-batch", "lots"]) == 2
+    assert "cannot read the memory size" in capsys.readouterr().err

@@ -237,7 +237,7 @@ def _with_batch(specs: list[Any], kw: dict[str, Any], batch: int | None) -> tupl
 
 def _trace_step(model: nn.Module | str, inputs: InputsLike, *, batch: int | None, train: bool,
                 optimizer: str | None, precision: str, checkpointing: bool, device: str,
-                weights: str | None, trust_remote_code: bool) -> tuple[Trace, list[str]]:
+                weights: str | None, trust_remote_code: bool, grads: str = "none") -> tuple[Trace, list[str]]:
     from .estimate import training
 
     param_dtype, autocast = training.precision(precision)
@@ -274,7 +274,8 @@ def _trace_step(model: nn.Module | str, inputs: InputsLike, *, batch: int | None
     try:
         with built.trace_context():
             trace = trace_model(m, _materializer(pos, kw, built.images_as_list), name=built.name, backward=train,
-                                device=device, inputs_meta=meta, step=StepOptions(opt, autocast))
+                                device=device, inputs_meta=meta,
+                                step=StepOptions(opt, autocast, grads_kept=grads == "zero"))
     finally:
         m.train(was_training)
         undo()
@@ -284,13 +285,17 @@ def _trace_step(model: nn.Module | str, inputs: InputsLike, *, batch: int | None
 def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None = None, train: bool = False,
            optimizer: str | None = None, precision: str = "fp32", checkpointing: bool = False,
            device: str = "cpu", budget: int | str | None = None, utilisation: float = 0.8,
-           weights: str | None = None, trust_remote_code: bool = False) -> Any:
+           grads: str = "none", scaling: bool = False, weights: str | None = None,
+           trust_remote_code: bool = False) -> Any:
     """Peak memory of one inference (or, with ``train``, one training step), from the trace.
 
     Returns a :class:`~torch_footprint.estimate.memory.MemoryEstimate`: the peak, where it
     happens, a breakdown by category, fixed overheads for ``device`` ("cpu" or "cuda"),
     what to provision at ``utilisation``, and with ``budget`` (bytes or "24GiB") the
-    largest batch that fits it.
+    largest batch that fits it. ``grads``: "none" (a first step, or zero_grad(set_to_none=True):
+    gradients appear in the backward) or "zero" (gradients kept between steps and zeroed:
+    they exist before the forward). ``scaling`` fits peak = a + b x batch from traces at
+    the batch, 2x and 3x it (a budget implies it).
     """
     from .analysis.memory import replay
     from .estimate.memory import ALLOCATOR_ROUNDING, MemoryEstimate, fit_batches, overheads_for, parse_bytes
@@ -299,8 +304,10 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
         raise FootprintError(f"unknown device '{device}': use cpu or cuda")
     if not 0 < utilisation <= 1:
         raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
+    if grads not in ("none", "zero"):
+        raise FootprintError(f"grads must be 'none' or 'zero', got '{grads}'")
     common = dict(train=train, optimizer=optimizer, precision=precision, checkpointing=checkpointing,
-                  device="cpu", weights=weights, trust_remote_code=trust_remote_code)
+                  device="cpu", weights=weights, trust_remote_code=trust_remote_code, grads=grads)
 
     def at(b: int | None) -> tuple[Any, Trace, list[str]]:
         tr, nt = _trace_step(model, inputs, batch=b, **common)
@@ -312,41 +319,57 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
     settings = dict(trace.settings, precision=precision, checkpointing=checkpointing, target=device,
                     inputs=trace.inputs, model=trace.model)
     est = MemoryEstimate(peak=peak, settings=settings, overheads=overheads, utilisation=utilisation, notes=notes)
+    budget_b = None
+    fixed_costs = sum(overheads.values())
     if budget is not None:
         budget_b = parse_bytes(budget) if isinstance(budget, str) else int(budget)
         est.budget = budget_b
-        fixed_costs = sum(overheads.values())
-        weights_b = peak.breakdown.get("weights", 0)
+        weights_b = peak.persistent.get("weights", 0)
         if (weights_b + fixed_costs) / utilisation > budget_b:
             raise FootprintError(
                 f"a budget of {budget_b / 2**30:.2f} GiB cannot hold this model: its weights alone take "
                 f"{weights_b / 2**30:.2f} GiB (plus {fixed_costs / 2**30:.2f} GiB of fixed overheads, at "
                 f"{utilisation:.0%} utilisation)"
             )
+    if budget_b is not None or scaling:
         b1 = batch or (int(trace.inputs[0]["shape"][0]) if trace.inputs and trace.inputs[0]["shape"] else 1)
-        b2, b3 = 2 * b1, 3 * b1
-        p2 = at(b2)[0].peak_bytes
-        p3 = at(b3)[0].peak_bytes
-        fit = fit_batches([b1, b2, b3], [peak.peak_bytes, p2, p3])
-        room = budget_b * utilisation - fixed_costs
-        if fit.per_sample > 0:
-            guess = max(1, int((room - fit.fixed) // fit.per_sample))
-            # check the prediction with real traces around it
-            while guess >= 1 and at(guess)[0].peak_bytes > room:
-                guess -= 1
-            while at(guess + 1)[0].peak_bytes <= room:
-                guess += 1
-            if guess < 1:
-                need = at(1)[0].peak_bytes + fixed_costs
+        fit = fit_batches([b1, 2 * b1, 3 * b1], [peak.peak_bytes, at(2 * b1)[0].peak_bytes,
+                                                 at(3 * b1)[0].peak_bytes])
+        est.batch_fit = fit
+        if not fit.affine:
+            est.notes.append("peak memory is not affine in the batch size here (a third trace is off the line "
+                             "by more than 1%)")
+        if budget_b is not None:
+            room = budget_b * utilisation - fixed_costs
+            peaks: dict[int, int] = {}
+
+            def fits(b: int) -> bool:
+                if b not in peaks:
+                    peaks[b] = at(b)[0].peak_bytes
+                return peaks[b] <= room
+
+            if not fits(1):
+                need = peaks[1] + fixed_costs
                 raise FootprintError(
                     f"not even batch 1 fits a budget of {budget_b / 2**30:.2f} GiB: it needs "
                     f"{need / 2**30:.2f} GiB, {need / utilisation / 2**30:.2f} GiB at {utilisation:.0%} utilisation"
                 )
+            # start from the fitted line's answer, then bracket and bisect with real traces
+            guess = max(1, int((room - fit.fixed) // fit.per_sample)) if fit.per_sample > 0 else 2
+            lo, hi = 1, None
+            b = guess
+            while hi is None:
+                if b > 2**24:
+                    raise FootprintError("the peak does not grow with the batch size: no largest batch to find")
+                if fits(b):
+                    lo, b = b, b * 2
+                else:
+                    hi = b
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+            guess = lo
             fit.max_batch, fit.max_batch_checked = guess, True
-        est.batch_fit = fit
-        if not fit.affine:
-            est.notes.append("peak memory is not affine in the batch size here: the largest batch was found "
-                             "by tracing, not from the fitted line")
     return est
 
 

@@ -68,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     mem.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                      help="whose fixed overheads to add (cuda: context, cuBLAS workspace, allocator rounding)")
     mem.add_argument("--utilisation", type=float, default=0.8, help="usable fraction of memory (default 0.8)")
+    mem.add_argument("--grads", choices=("none", "zero"), default="none",
+                     help="none: gradients appear in the backward (first step, set_to_none); zero: kept between "
+                          "steps, so they exist before the forward")
+    mem.add_argument("--scaling", action="store_true", help="fit peak = a + b x batch from three traces")
     mem.add_argument("--json", metavar="FILE")
     mem.add_argument("--weights")
     mem.add_argument("--trust-remote-code", action="store_true")
@@ -113,7 +117,8 @@ def _memory(args: argparse.Namespace) -> int:
         specs.append(parse_input_ids(args.input_ids))
     est = api.memory(args.model, specs or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
                      precision=args.precision, checkpointing=args.checkpointing, device=args.device,
-                     budget=args.max_batch, utilisation=args.utilisation, weights=args.weights,
+                     budget=args.max_batch, utilisation=args.utilisation, grads=args.grads,
+                     scaling=args.scaling, weights=args.weights,
                      trust_remote_code=args.trust_remote_code)
     render_memory(est)
     if args.json:

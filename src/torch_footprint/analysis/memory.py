@@ -30,7 +30,7 @@ class MemoryPeak:
     """The peak of live bytes in one run, and what was alive there."""
 
     peak_bytes: int
-    baseline_bytes: int  # alive before the first op (weights, buffers, inputs)
+    baseline_bytes: int  # alive before the first op (weights, buffers, inputs; kept gradients)
     event: int  # index of the op after which the peak was reached (-1: before any op)
     phase: str
     module: str
@@ -137,6 +137,8 @@ def _categorise(trace: Trace, alive: set[int], size: dict[int, int], born: dict[
         kind = kinds.get(uid)
         if kind in ("weights", "buffers"):
             cat = "weights"
+        elif kind == "gradients":
+            cat = "gradients"
         elif kind == "input" or uid in outputs:
             cat = "input/output"
         elif uid in grads:

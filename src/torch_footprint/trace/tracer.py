@@ -521,6 +521,9 @@ class StepOptions:
 
     optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None
     autocast: torch.dtype | None = None  # mixed precision: the forward under torch.autocast
+    # gradients kept from the previous step (zero_grad(set_to_none=False)): they exist before
+    # the forward and the backward accumulates into them
+    grads_kept: bool = False
 
 
 def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]], *, name: str,
@@ -554,8 +557,14 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
             phase = "inputs"
             try:
                 args, kwargs = make_inputs(run_device)
+                kept: list[torch.Tensor] = []
+                if backward and step.grads_kept:
+                    for p in model.parameters():
+                        if p.requires_grad:
+                            p.grad = torch.zeros_like(p)
+                            kept.append(p.grad)
                 for kind, ts in (("weights", list(model.parameters())), ("buffers", list(model.buffers())),
-                                 ("input", _tensors((args, kwargs)))):
+                                 ("input", _tensors((args, kwargs))), ("gradients", kept)):
                     for t in ts:
                         new = rec.watch(t)
                         if new is not None:
@@ -604,7 +613,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
         restore()
     settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training,
                 "optimizer": _optimizer_name(step),
-                "autocast": dtype_name(step.autocast) if step.autocast is not None else None}
+                "autocast": dtype_name(step.autocast) if step.autocast is not None else None,
+                "grads_kept": step.grads_kept}
     return Trace(model=name, inputs=inputs_meta, events=rec.events, frees=rec.frees, modules=modules,
                  params=params, buffers=buffers, preexisting=pre, settings=settings, tags=tags)
 
