@@ -324,7 +324,7 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
     if budget is not None:
         budget_b = parse_bytes(budget) if isinstance(budget, str) else int(budget)
         est.budget = budget_b
-        weights_b = peak.persistent.get("weights", 0)
+        weights_b = peak.persistent.get("weights", 0) + peak.persistent.get("buffers", 0)
         if (weights_b + fixed_costs) / utilisation > budget_b:
             raise FootprintError(
                 f"a budget of {budget_b / 2**30:.2f} GiB cannot hold this model: its weights alone take "

@@ -37,7 +37,7 @@ class MemoryPeak:
     op: str
     breakdown: dict[str, int]
     activations_by_module: dict[str, int] = field(default_factory=dict)
-    # whole-step totals, wherever the peak is: weights, gradients, optimizer state
+    # whole-step totals, wherever the peak is: weights (parameters), buffers, gradients, optimizer state
     persistent: dict[str, int] = field(default_factory=dict)
     timeline: list[tuple[int, int]] = field(default_factory=list)  # (event index, live bytes)
 
@@ -109,7 +109,8 @@ def replay(trace: Trace, keep_timeline: bool = False) -> MemoryPeak:
                 by_module[mod] = by_module.get(mod, 0) + size[uid]
     ev = trace.events[peak_at] if peak_at >= 0 else None
     persistent = {
-        "weights": sum(n for _, n, kind in trace.preexisting if kind in ("weights", "buffers")),
+        "weights": sum(n for _, n, kind in trace.preexisting if kind == "weights"),
+        "buffers": sum(n for _, n, kind in trace.preexisting if kind == "buffers"),
         "gradients": sum(size.get(u, 0) for u in trace.tags.get("gradients", [])),
         "optimizer state": sum(size.get(u, 0) for u in trace.tags.get("optimizer", [])),
     }
