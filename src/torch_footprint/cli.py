@@ -28,6 +28,15 @@ MEMORY_EXAMPLES = """examples:
 """
 
 
+BENCH_EXAMPLES = """examples:
+  footprint bench resnet50
+  footprint bench resnet50 --batch 1,8,32,auto
+  footprint bench vit_b_16 --device cuda --dtype bf16 --channels-last --compile
+  footprint bench resnet50 --train --optimizer sgd
+  footprint bench resnet50 --profile
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="footprint", description="What a PyTorch model costs and what hardware it needs.",
@@ -76,6 +85,30 @@ def _parser() -> argparse.ArgumentParser:
     mem.add_argument("--weights")
     mem.add_argument("--trust-remote-code", action="store_true")
     mem.add_argument("--debug", action="store_true")
+
+    b = sub.add_parser("bench", help="latency and throughput measured on this machine",
+                       epilog=BENCH_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("model")
+    b.add_argument("--input", "-i", action="append", default=[], metavar="SHAPE[:DTYPE]")
+    b.add_argument("--input-ids", metavar="B,T")
+    b.add_argument("--batch", default=None, help="batch sizes, e.g. 1,8,32,auto (auto: the largest that fits)")
+    b.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when present)")
+    b.add_argument("--dtype", help="cast weights and floating inputs: fp32, fp16, bf16")
+    b.add_argument("--autocast", metavar="DTYPE", help="run under torch.autocast with this dtype")
+    b.add_argument("--channels-last", action="store_true")
+    b.add_argument("--compile", action="store_true", help="torch.compile the model first")
+    b.add_argument("--cudnn-benchmark", action="store_true")
+    b.add_argument("--no-inference-mode", action="store_true", help="torch.no_grad instead of inference_mode")
+    b.add_argument("--train", action="store_true", help="time training steps (forward, backward, optimizer)")
+    b.add_argument("--optimizer", default="sgd")
+    b.add_argument("--profile", action="store_true", help="add torch.profiler's operator table")
+    b.add_argument("--max-memory", metavar="BYTES", help="CPU budget for the batch search (default 80%% of free RAM)")
+    b.add_argument("--min-reps", type=int, default=30)
+    b.add_argument("--min-time", type=float, default=2.0, help="seconds of timed calls at least (default 2)")
+    b.add_argument("--json", metavar="FILE")
+    b.add_argument("--weights")
+    b.add_argument("--trust-remote-code", action="store_true")
+    b.add_argument("--debug", action="store_true")
 
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
     show.add_argument("file")
@@ -127,6 +160,35 @@ def _memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .bench.runner import bench
+    from .report.files import write_json
+    from .report.terminal import render_bench
+    from .sources.inputs import parse_input_ids, parse_shape
+
+    if args.min_reps < 1 or args.min_time < 0:
+        raise FootprintError("--min-reps must be at least 1 and --min-time not negative")
+    specs = [parse_shape(s) for s in args.input]
+    if args.input_ids:
+        specs.append(parse_input_ids(args.input_ids))
+    console = Console(stderr=True)
+    with console.status("measuring") as status:
+        res = bench(args.model, specs or None, device=args.device, batch_sizes=args.batch or "1",
+                    dtype=args.dtype, autocast=args.autocast, channels_last=args.channels_last,
+                    compile=args.compile, train=args.train, optimizer=args.optimizer,
+                    inference_mode=not args.no_inference_mode, cudnn_benchmark=args.cudnn_benchmark,
+                    profile=args.profile, max_memory=args.max_memory, min_reps=args.min_reps,
+                    min_seconds=args.min_time, weights=args.weights, trust_remote_code=args.trust_remote_code,
+                    progress=lambda msg: status.update(msg))
+    render_bench(res)
+    if args.json:
+        write_json(args.json, res.to_dict())
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _show(args: argparse.Namespace) -> int:
     from .api import Profile
     from .report.files import read_json
@@ -147,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handlers = {"profile": _profile, "memory": _memory, "show": _show}
+    handlers = {"profile": _profile, "memory": _memory, "bench": _bench, "show": _show}
     debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
     try:
         return handlers[args.command](args)

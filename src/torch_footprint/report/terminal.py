@@ -176,3 +176,60 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
         console.print(Text(f"note: {note}", style="dim"))
     console.print(Text("Memory in binary units. Activations: tensors made in the forward and alive when it ends "
                        "(saved for the backward). Temporaries: anything else alive at the peak.", style="dim italic"))
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds < 1 else f"{seconds:.3f} s"
+
+
+def render_bench(res: Any, console: Console | None = None) -> None:
+    """Print a :class:`~torch_footprint.bench.runner.BenchResult`."""
+    console = console or make_console()
+    s = res.settings
+    opts = [k for k in ("channels_last", "compile", "cudnn_benchmark") if s.get(k)]
+    if s.get("dtype"):
+        opts.append(f"dtype {s['dtype']}")
+    if s.get("autocast"):
+        opts.append(f"autocast {s['autocast']}")
+    if res.mode == "inference":
+        opts.append("inference_mode" if s.get("inference_mode") else "no_grad")
+    else:
+        opts.append(f"optimizer {s.get('optimizer')}")
+    header = Text(f"{res.model}", style="bold cyan")
+    header.append(f"  ·  {res.mode} on {res.device}  ·  {', '.join(opts)}  ·  {s.get('threads')} threads",
+                  style="dim")
+    console.print(header)
+    t = Table(header_style="bold", pad_edge=False)
+    for col in ("batch", "median", "mean", "std", "p90", "p99", "min", "spread", "samples/s", "GFLOP/s",
+                "memory", "reps"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for p in res.points:
+        st = p.stats
+        mem = p.memory.get("cuda_max_allocated", p.memory.get("cpu_peak_rss_delta"))
+        label = "max alloc " if "cuda_max_allocated" in p.memory else "RSS +"
+        t.add_row(str(p.batch), _ms(st.median), _ms(st.mean), _ms(st.std), _ms(st.p90), _ms(st.p99), _ms(st.min),
+                  Text(percent(st.spread), style="yellow bold" if st.noisy else ""),
+                  f"{p.samples_per_second:,.1f}", f"{p.achieved_flops / 1e9:,.1f}" if p.achieved_flops else "",
+                  label + binary(mem) if mem is not None else "", f"{st.reps} (+{st.warmup_reps} warm-up)")
+    console.print(t)
+    for p in res.points:
+        st = p.stats
+        console.print(Text(f"batch {p.batch}: {st.reps} timed calls in {st.wall:.2f} s real, {st.user:.2f} s user, "
+                           f"{st.sys:.2f} s sys CPU time", style="dim"))
+        if st.noisy:
+            console.print(Text(f"batch {p.batch}: noisy: spread (IQR / median) {percent(st.spread)} is over 10%; "
+                               "the machine was busy or the clock unstable", style="yellow"))
+    if res.search is not None:
+        tried = ", ".join(f"{b}{'' if ok else ' (out of memory)'}" for b, ok in res.search.tried)
+        console.print(Text.assemble(("largest batch: ", "bold"), (str(res.search.batch), "bold green"),
+                                    f"  (tried {tried})"))
+    if s.get("memory_budget") and not res.device.startswith("cuda"):
+        console.print(Text(f"CPU memory budget for the batch search: {binary(s['memory_budget'])} "
+                           "(a batch whose predicted peak is over it counts as out of memory)", style="dim"))
+    if res.profiler_table:
+        console.print(Text("torch.profiler, 5 calls at the first batch size:", style="bold"))
+        console.print(res.profiler_table, markup=False, highlight=False)
+    for note in res.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    console.print(Text("Latency per call; spread = IQR / median. GFLOP/s: the traced FLOPs of one call over its "
+                       "median time.", style="dim italic"))

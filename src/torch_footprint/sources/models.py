@@ -93,9 +93,32 @@ def _skip_init() -> Iterator[None]:
             setattr(torch.Tensor, n, f)
 
 
+_REAL = {"on": False}
+
+
+@contextlib.contextmanager
+def real_weights() -> Iterator[None]:
+    """Inside this context the sources build models for real, initialised as their
+    constructors do (for measuring them), instead of on the meta device."""
+    old = _REAL["on"]
+    _REAL["on"] = True
+    try:
+        yield
+    finally:
+        _REAL["on"] = old
+
+
 def build_on_meta(ctor: Callable[[], nn.Module], what: str) -> tuple[nn.Module, list[str]]:
     """Build on the meta device; where the constructor cannot run there, build for real
-    (initialisation skipped) and move to meta. Returns the model and a note saying which."""
+    (initialisation skipped) and move to meta. Returns the model and a note saying which.
+    Under :func:`real_weights`, build for real with the constructor's own initialisation."""
+    if _REAL["on"]:
+        try:
+            return _check_module(ctor(), what), ["built with random weights (the constructor's initialisation)"]
+        except FootprintError:
+            raise
+        except Exception as e:
+            raise FootprintError(f"could not build {what}: {type(e).__name__}: {e}") from e
     try:
         with torch.device("meta"), _skip_init():  # initialising meta tensors would only cost time
             model = ctor()

@@ -1,0 +1,1 @@
+"""Real measurement: timers, latency statistics, batch search, measured memory."""

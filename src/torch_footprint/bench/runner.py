@@ -1,0 +1,309 @@
+"""``footprint bench``: latency, throughput and memory measured on the local device."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import FootprintError
+from ..sources.inputs import InputSpec
+from .search import OutOfMemory, SearchResult, largest_batch, release_memory
+from .timer import Clock, CpuClock, CudaClock, Stats, measure
+
+
+@dataclass
+class BenchPoint:
+    batch: int
+    stats: Stats
+    flops: int | None = None  # FLOPs of one call (forward, or forward + backward when training)
+    memory: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.stats.per_second(self.batch)
+
+    @property
+    def achieved_flops(self) -> float | None:
+        return self.flops / self.stats.median if self.flops and self.stats.median else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch": self.batch, "stats": self.stats.to_dict(), "samples_per_second": self.samples_per_second,
+                "flops": self.flops, "achieved_flop_per_s": self.achieved_flops, "memory": self.memory}
+
+
+@dataclass
+class BenchResult:
+    model: str
+    device: str
+    mode: str
+    settings: dict[str, Any]
+    points: list[BenchPoint] = field(default_factory=list)
+    search: SearchResult | None = None
+    profiler_table: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "device": self.device, "mode": self.mode, "settings": self.settings,
+                "points": [p.to_dict() for p in self.points], "notes": self.notes,
+                "largest_batch": self.search.batch if self.search else None,
+                "search": self.search.tried if self.search else None, "profiler_table": self.profiler_table}
+
+
+def pick_device(device: str | None) -> str:
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise FootprintError(f"unknown device '{device}': use cpu, cuda or cuda:N") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise FootprintError(f"device '{device}' is not supported: use cpu, cuda or cuda:N")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise FootprintError(f"device '{device}' was asked for, but CUDA is not available on this machine "
+                             f"(torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none'})")
+    return str(dev)
+
+
+def parse_batches(text: str | Sequence[int | str]) -> list[int | str]:
+    """``"1,8,32,auto"`` -> [1, 8, 32, "auto"]."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out: list[int | str] = []
+    for item in items:
+        item = str(item).strip().lower()
+        if item == "auto":
+            out.append("auto")
+            continue
+        try:
+            b = int(item)
+        except ValueError:
+            raise FootprintError(f"batch sizes are whole numbers or 'auto', got '{item}'") from None
+        if b < 1:
+            raise FootprintError(f"a batch size must be at least 1, got {b}")
+        out.append(b)
+    if not out:
+        raise FootprintError("no batch size given")
+    return out
+
+
+def _available_ram() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class RssSampler:
+    """Samples this process's resident set size every millisecond while running."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.rss())
+            time.sleep(0.001)
+
+    def __enter__(self) -> RssSampler:
+        self.base = self.rss()
+        self.peak = self.base
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _first_float(out: Any) -> torch.Tensor:
+    from ..trace.tracer import _tensors
+
+    for t in _tensors(out):
+        if t.is_floating_point() and t.requires_grad:
+            return t
+    raise FootprintError("training asked for, but the model returned no floating-point output that needs a gradient")
+
+
+def bench(model: nn.Module | str, inputs: Any = None, *, device: str | None = None,
+          batch_sizes: Sequence[int | str] | str = (1,), dtype: str | None = None, autocast: str | None = None,
+          channels_last: bool = False, compile: bool = False, train: bool = False, optimizer: str = "sgd",
+          inference_mode: bool = True, cudnn_benchmark: bool = False, profile: bool = False,
+          max_memory: int | str | None = None, min_reps: int = 30, min_seconds: float = 2.0,
+          weights: str | None = None, trust_remote_code: bool = False,
+          progress: Callable[[str], None] | None = None) -> BenchResult:
+    """Measure latency and throughput of ``model`` on ``device`` (default: cuda if present).
+
+    ``batch_sizes`` may hold "auto": the largest batch that runs, found by doubling and
+    bisection, recovering from out-of-memory (on CPU, a batch whose predicted peak is over
+    ``max_memory``, default 80% of the available RAM, counts as out of memory without
+    running it).
+    """
+    from .. import api
+    from ..estimate.memory import parse_bytes
+    from ..estimate.training import optimizer as make_optimizer
+    from ..sources.inputs import parse_dtype
+    from ..sources.models import real_weights
+
+    dev = pick_device(device)
+    batches = parse_batches(batch_sizes)
+    with real_weights():
+        built, pos, kw = api.prepare(model, inputs, dtype=dtype, weights=weights,
+                                     trust_remote_code=trust_remote_code)
+    m = built.model.to(dev)
+    if channels_last:
+        m = m.to(memory_format=torch.channels_last)
+    m.train(train)
+    amp_dtype = parse_dtype(autocast) if autocast else None
+    if cudnn_benchmark:
+        torch.backends.cudnn.benchmark = True
+    run_model: Callable[..., Any] = torch.compile(m) if compile else m
+    opt = make_optimizer(optimizer)(list(m.parameters())) if train else None
+    clock: Clock = CudaClock() if dev.startswith("cuda") else CpuClock()
+    budget = (parse_bytes(max_memory) if isinstance(max_memory, str) else max_memory) if max_memory else None
+    if budget is None and not dev.startswith("cuda"):
+        ram = _available_ram()
+        budget = int(ram * 0.8) if ram else None
+
+    def make_inputs(b: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        p2, k2 = api._with_batch(pos, kw, b)
+        args = tuple(x.make(dev) if isinstance(x, InputSpec) else x for x in p2)
+        kwargs = {k: (v.make(dev) if isinstance(v, InputSpec) else v) for k, v in k2.items()}
+        if channels_last:
+            args = tuple(a.to(memory_format=torch.channels_last) if isinstance(a, torch.Tensor) and a.dim() == 4
+                         else a for a in args)
+        return args, kwargs
+
+    def step_fn(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
+        amp = (lambda: torch.autocast(device_type=torch.device(dev).type, dtype=amp_dtype)) if amp_dtype \
+            else contextlib.nullcontext
+        if train:
+            def step() -> None:
+                opt.zero_grad(set_to_none=True)
+                with amp():
+                    out = run_model(*args, **kwargs)
+                _first_float(out).sum().backward()
+                opt.step()
+            return step
+        grad = torch.inference_mode if inference_mode else torch.no_grad
+
+        def infer() -> Any:
+            with grad(), amp():
+                return run_model(*args, **kwargs)
+        return infer
+
+    def default_batch() -> int:
+        for x in [*pos, *kw.values()]:
+            if isinstance(x, InputSpec) and x.shape:
+                return x.shape[0]
+        return 1
+
+    result = BenchResult(model=built.name, device=dev, mode="train" if train else "inference",
+                         settings={"dtype": dtype, "autocast": autocast, "channels_last": channels_last,
+                                   "compile": compile, "optimizer": optimizer if train else None,
+                                   "inference_mode": inference_mode, "cudnn_benchmark": cudnn_benchmark,
+                                   "threads": torch.get_num_threads(), "min_reps": min_reps,
+                                   "min_seconds": min_seconds, "memory_budget": budget},
+                         notes=[n for n in built.notes if not n.startswith("default input")])
+
+    def predicted_peak(b: int) -> int:
+        spec_pos, spec_kw = api._with_batch(pos, kw, b)
+        specs = [*spec_pos, *spec_kw.values()]
+        est = api.memory(model if isinstance(model, str) else m, specs, train=train,
+                         optimizer=optimizer if train else None, weights=weights,
+                         trust_remote_code=trust_remote_code)
+        return est.peak.peak_bytes
+
+    def try_batch(b: int) -> None:
+        if progress:
+            progress(f"batch search: trying {b}")
+        if budget is not None and not dev.startswith("cuda"):
+            need = predicted_peak(b)
+            if need > budget:
+                raise OutOfMemory(f"batch {b} needs {need} bytes, over the budget of {budget}")
+        args, kwargs = make_inputs(b)
+        fn = step_fn(args, kwargs)
+        fn()
+        if dev.startswith("cuda"):
+            torch.cuda.synchronize()
+        del fn, args, kwargs
+
+    concrete: list[int] = []
+    for b in batches:
+        if b == "auto":
+            if dev.startswith("cuda"):
+                torch.cuda.reset_peak_memory_stats()
+            baseline = torch.cuda.memory_allocated() if dev.startswith("cuda") else None
+            result.search = largest_batch(try_batch, start=default_batch())
+            release_memory()
+            if baseline is not None:
+                after = torch.cuda.memory_allocated()
+                result.notes.append(f"after the batch search CUDA memory allocated is {after} bytes "
+                                    f"(before: {baseline})")
+            if result.search.batch == 0:
+                raise FootprintError("not even the smallest batch fits in memory")
+            concrete.append(result.search.batch)
+        else:
+            concrete.append(int(b))
+
+    for b in concrete:
+        if progress:
+            progress(f"timing batch {b}")
+        args, kwargs = make_inputs(b)
+        fn = step_fn(args, kwargs)
+        if dev.startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        mem: dict[str, int] = {}
+        sampler = RssSampler() if not dev.startswith("cuda") else contextlib.nullcontext()
+        with sampler:
+            stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds,
+                            threads=torch.get_num_threads())
+        if dev.startswith("cuda"):
+            mem = {"cuda_max_allocated": torch.cuda.max_memory_allocated(),
+                   "cuda_max_reserved": torch.cuda.max_memory_reserved()}
+        else:
+            mem = {"cpu_peak_rss_delta": sampler.peak - sampler.base}
+        try:
+            spec_pos, spec_kw = api._with_batch(pos, kw, b)
+            prof = api.profile(model if isinstance(model, str) else m, [*spec_pos, *spec_kw.values()],
+                               backward=train, weights=weights, trust_remote_code=trust_remote_code)
+            flops = prof.flops + (prof.backward_flops or 0)
+        except FootprintError:
+            flops = None
+        result.points.append(BenchPoint(b, stats, flops, mem))
+        del fn, args, kwargs
+        gc.collect()
+
+    if profile and concrete:
+        args, kwargs = make_inputs(concrete[0])
+        fn = step_fn(args, kwargs)
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if dev.startswith("cuda"):
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=acts) as prof_run:
+            for _ in range(5):
+                fn()
+            if dev.startswith("cuda"):
+                torch.cuda.synchronize()
+        key = "self_cuda_time_total" if dev.startswith("cuda") else "self_cpu_time_total"
+        result.profiler_table = prof_run.key_averages().table(sort_by=key, row_limit=15)
+    return result

@@ -1,0 +1,87 @@
+"""The timer's statistics and warm-up on a fake clock; the batch search with a simulated OOM."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from torch_footprint.bench.search import OutOfMemory, largest_batch
+from torch_footprint.bench.timer import measure, quantile, summarize, warm_up
+
+
+class FakeClock:
+    """Each call 'takes' the next duration from a script."""
+
+    def __init__(self, durations: list[float]) -> None:
+        self.durations = list(durations)
+        self.calls = 0
+
+    def start(self) -> int:
+        return self.calls
+
+    def stop(self, token: int) -> float:
+        d = self.durations[min(self.calls, len(self.durations) - 1)]
+        self.calls += 1
+        return d
+
+
+def test_statistics_worked_by_hand() -> None:
+    s = summarize([0.010, 0.012, 0.011, 0.030, 0.009], warmup_reps=3)
+    assert s.median == 0.011 and s.min == 0.009 and s.max == 0.030
+    assert s.mean == pytest.approx(0.0144)
+    assert s.std == pytest.approx(statistics.stdev([0.010, 0.012, 0.011, 0.030, 0.009]))
+    # sorted 9,10,11,12,30 (ms): p25 at rank 1 = 10, p75 at rank 3 = 12, p90 at rank 3.6 = 12 + 0.6 * 18
+    assert s.iqr == pytest.approx(0.002)
+    assert s.p90 == pytest.approx(0.012 + 0.6 * 0.018)
+    assert s.spread == pytest.approx(0.002 / 0.011)
+    assert s.noisy  # 18% > 10%
+    assert s.per_second(8) == pytest.approx(8 / 0.011)
+    assert quantile([1.0, 2.0], 0.5) == 1.5
+
+
+def test_warm_up_runs_until_two_windows_agree() -> None:
+    # three slow windows (cold caches), then steady
+    clock = FakeClock([0.05] * 5 + [0.03] * 5 + [0.0205] * 5 + [0.020] * 100)
+    assert warm_up(lambda: None, clock, window=5, tolerance=0.05) == 20
+
+
+def test_measure_reps_and_time_floor() -> None:
+    clock = FakeClock([0.125] * 1000)
+    s = measure(lambda: None, clock, min_reps=30, min_seconds=5.0, warmup=False)
+    assert s.reps == 40  # 30 calls give 3.75 s; it runs on to 5 s of timed work
+    assert s.median == 0.125 and not s.noisy
+
+
+def test_batch_search_finds_exactly_the_largest_and_releases_after_each_failure() -> None:
+    released = []
+    allocated = {"now": 0}
+
+    def try_batch(b: int) -> None:
+        allocated["now"] += b  # memory taken by the attempt
+        if b > 37:
+            raise OutOfMemory(f"batch {b}")
+        allocated["now"] -= b  # a successful run frees its memory
+
+    def release() -> None:
+        released.append(True)
+        allocated["now"] = 0  # gc + empty_cache bring memory back to the baseline
+
+    r = largest_batch(try_batch, release=release)
+    assert r.batch == 37
+    fails = [b for b, ok in r.tried if not ok]
+    assert len(released) == len(fails) and allocated["now"] == 0
+    assert [b for b, _ in r.tried][:7] == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_batch_search_when_nothing_fits_and_other_errors_propagate() -> None:
+    def never(b: int) -> None:
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    assert largest_batch(never, release=lambda: None).batch == 0
+
+    def broken(b: int) -> None:
+        raise ValueError("shape mismatch")
+
+    with pytest.raises(ValueError):
+        largest_batch(broken, release=lambda: None)
