@@ -175,7 +175,7 @@ def _bench(args: argparse.Namespace) -> int:
         specs.append(parse_input_ids(args.input_ids))
     console = Console(stderr=True)
     with console.status("measuring") as status:
-        res = bench(args.model, specs or None, device=args.device, batch_sizes=args.batch or "1",
+        res = bench(args.model, specs or None, device=args.device, batch_sizes=args.batch,
                     dtype=args.dtype, autocast=args.autocast, channels_last=args.channels_last,
                     compile=args.compile, train=args.train, optimizer=args.optimizer,
                     inference_mode=not args.no_inference_mode, cudnn_benchmark=args.cudnn_benchmark,

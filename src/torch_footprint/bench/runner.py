@@ -144,7 +144,7 @@ def _first_float(out: Any) -> torch.Tensor:
 
 
 def bench(model: nn.Module | str, inputs: Any = None, *, device: str | None = None,
-          batch_sizes: Sequence[int | str] | str = (1,), dtype: str | None = None, autocast: str | None = None,
+          batch_sizes: Sequence[int | str] | str | None = None, dtype: str | None = None, autocast: str | None = None,
           channels_last: bool = False, compile: bool = False, train: bool = False, optimizer: str = "sgd",
           inference_mode: bool = True, cudnn_benchmark: bool = False, profile: bool = False,
           max_memory: int | str | None = None, min_reps: int = 30, min_seconds: float = 2.0,
@@ -155,7 +155,7 @@ def bench(model: nn.Module | str, inputs: Any = None, *, device: str | None = No
     ``batch_sizes`` may hold "auto": the largest batch that runs, found by doubling and
     bisection, recovering from out-of-memory (on CPU, a batch whose predicted peak is over
     ``max_memory``, default 80% of the available RAM, counts as out of memory without
-    running it).
+    running it). None: the inputs' own batch size.
     """
     from .. import api
     from ..estimate.memory import parse_bytes
@@ -164,7 +164,7 @@ def bench(model: nn.Module | str, inputs: Any = None, *, device: str | None = No
     from ..sources.models import real_weights
 
     dev = pick_device(device)
-    batches = parse_batches(batch_sizes)
+    batches = parse_batches(batch_sizes) if batch_sizes is not None else None
     with real_weights():
         built, pos, kw = api.prepare(model, inputs, dtype=dtype, weights=weights,
                                      trust_remote_code=trust_remote_code)
@@ -246,6 +246,8 @@ def bench(model: nn.Module | str, inputs: Any = None, *, device: str | None = No
             torch.cuda.synchronize()
         del fn, args, kwargs
 
+    if batches is None:  # the inputs' own batch size
+        batches = [default_batch()]
     concrete: list[int] = []
     for b in batches:
         if b == "auto":

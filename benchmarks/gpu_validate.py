@@ -1,0 +1,118 @@
+"""GPU validation in one command: latency, batch search with an out-of-memory on purpose,
+and predicted memory against torch.cuda.max_memory_allocated. Writes one JSON file.
+
+    PYTHONPATH=src python3 benchmarks/gpu_validate.py [--out benchmarks/results/gpu-validate.json]
+
+Checks (issues 3 and 5): the timer on CUDA (events, synchronised); the batch search
+recovers from a real CUDA out-of-memory and memory returns to its baseline afterwards;
+the predicted peak (footprint memory, for cuda) against max_memory_allocated, reset
+before each step, for inference and a training step with SGD and AdamW: target 5%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import torch_footprint as tfp
+from torch_footprint.bench.runner import bench
+from torch_footprint.bench.search import largest_batch
+from torch_footprint.estimate.training import optimizer as make_optimizer
+
+
+def memory_check(name: str, build: Any, inputs: dict[str, Any], spec: Any, train: bool, opt: str | None) -> dict:
+    torch.manual_seed(0)
+    model = build().cuda().train(train)
+    optimizer = make_optimizer(opt)(list(model.parameters())) if train and opt else None
+    kwargs = {k: v.cuda() for k, v in inputs.items()}
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    if train:
+        out = model(**kwargs)
+        logits = out if isinstance(out, torch.Tensor) else out.logits
+        loss = logits.sum()
+        loss.backward()
+        del loss, logits, out
+        if optimizer is not None:
+            optimizer.step()
+    else:
+        with torch.no_grad():
+            out = model(**kwargs)
+        del out
+    torch.cuda.synchronize()
+    measured = torch.cuda.max_memory_allocated() - base
+    est = tfp.memory(name, spec, train=train, optimizer=opt, device="cuda")
+    pred = est.peak.above_baseline
+    del model, optimizer
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"model": name, "train": train, "optimizer": opt, "predicted": pred, "measured": measured,
+            "error": (pred - measured) / measured if measured else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "benchmarks/results"), "gpu-validate.json"))
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA device: this script validates the GPU path")
+    import torchvision
+
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    # 1. latency with CUDA events
+    lat = bench("resnet50", device="cuda", batch_sizes="1,32", min_reps=50, min_seconds=2.0)
+    report["latency"] = [p.to_dict() for p in lat.points]
+    # 2. batch search with a real out-of-memory: training resnet50 until the GPU is full
+    model: Any = torchvision.models.resnet50().cuda().train()
+    opt: Any = torch.optim.SGD(model.parameters(), lr=0.01)
+    torch.cuda.synchronize()
+    baseline = torch.cuda.memory_allocated()
+
+    def step(b: int) -> None:
+        x = torch.randn(b, 3, 224, 224, device="cuda")
+        opt.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+        opt.step()
+        torch.cuda.synchronize()
+
+    t = time.perf_counter()
+    res = largest_batch(step, start=64)
+    opt.zero_grad(set_to_none=True)
+    gc.collect()
+    torch.cuda.empty_cache()
+    after = torch.cuda.memory_allocated()
+    report["batch_search"] = {"largest_batch": res.batch, "tried": res.tried, "seconds": time.perf_counter() - t,
+                              "ooms": sum(not ok for _, ok in res.tried), "allocated_before": baseline,
+                              "allocated_after": after, "returned_to_baseline": after == baseline}
+    model = opt = None  # let the search's model go before the memory checks
+    gc.collect()
+    torch.cuda.empty_cache()
+    # 3. predicted memory against max_memory_allocated
+    checks = []
+    for name, builder, size in (("resnet18", torchvision.models.resnet18, 32),
+                                ("mobilenet_v2", torchvision.models.mobilenet_v2, 32),
+                                ("vit_b_16", torchvision.models.vit_b_16, 8)):
+        for train, o in ((False, None), (True, "sgd"), (True, "adamw")):
+            checks.append(memory_check(name, builder, {"x": torch.randn(size, 3, 224, 224)},
+                                       f"{size},3,224,224", train, o))
+            c = checks[-1]
+            print(f"{name:14s} train={train!s:5s} {o or '':6s} predicted {c['predicted'] / 2**20:9.1f} MiB "
+                  f"measured {c['measured'] / 2**20:9.1f} MiB error {100 * c['error']:+.1f}%", flush=True)
+    report["memory"] = checks
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
