@@ -84,6 +84,9 @@ def enable_checkpointing(model: nn.Module) -> tuple[str, Callable[[], None]]:
     Hugging Face models use their own switch; other models get each block of their
     longest run of repeated blocks (a ModuleList or Sequential) wrapped."""
     if hasattr(model, "gradient_checkpointing_enable") and getattr(model, "supports_gradient_checkpointing", False):
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5 renamed the switch
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            return "the model's own activation checkpointing", model.activation_checkpointing_disable
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return "the model's own gradient checkpointing", model.gradient_checkpointing_disable
     best: tuple[str, list[nn.Module]] | None = None

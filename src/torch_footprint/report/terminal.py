@@ -223,7 +223,7 @@ def render_bench(res: Any, console: Console | None = None) -> None:
         tried = ", ".join(f"{b}{'' if ok else ' (out of memory)'}" for b, ok in res.search.tried)
         console.print(Text.assemble(("largest batch: ", "bold"), (str(res.search.batch), "bold green"),
                                     f"  (tried {tried})"))
-    if s.get("memory_budget") and not res.device.startswith("cuda"):
+    if res.search is not None and s.get("memory_budget") and not res.device.startswith("cuda"):
         console.print(Text(f"CPU memory budget for the batch search: {binary(s['memory_budget'])} "
                            "(a batch whose predicted peak is over it counts as out of memory)", style="dim"))
     if res.profiler_table:

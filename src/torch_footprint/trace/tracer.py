@@ -90,6 +90,7 @@ class ModuleStack:
         self.forward: list[str] = []
         self.backward: list[str] = []
         self.track_backward = False
+        self.in_backward = False  # forward hooks firing now are a checkpoint's recomputation
         self.calls: dict[str, int] = {}
         self.out_shapes: dict[str, list[list[int]]] = {}
         self._handles = [
@@ -111,7 +112,8 @@ class ModuleStack:
         if path is None:
             return
         self.forward.append(path)
-        self.calls[path] = self.calls.get(path, 0) + 1
+        if not self.in_backward:
+            self.calls[path] = self.calls.get(path, 0) + 1
 
     def _post(self, mod: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         path = self.paths.get(id(mod))
@@ -122,7 +124,9 @@ class ModuleStack:
         outs = _tensors(output)
         if path not in self.out_shapes:
             self.out_shapes[path] = [list(t.shape) for t in outs]
-        if self.track_backward and torch.is_grad_enabled():
+        # (not during a checkpoint's recomputation: that graph is never run backward, and hooks
+        # on it would keep its saved tensors alive)
+        if self.track_backward and torch.is_grad_enabled() and not self.in_backward:
             ins = [t for t in _tensors((args, kwargs)) if t.requires_grad]
             if ins:
                 torch.autograd.graph.register_multi_grad_hook(ins, self._bw_exit(path))
@@ -582,8 +586,10 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                         with _phase(rec, "loss"):
                             loss = _scalar_of(out)
                         phase = "backward"
+                        stack.in_backward = True
                         with _phase(rec, "backward"):
                             loss.backward()
+                        stack.in_backward = False
                         del loss, out  # a training loop lets the outputs go before the optimizer step
                         out = None
                         tag("gradients", [p.grad for p in model.parameters() if p.grad is not None])
