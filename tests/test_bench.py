@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from torch_footprint.bench.runner import bench, parse_batches, pick_device
+from torch_footprint import bench
+from torch_footprint.bench.runner import parse_batches, pick_device
 from torch_footprint.cli import main
 from torch_footprint.errors import FootprintError
 

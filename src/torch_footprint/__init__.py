@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["FootprintError", "Profile", "memory", "profile", "__version__"]
+__all__ = ["FootprintError", "Profile", "bench", "memory", "profile", "__version__"]
 
 
 def __getattr__(name: str) -> Any:  # keep `import torch_footprint` (and the CLI's start) light
-    if name in ("profile", "Profile", "memory"):
+    if name in ("profile", "Profile", "memory", "bench"):
         from . import api
 
         return getattr(api, name)

@@ -401,3 +401,76 @@ def profile(model: nn.Module | str, inputs: InputsLike = None, *, backward: bool
     finally:
         m.train(was_training)
     return Profile(trace, [*built.notes, *trace.notes])
+
+
+_profile_verb = profile  # bench() has a `profile` flag of its own
+
+
+def bench(model: nn.Module | str, inputs: InputsLike = None, *, device: str | None = None,
+          batch_sizes: Sequence[int | str] | str | None = None, dtype: str | None = None,
+          autocast: str | None = None, channels_last: bool = False, compile: bool = False, train: bool = False,
+          optimizer: str = "sgd", inference_mode: bool = True, cudnn_benchmark: bool = False,
+          profile: bool = False, max_memory: int | str | None = None, min_reps: int = 30,
+          min_seconds: float = 2.0, weights: str | None = None, trust_remote_code: bool = False,
+          progress: Any = None) -> Any:
+    """Measure latency and throughput of ``model`` on ``device`` (default: cuda if present).
+
+    A model given by name is built with random weights (its constructor's initialisation).
+    ``batch_sizes`` ("1,8,auto" or a list; None: the inputs' own) may hold "auto": the
+    largest batch that runs, found by doubling and bisection, recovering from
+    out-of-memory; on CPU a batch whose predicted peak is over ``max_memory`` (default 80%
+    of the available RAM) counts as out of memory without running. Returns a
+    :class:`~torch_footprint.bench.runner.BenchResult`.
+    """
+    from .bench.runner import available_ram, parse_batches, pick_device, run_bench
+    from .estimate.memory import parse_bytes
+    from .estimate.training import optimizer as make_optimizer
+    from .sources.inputs import parse_dtype
+    from .sources.models import real_weights
+
+    dev = pick_device(device)
+    batches = parse_batches(batch_sizes) if batch_sizes is not None else None
+    opt = make_optimizer(optimizer) if train else None
+    amp = parse_dtype(autocast) if autocast else None
+    with real_weights():
+        built, pos, kw = prepare(model, inputs, dtype=dtype, weights=weights, trust_remote_code=trust_remote_code)
+    m = built.model.to(dev)
+    specs = [x for x in [*pos, *kw.values()] if isinstance(x, InputSpec)]
+    own_batch = next((x.shape[0] for x in specs if x.shape), 1)
+
+    def make_inputs(b: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        p2, k2 = _with_batch(pos, kw, b)
+        return _materializer(p2, k2, built.images_as_list)(dev)
+
+    def specs_at(b: int) -> list[Any]:
+        p2, k2 = _with_batch(pos, kw, b)
+        return [*p2, *k2.values()]
+
+    source = model if isinstance(model, str) else m
+
+    def predicted_peak(b: int) -> int:
+        return memory(source, specs_at(b), train=train, optimizer=optimizer if train else None,
+                      weights=weights, trust_remote_code=trust_remote_code).peak.peak_bytes
+
+    def flops_of(b: int) -> int | None:
+        try:
+            p = _profile_verb(source, specs_at(b), backward=train, dtype=dtype, weights=weights,
+                              trust_remote_code=trust_remote_code)
+        except FootprintError:
+            return None
+        return p.flops + (p.backward_flops or 0)
+
+    budget = (parse_bytes(max_memory) if isinstance(max_memory, str) else max_memory) if max_memory else None
+    if budget is None and not dev.startswith("cuda"):
+        ram = available_ram()
+        budget = int(ram * 0.8) if ram else None
+    settings = {"dtype": dtype, "autocast": autocast, "channels_last": channels_last, "compile": compile,
+                "optimizer": optimizer if train else None, "inference_mode": inference_mode,
+                "cudnn_benchmark": cudnn_benchmark}
+    notes = [n for n in built.notes if not n.startswith("default input")]
+    return run_bench(m, make_inputs, name=built.name, device=dev, batches=batches or [own_batch],
+                     default_batch=own_batch, predicted_peak=predicted_peak, flops_of=flops_of, autocast=amp,
+                     channels_last=channels_last, compile=compile, train=train, optimizer=opt,
+                     inference_mode=inference_mode, cudnn_benchmark=cudnn_benchmark, profile=profile,
+                     budget=budget, min_reps=min_reps, min_seconds=min_seconds, settings=settings, notes=notes,
+                     progress=progress)

@@ -163,7 +163,7 @@ def _memory(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from .bench.runner import bench
+    from .api import bench
     from .report.files import write_json
     from .report.terminal import render_bench
     from .sources.inputs import parse_input_ids, parse_shape

@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from ..errors import FootprintError
-from ..sources.inputs import InputSpec
 from .search import OutOfMemory, SearchResult, largest_batch, release_memory
 from .timer import Clock, CpuClock, CudaClock, Stats, measure
 
@@ -94,7 +93,7 @@ def parse_batches(text: str | Sequence[int | str]) -> list[int | str]:
     return out
 
 
-def _available_ram() -> int | None:
+def available_ram() -> int | None:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -143,58 +142,43 @@ def _first_float(out: Any) -> torch.Tensor:
     raise FootprintError("training asked for, but the model returned no floating-point output that needs a gradient")
 
 
-def bench(model: nn.Module | str, inputs: Any = None, *, device: str | None = None,
-          batch_sizes: Sequence[int | str] | str | None = None, dtype: str | None = None, autocast: str | None = None,
-          channels_last: bool = False, compile: bool = False, train: bool = False, optimizer: str = "sgd",
-          inference_mode: bool = True, cudnn_benchmark: bool = False, profile: bool = False,
-          max_memory: int | str | None = None, min_reps: int = 30, min_seconds: float = 2.0,
-          weights: str | None = None, trust_remote_code: bool = False,
-          progress: Callable[[str], None] | None = None) -> BenchResult:
-    """Measure latency and throughput of ``model`` on ``device`` (default: cuda if present).
-
-    ``batch_sizes`` may hold "auto": the largest batch that runs, found by doubling and
-    bisection, recovering from out-of-memory (on CPU, a batch whose predicted peak is over
-    ``max_memory``, default 80% of the available RAM, counts as out of memory without
-    running it). None: the inputs' own batch size.
-    """
-    from .. import api
-    from ..estimate.memory import parse_bytes
-    from ..estimate.training import optimizer as make_optimizer
-    from ..sources.inputs import parse_dtype
-    from ..sources.models import real_weights
-
-    dev = pick_device(device)
-    batches = parse_batches(batch_sizes) if batch_sizes is not None else None
-    with real_weights():
-        built, pos, kw = api.prepare(model, inputs, dtype=dtype, weights=weights,
-                                     trust_remote_code=trust_remote_code)
-    m = built.model.to(dev)
-    if channels_last:
-        m = m.to(memory_format=torch.channels_last)
+def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ...], dict[str, Any]]], *,
+              name: str, device: str, batches: list[int | str], default_batch: int,
+              predicted_peak: Callable[[int], int] | None = None, flops_of: Callable[[int], int | None] | None = None,
+              autocast: torch.dtype | None = None, channels_last: bool = False, compile: bool = False,
+              train: bool = False, optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
+              inference_mode: bool = True, cudnn_benchmark: bool = False, profile: bool = False,
+              budget: int | None = None, min_reps: int = 30, min_seconds: float = 2.0,
+              settings: dict[str, Any] | None = None, notes: list[str] | None = None,
+              progress: Callable[[str], None] | None = None) -> BenchResult:
+    """Time ``model`` (already on ``device``) at each batch size; "auto" finds the largest
+    batch that runs first. ``predicted_peak(batch)`` gives the CPU budget check its figure
+    (a batch over ``budget`` counts as out of memory without running); ``flops_of(batch)``
+    gives the FLOPs of one call for the achieved FLOP/s."""
+    cuda = device.startswith("cuda")
+    m = model.to(memory_format=torch.channels_last) if channels_last else model
     m.train(train)
-    amp_dtype = parse_dtype(autocast) if autocast else None
     if cudnn_benchmark:
         torch.backends.cudnn.benchmark = True
     run_model: Callable[..., Any] = torch.compile(m) if compile else m
-    opt = make_optimizer(optimizer)(list(m.parameters())) if train else None
-    clock: Clock = CudaClock() if dev.startswith("cuda") else CpuClock()
-    budget = (parse_bytes(max_memory) if isinstance(max_memory, str) else max_memory) if max_memory else None
-    if budget is None and not dev.startswith("cuda"):
-        ram = _available_ram()
-        budget = int(ram * 0.8) if ram else None
+    opt = optimizer(list(m.parameters())) if train and optimizer is not None else None
+    if train and opt is None:
+        raise FootprintError("training steps need an optimizer")
+    clock: Clock = CudaClock() if cuda else CpuClock()
 
-    def make_inputs(b: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        p2, k2 = api._with_batch(pos, kw, b)
-        args = tuple(x.make(dev) if isinstance(x, InputSpec) else x for x in p2)
-        kwargs = {k: (v.make(dev) if isinstance(v, InputSpec) else v) for k, v in k2.items()}
+    def inputs_at(b: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args, kwargs = make_inputs(b)
         if channels_last:
             args = tuple(a.to(memory_format=torch.channels_last) if isinstance(a, torch.Tensor) and a.dim() == 4
                          else a for a in args)
         return args, kwargs
 
     def step_fn(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
-        amp = (lambda: torch.autocast(device_type=torch.device(dev).type, dtype=amp_dtype)) if amp_dtype \
-            else contextlib.nullcontext
+        def amp() -> Any:
+            if autocast is None:
+                return contextlib.nullcontext()
+            return torch.autocast(device_type=torch.device(device).type, dtype=autocast)
+
         if train:
             def step() -> None:
                 opt.zero_grad(set_to_none=True)
@@ -210,56 +194,36 @@ def bench(model: nn.Module | str, inputs: Any = None, *, device: str | None = No
                 return run_model(*args, **kwargs)
         return infer
 
-    def default_batch() -> int:
-        for x in [*pos, *kw.values()]:
-            if isinstance(x, InputSpec) and x.shape:
-                return x.shape[0]
-        return 1
-
-    result = BenchResult(model=built.name, device=dev, mode="train" if train else "inference",
-                         settings={"dtype": dtype, "autocast": autocast, "channels_last": channels_last,
-                                   "compile": compile, "optimizer": optimizer if train else None,
-                                   "inference_mode": inference_mode, "cudnn_benchmark": cudnn_benchmark,
-                                   "threads": torch.get_num_threads(), "min_reps": min_reps,
-                                   "min_seconds": min_seconds, "memory_budget": budget},
-                         notes=[n for n in built.notes if not n.startswith("default input")])
-
-    def predicted_peak(b: int) -> int:
-        spec_pos, spec_kw = api._with_batch(pos, kw, b)
-        specs = [*spec_pos, *spec_kw.values()]
-        est = api.memory(model if isinstance(model, str) else m, specs, train=train,
-                         optimizer=optimizer if train else None, weights=weights,
-                         trust_remote_code=trust_remote_code)
-        return est.peak.peak_bytes
+    result = BenchResult(model=name, device=device, mode="train" if train else "inference",
+                         settings=dict(settings or {}, threads=torch.get_num_threads(), min_reps=min_reps,
+                                       min_seconds=min_seconds, memory_budget=budget),
+                         notes=list(notes or []))
 
     def try_batch(b: int) -> None:
         if progress:
             progress(f"batch search: trying {b}")
-        if budget is not None and not dev.startswith("cuda"):
+        if budget is not None and not cuda and predicted_peak is not None:
             need = predicted_peak(b)
             if need > budget:
                 raise OutOfMemory(f"batch {b} needs {need} bytes, over the budget of {budget}")
-        args, kwargs = make_inputs(b)
+        args, kwargs = inputs_at(b)
         fn = step_fn(args, kwargs)
         fn()
-        if dev.startswith("cuda"):
+        if cuda:
             torch.cuda.synchronize()
         del fn, args, kwargs
 
-    if batches is None:  # the inputs' own batch size
-        batches = [default_batch()]
     concrete: list[int] = []
     for b in batches:
         if b == "auto":
-            if dev.startswith("cuda"):
+            if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            baseline = torch.cuda.memory_allocated() if dev.startswith("cuda") else None
-            result.search = largest_batch(try_batch, start=default_batch())
+            baseline = torch.cuda.memory_allocated() if cuda else None
+            result.search = largest_batch(try_batch, start=default_batch)
             release_memory()
             if baseline is not None:
-                after = torch.cuda.memory_allocated()
-                result.notes.append(f"after the batch search CUDA memory allocated is {after} bytes "
-                                    f"(before: {baseline})")
+                result.notes.append(f"after the batch search CUDA memory allocated is "
+                                    f"{torch.cuda.memory_allocated()} bytes (before: {baseline})")
             if result.search.batch == 0:
                 raise FootprintError("not even the smallest batch fits in memory")
             concrete.append(result.search.batch)
@@ -269,43 +233,34 @@ def bench(model: nn.Module | str, inputs: Any = None, *, device: str | None = No
     for b in concrete:
         if progress:
             progress(f"timing batch {b}")
-        args, kwargs = make_inputs(b)
+        args, kwargs = inputs_at(b)
         fn = step_fn(args, kwargs)
-        if dev.startswith("cuda"):
+        if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        mem: dict[str, int] = {}
-        sampler = RssSampler() if not dev.startswith("cuda") else contextlib.nullcontext()
+        sampler: Any = contextlib.nullcontext() if cuda else RssSampler()
         with sampler:
-            stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds,
-                            threads=torch.get_num_threads())
-        if dev.startswith("cuda"):
+            stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds, threads=torch.get_num_threads())
+        if cuda:
             mem = {"cuda_max_allocated": torch.cuda.max_memory_allocated(),
                    "cuda_max_reserved": torch.cuda.max_memory_reserved()}
         else:
             mem = {"cpu_peak_rss_delta": sampler.peak - sampler.base}
-        try:
-            spec_pos, spec_kw = api._with_batch(pos, kw, b)
-            prof = api.profile(model if isinstance(model, str) else m, [*spec_pos, *spec_kw.values()],
-                               backward=train, weights=weights, trust_remote_code=trust_remote_code)
-            flops = prof.flops + (prof.backward_flops or 0)
-        except FootprintError:
-            flops = None
-        result.points.append(BenchPoint(b, stats, flops, mem))
+        result.points.append(BenchPoint(b, stats, flops_of(b) if flops_of else None, mem))
         del fn, args, kwargs
         gc.collect()
 
     if profile and concrete:
-        args, kwargs = make_inputs(concrete[0])
+        args, kwargs = inputs_at(concrete[0])
         fn = step_fn(args, kwargs)
         acts = [torch.profiler.ProfilerActivity.CPU]
-        if dev.startswith("cuda"):
+        if cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=acts) as prof_run:
             for _ in range(5):
                 fn()
-            if dev.startswith("cuda"):
+            if cuda:
                 torch.cuda.synchronize()
-        key = "self_cuda_time_total" if dev.startswith("cuda") else "self_cpu_time_total"
+        key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
         result.profiler_table = prof_run.key_averages().table(sort_by=key, row_limit=15)
     return result
