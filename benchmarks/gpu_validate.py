@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 import torch_footprint as tfp
-from torch_footprint.bench.runner import bench
+from torch_footprint.bench.measured import one_step
 from torch_footprint.bench.search import largest_batch
 from torch_footprint.estimate.training import optimizer as make_optimizer
 
@@ -37,18 +37,7 @@ def memory_check(name: str, build: Any, inputs: dict[str, Any], spec: Any, train
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    if train:
-        out = model(**kwargs)
-        logits = out if isinstance(out, torch.Tensor) else out.logits
-        loss = logits.sum()
-        loss.backward()
-        del loss, logits, out
-        if optimizer is not None:
-            optimizer.step()
-    else:
-        with torch.no_grad():
-            out = model(**kwargs)
-        del out
+    one_step(model, (), kwargs, optimizer, train)
     torch.cuda.synchronize()
     measured = torch.cuda.max_memory_allocated() - base
     est = tfp.memory(name, spec, train=train, optimizer=opt, device="cuda")
@@ -70,7 +59,7 @@ def main() -> None:
 
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     # 1. latency with CUDA events
-    lat = bench("resnet50", device="cuda", batch_sizes="1,32", min_reps=50, min_seconds=2.0)
+    lat = tfp.bench("resnet50", device="cuda", batch_sizes="1,32", min_reps=50, min_seconds=2.0)
     report["latency"] = [p.to_dict() for p in lat.points]
     # 2. batch search with a real out-of-memory: training resnet50 until the GPU is full
     model: Any = torchvision.models.resnet50().cuda().train()

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _process import timed_process
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tests" / "configs" / "llama3-70b"
@@ -46,21 +46,6 @@ print("REFERENCE", json.dumps({{str(k): {{str(c): int(b) for c, b in v.items()}}
 """
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    wrapper = [sys.executable, "-c",
-               "import resource,subprocess,sys;r=subprocess.run(sys.argv[1:],capture_output=True,text=True);"
-               "sys.stdout.write(r.stdout+r.stderr);"
-               "print('MAXRSS_KIB',resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss);"
-               "sys.exit(r.returncode)", *cmd]
-    t = time.perf_counter()
-    proc = subprocess.run(wrapper, capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}")
-    rss = float(proc.stdout.rsplit("MAXRSS_KIB", 1)[1].split()[0]) / 1024
-    return wall, rss, proc.stdout
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--skip-reference", action="store_true", help="only footprint (MemTracker takes minutes)")
@@ -69,7 +54,7 @@ def main() -> None:
         out = Path(tmp) / "mem.json"
         cmd = [sys.executable, "-m", "torch_footprint", "memory", str(CONFIG), "--input-ids", "1,2048", "--train",
                "--optimizer", "adamw", "--precision", "bf16-mixed", "--json", str(out)]
-        wall, rss, _ = timed(cmd)
+        wall, rss, _ = timed_process(cmd)
         data = json.loads(out.read_text())
     peak = data["peak"]
     persistent = peak["persistent"]
@@ -85,7 +70,7 @@ def main() -> None:
         verdict = "equal" if got == v else "DIFFER"
         print(f"  {k:16s} {got / 2**30:9.2f} GiB  closed form {v / 2**30:9.2f} GiB  {verdict}")
     if not args.skip_reference:
-        rwall, rrss, text = timed([sys.executable, "-c", REFERENCE])
+        rwall, rrss, text = timed_process([sys.executable, "-c", REFERENCE])
         snap = json.loads(text.split("REFERENCE", 1)[1].splitlines()[0])
         totals = {dev: cats.get("Total", sum(cats.values())) for dev, cats in snap.items()}
         ref_peak = max(totals.values())

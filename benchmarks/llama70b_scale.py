@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from _process import timed_process
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tests" / "configs" / "llama3-70b"
@@ -38,23 +38,6 @@ print("reference FLOPs", counter.get_total_flops())
 """
 
 
-def run(cmd: list[str]) -> tuple[float, float, str]:
-    """Run ``cmd`` under a small wrapper process so that RUSAGE_CHILDREN covers that child
-    alone: wall seconds, the child's peak RSS in MiB, and its output."""
-    wrapper = [sys.executable, "-c",
-               "import resource,subprocess,sys;r=subprocess.run(sys.argv[1:],capture_output=True,text=True);"
-               "sys.stdout.write(r.stdout+r.stderr);"
-               "print('MAXRSS_KIB',resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss);"
-               "sys.exit(r.returncode)", *cmd]
-    t = time.perf_counter()
-    proc = subprocess.run(wrapper, capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-2000:]}")
-    rss_kib = float(proc.stdout.rsplit("MAXRSS_KIB", 1)[1].split()[0])
-    return wall, rss_kib / 1024, proc.stdout
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
@@ -65,7 +48,7 @@ def main() -> None:
     results: dict[str, list[tuple[float, float]]] = {"footprint": [], "FlopCounterMode (meta)": []}
     for i in range(args.repeat):
         for name, cmd in (("footprint", footprint), ("FlopCounterMode (meta)", reference)):
-            wall, rss, _ = run(cmd)
+            wall, rss, _ = timed_process(cmd)
             results[name].append((wall, rss))
             print(f"run {i + 1} {name:24s} {wall:6.2f} s {rss:7.0f} MiB", flush=True)
     print()

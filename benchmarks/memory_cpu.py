@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 import torch_footprint as tfp
+from torch_footprint.bench.measured import allocator_peak, one_step
 from torch_footprint.estimate.training import optimizer as make_optimizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,39 +74,7 @@ def measure(build: Any, inputs: dict[str, Any], train: bool, opt: str | None) ->
         args, kwargs = (torch.randn(inputs["x"][0]),), {}
     optimizer = make_optimizer(opt)(list(model.parameters())) if train and opt else None
     gc.collect()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        if train:
-            out = model(*args, **kwargs)
-            logits = out if isinstance(out, torch.Tensor) else out.logits
-            loss = logits.sum()
-            loss.backward()
-            del loss, logits, out
-            if optimizer is not None:
-                optimizer.step()
-        else:
-            with torch.no_grad():
-                out = model(*args, **kwargs)
-            del out
-    return peak_of(prof)
-
-
-def peak_of(prof: Any) -> int:
-    """Peak of the cumulative sum of the profiler's memory records (every allocation and
-    free the CPU allocator reported, "[memory]" in its tables), in time order."""
-    from torch._C._profiler import _EventType
-
-    records: list[tuple[int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.typed[0] == _EventType.Allocation:
-            records.append((node.start_time_ns, node.typed[1].alloc_size))
-        stack.extend(node.children)
-    live = peak = 0
-    for _, size in sorted(records):
-        live += size
-        peak = max(peak, live)
-    return peak
+    return allocator_peak(lambda: one_step(model, args, kwargs, optimizer, train))
 
 
 def main() -> None:

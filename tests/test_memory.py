@@ -63,32 +63,12 @@ def test_inference_frees_activations_layer_by_layer() -> None:
 
 
 def _measured_peak(model: nn.Module, x: torch.Tensor, train: bool) -> int:
-    from torch._C._profiler import _EventType
+    from torch_footprint.bench.measured import allocator_peak, one_step
 
     opt = torch.optim.SGD(model.parameters(), lr=0.01) if train else None
     model.train(train)
     gc.collect()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        if train:
-            loss = model(x).sum()
-            loss.backward()
-            del loss
-            opt.step()
-        else:
-            with torch.no_grad():
-                model(x)
-    records = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.typed[0] == _EventType.Allocation:
-            records.append((node.start_time_ns, node.typed[1].alloc_size))
-        stack.extend(node.children)
-    live = peak = 0
-    for _, size in sorted(records):
-        live += size
-        peak = max(peak, live)
-    return peak
+    return allocator_peak(lambda: one_step(model, (x,), {}, opt, train))
 
 
 @pytest.mark.parametrize("train", [False, True])

@@ -118,17 +118,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _specs(args: argparse.Namespace) -> list:
+    """The input specs given by --input (repeatable) and --input-ids."""
+    from .sources.inputs import parse_input_ids, parse_shape
+
+    specs = [parse_shape(s) for s in args.input]
+    if args.input_ids:
+        specs.append(parse_input_ids(args.input_ids))
+    return specs
+
+
 def _profile(args: argparse.Namespace) -> int:
     from . import api
     from .report.files import write_json
     from .report.terminal import render_profile
-    from .sources.inputs import parse_input_ids, parse_shape
-
     if args.depth < 0:
         raise FootprintError("--depth cannot be negative")
-    specs = [parse_shape(s) for s in args.input]
-    if args.input_ids:
-        specs.append(parse_input_ids(args.input_ids))
+    specs = _specs(args)
     prof = api.profile(args.model, specs or None, backward=args.backward, dtype=args.dtype,
                        train=bool(args.train or args.backward), weights=args.weights,
                        trust_remote_code=args.trust_remote_code)
@@ -143,11 +149,8 @@ def _memory(args: argparse.Namespace) -> int:
     from . import api
     from .report.files import write_json
     from .report.terminal import render_memory
-    from .sources.inputs import parse_input_ids, parse_shape
 
-    specs = [parse_shape(s) for s in args.input]
-    if args.input_ids:
-        specs.append(parse_input_ids(args.input_ids))
+    specs = _specs(args)
     est = api.memory(args.model, specs or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
                      precision=args.precision, checkpointing=args.checkpointing, device=args.device,
                      budget=args.max_batch, utilisation=args.utilisation, grads=args.grads,
@@ -166,13 +169,10 @@ def _bench(args: argparse.Namespace) -> int:
     from .api import bench
     from .report.files import write_json
     from .report.terminal import render_bench
-    from .sources.inputs import parse_input_ids, parse_shape
 
     if args.min_reps < 1 or args.min_time < 0:
         raise FootprintError("--min-reps must be at least 1 and --min-time not negative")
-    specs = [parse_shape(s) for s in args.input]
-    if args.input_ids:
-        specs.append(parse_input_ids(args.input_ids))
+    specs = _specs(args)
     console = Console(stderr=True)
     with console.status("measuring") as status:
         res = bench(args.model, specs or None, device=args.device, batch_sizes=args.batch,

@@ -1,0 +1,48 @@
+"""Memory measured for real: the CPU allocator's own records, through torch.profiler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def one_step(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+             optimizer: torch.optim.Optimizer | None, train: bool) -> None:
+    """One inference (no_grad) or one training step as footprint traces it: forward,
+    backward from the sum of the output (its logits for a Hugging Face output), the outputs
+    released, then the optimizer step."""
+    if not train:
+        with torch.no_grad():
+            model(*args, **kwargs)
+        return
+    out = model(*args, **kwargs)
+    logits = out if isinstance(out, torch.Tensor) else out.logits
+    loss = logits.sum()
+    loss.backward()
+    del loss, logits, out
+    if optimizer is not None:
+        optimizer.step()
+
+
+def allocator_peak(fn: Callable[[], Any]) -> int:
+    """Run ``fn`` under torch.profiler with profile_memory=True and return the peak of the
+    cumulative sum of every allocation and free the CPU allocator reported ("[memory]" in
+    the profiler's tables), in time order, above where it started."""
+    from torch._C._profiler import _EventType
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    records: list[tuple[int, int]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.typed[0] == _EventType.Allocation:
+            records.append((node.start_time_ns, node.typed[1].alloc_size))
+        stack.extend(node.children)
+    live = peak = 0
+    for _, size in sorted(records):
+        live += size
+        peak = max(peak, live)
+    return peak
