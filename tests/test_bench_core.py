@@ -85,3 +85,11 @@ def test_batch_search_when_nothing_fits_and_other_errors_propagate() -> None:
 
     with pytest.raises(ValueError):
         largest_batch(broken, release=lambda: None)
+
+
+def test_progress_reaches_one_when_both_floors_are_met() -> None:
+    seen: list[float] = []
+    measure(lambda: None, FakeClock([0.125] * 100), min_reps=30, min_seconds=5.0, warmup=False,
+            on_progress=seen.append)
+    assert len(seen) == 40 and seen[-1] == 1.0
+    assert seen == sorted(seen)  # never goes backwards

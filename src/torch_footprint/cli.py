@@ -173,15 +173,23 @@ def _bench(args: argparse.Namespace) -> int:
     if args.min_reps < 1 or args.min_time < 0:
         raise FootprintError("--min-reps must be at least 1 and --min-time not negative")
     specs = _specs(args)
-    console = Console(stderr=True)
-    with console.status("measuring") as status:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("preparing", total=None)
+
+        def progress(message: str, fraction: float | None) -> None:
+            bar.update(task, description=message, total=None if fraction is None else 1.0,
+                       completed=fraction or 0.0)
+
         res = bench(args.model, specs or None, device=args.device, batch_sizes=args.batch,
                     dtype=args.dtype, autocast=args.autocast, channels_last=args.channels_last,
                     compile=args.compile, train=args.train, optimizer=args.optimizer,
                     inference_mode=not args.no_inference_mode, cudnn_benchmark=args.cudnn_benchmark,
                     profile=args.profile, max_memory=args.max_memory, min_reps=args.min_reps,
                     min_seconds=args.min_time, weights=args.weights, trust_remote_code=args.trust_remote_code,
-                    progress=lambda msg: status.update(msg))
+                    progress=progress)
     render_bench(res)
     if args.json:
         write_json(args.json, res.to_dict())

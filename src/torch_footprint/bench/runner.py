@@ -150,11 +150,12 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
               inference_mode: bool = True, cudnn_benchmark: bool = False, profile: bool = False,
               budget: int | None = None, min_reps: int = 30, min_seconds: float = 2.0,
               settings: dict[str, Any] | None = None, notes: list[str] | None = None,
-              progress: Callable[[str], None] | None = None) -> BenchResult:
+              progress: Callable[[str, float | None], None] | None = None) -> BenchResult:
     """Time ``model`` (already on ``device``) at each batch size; "auto" finds the largest
     batch that runs first. ``predicted_peak(batch)`` gives the CPU budget check its figure
     (a batch over ``budget`` counts as out of memory without running); ``flops_of(batch)``
-    gives the FLOPs of one call for the achieved FLOP/s."""
+    gives the FLOPs of one call for the achieved FLOP/s. ``progress(message, fraction)``
+    hears what is running (fraction None while searching or warming up)."""
     cuda = device.startswith("cuda")
     m = model.to(memory_format=torch.channels_last) if channels_last else model
     m.train(train)
@@ -201,7 +202,7 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
 
     def try_batch(b: int) -> None:
         if progress:
-            progress(f"batch search: trying {b}")
+            progress(f"batch search: trying {b}", None)
         if budget is not None and not cuda and predicted_peak is not None:
             need = predicted_peak(b)
             if need > budget:
@@ -232,7 +233,7 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
 
     for b in concrete:
         if progress:
-            progress(f"timing batch {b}")
+            progress(f"batch {b}: warming up", None)
         args, kwargs = inputs_at(b)
         fn = step_fn(args, kwargs)
         if cuda:
@@ -240,7 +241,8 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
             torch.cuda.reset_peak_memory_stats()
         sampler: Any = contextlib.nullcontext() if cuda else RssSampler()
         with sampler:
-            stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds, threads=torch.get_num_threads())
+            stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds, threads=torch.get_num_threads(),
+                            on_progress=(lambda f, b=b: progress(f"batch {b}: timing", f)) if progress else None)
         if cuda:
             mem = {"cuda_max_allocated": torch.cuda.max_memory_allocated(),
                    "cuda_max_reserved": torch.cuda.max_memory_reserved()}

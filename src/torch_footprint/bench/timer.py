@@ -135,9 +135,11 @@ def warm_up(fn: Callable[[], Any], clock: Clock, *, window: int = 5, tolerance: 
 
 
 def measure(fn: Callable[[], Any], clock: Clock | None = None, *, min_reps: int = 30, max_reps: int = 10_000,
-            min_seconds: float = 2.0, warmup: bool = True, threads: int = 0) -> Stats:
+            min_seconds: float = 2.0, warmup: bool = True, threads: int = 0,
+            on_progress: Callable[[float], None] | None = None) -> Stats:
     """Time ``fn`` call by call after the warm-up: at least ``min_reps`` calls and
-    ``min_seconds`` of timed work, at most ``max_reps`` calls."""
+    ``min_seconds`` of timed work, at most ``max_reps`` calls. ``on_progress`` gets the
+    fraction done (0 to 1) after each timed call."""
     clock = clock or CpuClock()
     warm = warm_up(fn, clock) if warmup else 0
     samples: list[float] = []
@@ -150,6 +152,8 @@ def measure(fn: Callable[[], Any], clock: Clock | None = None, *, min_reps: int 
         dt = clock.stop(token)
         samples.append(dt)
         spent += dt
+        if on_progress is not None:
+            on_progress(min(1.0, min(len(samples) / min_reps, spent / min_seconds if min_seconds else 1.0)))
     wall = time.perf_counter() - wall0
     t1 = os.times()
     st = summarize(samples, warm)
