@@ -165,9 +165,10 @@ class ModuleStack:
 class Recorder(TorchDispatchMode):
     """Records one :class:`OpEvent` per aten op, and storage allocations and frees."""
 
-    def __init__(self, stack: ModuleStack) -> None:
+    def __init__(self, stack: ModuleStack, device: str = "cpu") -> None:
         super().__init__()
         self.stack = stack
+        self.device = device
         self.phase = "forward"
         self.events: list[OpEvent] = []
         self.frees: list[MemFree] = []
@@ -216,7 +217,7 @@ class Recorder(TorchDispatchMode):
             if scope is not None:  # a causal attention's matmul on the math path: visible pairs only
                 macs = cost.macs * scope[0] // scope[1]
                 cost = cost._replace(flops=cost.flops - 2 * (cost.macs - macs), macs=macs)
-        scratch = _matmul_scratch(func, args) if cost.macs else 0
+        scratch = _kernel_scratch(func, args) if cost.macs and self.device == "cpu" else 0
         outs = _tensors(out)
         if cost.kind == "view":
             read = written = 0
@@ -269,10 +270,21 @@ def _blas_ready(t: torch.Tensor) -> bool:
     return (cs == 1 and rs >= max(cols, 1)) or (rs == 1 and cs >= max(rows, 1))
 
 
-def _matmul_scratch(func: Any, args: Any) -> int:
-    """A CPU matmul copies an operand it cannot hand to BLAS as it is (an expanded gradient,
-    say) into a contiguous buffer for the length of the call: that buffer's bytes."""
-    if func._overloadpacket not in _MATMULS:
+def _kernel_scratch(func: Any, args: Any) -> int:
+    """Bytes a CPU kernel allocates for itself for the length of the call, seen in the CPU
+    allocator's records: a matmul copies an operand it cannot hand to BLAS as it is (an
+    expanded gradient, say); oneDNN's depthwise convolution reorders its input into a
+    blocked layout."""
+    packet = func._overloadpacket
+    if packet is torch.ops.aten.convolution:
+        x, w = args[0], args[1]
+        groups = args[8] if len(args) > 8 else 1
+        transposed = bool(args[6]) if len(args) > 6 else False
+        if (isinstance(x, torch.Tensor) and x.dim() == 4 and not transposed and groups > 1
+                and groups == x.shape[1] and w.shape[1] == 1):
+            return x.numel() * x.element_size()
+        return 0
+    if packet not in _MATMULS:
         return 0
     operands = args[1:3] if func._overloadpacket in (torch.ops.aten.addmm, torch.ops.aten.baddbmm) else args[:2]
     return sum(t.numel() * t.element_size() for t in operands
@@ -536,7 +548,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     step = step or StepOptions()
     stack = ModuleStack(model)
     stack.track_backward = backward
-    rec = Recorder(stack)
+    rec = Recorder(stack, device)
     types = stack.types
     restore: Callable[[], None] = lambda: None  # noqa: E731
     pre: list[list[Any]] = []
