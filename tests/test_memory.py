@@ -141,3 +141,11 @@ def test_memory_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "weights alone take" in capsys.readouterr().err
     assert main(["memory", "resnet18", "--max-batch", "lots"]) == 2
     assert "cannot read the memory size" in capsys.readouterr().err
+
+
+def test_timeline_has_a_point_per_operator_and_peaks_at_the_peak() -> None:
+    est = tfp.memory(MLP(), "64,256", train=True, optimizer="sgd")
+    tl = est.peak.timeline
+    assert len(tl) > 10 and [i for i, _ in tl] == list(range(len(tl)))  # one point after every operator
+    assert max(live for _, live in tl) <= est.peak.peak_bytes  # the peak also counts an op's inputs and scratch
+    assert tl[-1][1] >= est.peak.baseline_bytes  # gradients and weights remain after the step

@@ -290,7 +290,8 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
     """Peak memory of one inference (or, with ``train``, one training step), from the trace.
 
     Returns a :class:`~torch_footprint.estimate.memory.MemoryEstimate`: the peak, where it
-    happens, a breakdown by category, fixed overheads for ``device`` ("cpu" or "cuda"),
+    happens, a breakdown by category, the timeline of live bytes after every operator
+    (``est.peak.timeline``), fixed overheads for ``device`` ("cpu" or "cuda"),
     what to provision at ``utilisation``, and with ``budget`` (bytes or "24GiB") the
     largest batch that fits it. ``grads``: "none" (a first step, or zero_grad(set_to_none=True):
     gradients appear in the backward) or "zero" (gradients kept between steps and zeroed:
@@ -309,11 +310,11 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
     common = dict(train=train, optimizer=optimizer, precision=precision, checkpointing=checkpointing,
                   device="cpu", weights=weights, trust_remote_code=trust_remote_code, grads=grads)
 
-    def at(b: int | None) -> tuple[Any, Trace, list[str]]:
+    def at(b: int | None, timeline: bool = False) -> tuple[Any, Trace, list[str]]:
         tr, nt = _trace_step(model, inputs, batch=b, **common)
-        return replay(tr), tr, nt
+        return replay(tr, keep_timeline=timeline), tr, nt
 
-    peak, trace, notes = at(batch)
+    peak, trace, notes = at(batch, timeline=True)
     n_allocs = sum(len(e.allocs) for e in trace.events) + len(trace.preexisting)
     overheads = overheads_for(device, n_allocs, ALLOCATOR_ROUNDING[device])
     settings = dict(trace.settings, precision=precision, checkpointing=checkpointing, target=device,
