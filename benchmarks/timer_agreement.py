@@ -2,11 +2,12 @@
 
 This machine is shared and noisy, so the two timers are compared pair by pair: each pair
 times the same model and inputs with footprint's timer and with Timer.blocked_autorange
-(alternating which goes first), and the ratio of their medians is printed per pair. Then
+(alternating which goes first, both after the same warm-up rule, at the same thread
+count), and the ratio of their medians is printed per pair. Then
 footprint's harness against a bare timed loop (the same calls, one perf_counter around
 the whole loop), alternating the same way.
 
-    python benchmarks/timer_agreement.py [--pairs 7] [--model resnet18] [--seconds 2]
+    python benchmarks/timer_agreement.py [--pairs 25] [--model resnet18] [--seconds 0.5]
 
 Targets (issue 5): median ratio within 0.95-1.05; footprint's run-to-run spread no larger
 than the Timer's; harness overhead over the bare loop under 2%.
@@ -22,7 +23,7 @@ import torch
 import torchvision
 from torch.utils.benchmark import Timer
 
-from torch_footprint.bench.timer import CpuClock, measure
+from torch_footprint.bench.timer import CpuClock, measure, warm_up
 
 
 def cv(values: list[float]) -> float:
@@ -31,9 +32,9 @@ def cv(values: list[float]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=7)
+    ap.add_argument("--pairs", type=int, default=25)
     ap.add_argument("--model", default="resnet18")
-    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--seconds", type=float, default=0.5)
     ap.add_argument("--rounds", type=int, default=40, help="alternating blocks for the overhead measurement")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -55,6 +56,7 @@ def main() -> None:
             return st.median
 
         def run_theirs() -> float:
+            warm_up(fn, CpuClock())  # the same warm-up footprint's timer does, so both time a warm model
             return Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()).blocked_autorange(
                 min_run_time=args.seconds).median
 
