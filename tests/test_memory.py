@@ -149,3 +149,12 @@ def test_timeline_has_a_point_per_operator_and_peaks_at_the_peak() -> None:
     assert len(tl) > 10 and [i for i, _ in tl] == list(range(len(tl)))  # one point after every operator
     assert max(live for _, live in tl) <= est.peak.peak_bytes  # the peak also counts an op's inputs and scratch
     assert tl[-1][1] >= est.peak.baseline_bytes  # gradients and weights remain after the step
+
+
+def test_adafactor_keeps_factored_statistics() -> None:
+    # torch.optim.Adafactor: a row and a column vector per matrix, a full vector per bias,
+    # and a float32 step per tensor
+    m = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+    est = tfp.memory(m, "8,256", train=True, optimizer="adafactor")
+    expected = 4 * (512 + 256) + 4 * 512 + 4 * (10 + 512) + 4 * 10 + 4 * 4
+    assert est.peak.persistent["optimizer state"] == expected
