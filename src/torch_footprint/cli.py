@@ -37,6 +37,24 @@ BENCH_EXAMPLES = """examples:
 """
 
 
+def _model_args(p: argparse.ArgumentParser) -> None:
+    """The model and its inputs, shared by profile, memory and bench."""
+    p.add_argument("model", help="resnet50 | timm:NAME | hf:ID | CONFIG_FOLDER | FILE.py:FACTORY | "
+                                 "package.module:FACTORY")
+    p.add_argument("--input", "-i", action="append", default=[], metavar="SHAPE[:DTYPE]",
+                   help="an input shape such as 1,3,224,224 or 1,128:int64; repeat for several positional "
+                        "inputs; NAME=SHAPE for a keyword input")
+    p.add_argument("--input-ids", metavar="B,T", help="token ids for a language model (int64 input_ids)")
+    p.add_argument("--weights", help="torchvision weights whose metadata sets the input (e.g. IMAGENET1K_V2)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow a Hugging Face config to run code from its repository (off by default)")
+
+
+def _output_args(p: argparse.ArgumentParser, json_help: str) -> None:
+    p.add_argument("--json", metavar="FILE", help=json_help)
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="footprint", description="What a PyTorch model costs and what hardware it needs.",
@@ -46,28 +64,17 @@ def _parser() -> argparse.ArgumentParser:
 
     prof = sub.add_parser("profile", help="parameters, FLOPs and MACs by module and operator",
                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    prof.add_argument("model", help="resnet50 | timm:NAME | hf:ID | CONFIG_FOLDER | FILE.py:FACTORY | "
-                                    "package.module:FACTORY")
-    prof.add_argument("--input", "-i", action="append", default=[], metavar="SHAPE[:DTYPE]",
-                      help="an input shape such as 1,3,224,224 or 1,128:int64; repeat for several positional "
-                           "inputs; NAME=SHAPE for a keyword input")
-    prof.add_argument("--input-ids", metavar="B,T", help="token ids for a language model (int64 input_ids)")
+    _model_args(prof)
     prof.add_argument("--dtype", help="cast parameters and floating inputs: fp32, fp16, bf16, fp64")
     prof.add_argument("--backward", action="store_true", help="also trace a backward pass (train mode)")
     prof.add_argument("--train", action="store_true", help="run the forward in train mode (dropout, batch stats)")
     prof.add_argument("--depth", type=int, default=2, help="module tree depth to show (default 2)")
     prof.add_argument("--by", choices=("module", "operator"), default="module", help="table to show")
-    prof.add_argument("--json", metavar="FILE", help="also write the profile, with its trace, as JSON")
-    prof.add_argument("--weights", help="torchvision weights whose metadata sets the input (e.g. IMAGENET1K_V2)")
-    prof.add_argument("--trust-remote-code", action="store_true",
-                      help="allow a Hugging Face config to run code from its repository (off by default)")
-    prof.add_argument("--debug", action="store_true", help="show tracebacks")
+    _output_args(prof, "also write the profile, with its trace, as JSON")
 
     mem = sub.add_parser("memory", help="peak memory of inference or a training step, by category",
                          epilog=MEMORY_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    mem.add_argument("model")
-    mem.add_argument("--input", "-i", action="append", default=[], metavar="SHAPE[:DTYPE]")
-    mem.add_argument("--input-ids", metavar="B,T")
+    _model_args(mem)
     mem.add_argument("--batch", type=int, help="set the first dimension of every input")
     mem.add_argument("--train", action="store_true", help="a training step: forward, backward and optimizer step")
     mem.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor (with --train)")
@@ -81,16 +88,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="none: gradients appear in the backward (first step, set_to_none); zero: kept between "
                           "steps, so they exist before the forward")
     mem.add_argument("--scaling", action="store_true", help="fit peak = a + b x batch from three traces")
-    mem.add_argument("--json", metavar="FILE")
-    mem.add_argument("--weights")
-    mem.add_argument("--trust-remote-code", action="store_true")
-    mem.add_argument("--debug", action="store_true")
+    _output_args(mem, "also write the estimate as JSON")
 
     b = sub.add_parser("bench", help="latency and throughput measured on this machine",
                        epilog=BENCH_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("model")
-    b.add_argument("--input", "-i", action="append", default=[], metavar="SHAPE[:DTYPE]")
-    b.add_argument("--input-ids", metavar="B,T")
+    _model_args(b)
     b.add_argument("--batch", default=None, help="batch sizes, e.g. 1,8,32,auto (auto: the largest that fits)")
     b.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when present)")
     b.add_argument("--dtype", help="cast weights and floating inputs: fp32, fp16, bf16")
@@ -105,10 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--max-memory", metavar="BYTES", help="CPU budget for the batch search (default 80%% of free RAM)")
     b.add_argument("--min-reps", type=int, default=30)
     b.add_argument("--min-time", type=float, default=2.0, help="seconds of timed calls at least (default 2)")
-    b.add_argument("--json", metavar="FILE")
-    b.add_argument("--weights")
-    b.add_argument("--trust-remote-code", action="store_true")
-    b.add_argument("--debug", action="store_true")
+    _output_args(b, "also write the measurements as JSON")
 
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
     show.add_argument("file")
