@@ -183,3 +183,21 @@ def test_unknown_operator_is_listed_not_zero() -> None:
     p = tfp.profile(Odd(), "3,4,4")
     assert "aten.linalg_cholesky_ex.default" in p.unknown_ops
     assert p.macs == 3 * 4 * 4 * 4  # the matmul is still counted
+
+
+class Experts(nn.Module):
+    """Four experts, each token routed to one of them, as mixture-of-experts layers run it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(4, 32, 64, dtype=torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        offs = torch.tensor([3, 5, 9, 12], dtype=torch.int32, device=x.device)  # group ends over 12 tokens
+        return torch._grouped_mm(x, self.w, offs=offs)
+
+
+def test_grouped_mm_of_mixture_of_experts() -> None:
+    p = tfp.profile(Experts(), "12,32:bf16")
+    assert p.macs == 12 * 32 * 64  # every token meets one 32 x 64 expert matrix
+    assert p.unknown_ops == {}

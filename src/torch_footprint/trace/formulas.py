@@ -211,6 +211,20 @@ def _native_mha(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any
     return Cost(2 * macs + 5 * attn_pairs + bias_flops, macs, "matrix")
 
 
+@register(*_ops("_grouped_mm", "_scaled_grouped_mm"))
+def _grouped_mm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Mixture-of-experts matmuls, each group of rows against its own matrix.
+
+    (T, K) x (G, K, N) with offsets over T: every row meets one K x N matrix: T x K x N.
+    (K, T) x (T, N) with offsets over T (the weight gradient): K x T x N in all.
+    (G, M, K) x (G, K, N): G x M x K x N. Each is the output's elements times the reduction
+    length, with the reduction split among the groups in the second case."""
+    a, b = args[0], args[1]
+    both_2d = a.dim() == 2 and b.dim() == 2
+    macs = a.shape[0] * a.shape[1] * b.shape[1] if both_2d else _out_numel(out) * a.shape[-1]
+    return Cost(2 * macs, macs, "matrix")
+
+
 # --------------------------------------------------------------------------- recurrent
 # GRU and plain RNN run as mm/addmm plus pointwise ops on CPU; LSTM runs as one fused
 # kernel per layer and direction (mkldnn on CPU, cuDNN on CUDA). For the fused kernels
@@ -266,6 +280,8 @@ POINTWISE_COST: dict[str, int] = {
     "addcmul": 2, "addcdiv": 2, "lerp": 2, "hardswish": 3, "hardsigmoid": 2, "silu": 2,
     "hardswish_backward": 3, "hardtanh_backward": 1,
 }
+for _name in ("floor_divide", "floor_divide_", "remainder", "fmod"):  # integer arithmetic not tagged pointwise
+    register(*_ops(_name))(_pointwise(1))
 # Pointwise-tagged ops that only move or select data.
 POINTWISE_DATA = {"clone", "where", "masked_fill", "_to_copy", "copy", "copy_", "fill", "fill_",
                   "lift_fresh_copy", "zero", "zero_", "masked_fill_", "_conj", "alias_copy"}
@@ -278,7 +294,7 @@ for _name, _k in (("hardswish", 3), ("hardswish_", 3), ("hardswish_backward", 3)
     register(*_ops(_name))(_pointwise(_k))
 
 
-@register(*_ops("sum", "mean", "amax", "amin", "max", "min", "prod", "argmax", "argmin",
+@register(*_ops("sum", "mean", "amax", "amin", "max", "min", "prod", "argmax", "argmin", "histc", "bincount",
                 "logsumexp", "cumsum", "any", "all", "nansum", "linalg_vector_norm", "norm",
                 "_log_softmax_backward_data", "aminmax", "cumprod", "count_nonzero"))
 def _reduction(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
