@@ -141,6 +141,11 @@ def test_memory_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "weights alone take" in capsys.readouterr().err
     assert main(["memory", "resnet18", "--max-batch", "lots"]) == 2
     assert "cannot read the memory size" in capsys.readouterr().err
+    assert main(["memory", "resnet18", "--device", "cuda", "--overhead", "cuda_context=300MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "+ cuda context" in out and "300 MiB" in out and "+ cublas workspace" in out
+    assert main(["memory", "resnet18", "--overhead", "300MiB"]) == 2
+    assert "NAME=SIZE" in capsys.readouterr().err
 
 
 def test_timeline_has_a_point_per_operator_and_peaks_at_the_peak() -> None:
@@ -158,3 +163,16 @@ def test_adafactor_keeps_factored_statistics() -> None:
     est = tfp.memory(m, "8,256", train=True, optimizer="adafactor")
     expected = 4 * (512 + 256) + 4 * 512 + 4 * (10 + 512) + 4 * 10 + 4 * 4
     assert est.peak.persistent["optimizer state"] == expected
+
+
+def test_cuda_overheads_are_stated_apart_and_configurable() -> None:
+    cpu = tfp.memory(MLP(), "8,256")
+    cuda = tfp.memory(MLP(), "8,256", device="cuda", overheads={"cuda_context": "300MiB"})
+    assert cpu.overheads == {} and cpu.total == cpu.peak.peak_bytes
+    assert cuda.peak.peak_bytes == cpu.peak.peak_bytes  # the tensors do not change
+    assert cuda.overheads["cuda_context"] == 300 * 2**20
+    assert cuda.overheads["cublas_workspace"] == 8 * 4096 * 2**10  # CUBLAS_WORKSPACE_CONFIG=:4096:8
+    assert cuda.total == cuda.peak.peak_bytes + sum(cuda.overheads.values())
+    assert cuda.provision == -(-cuda.total * 10 // 8)  # total / 0.8, rounded up
+    gone = tfp.memory(MLP(), "8,256", device="cuda", overheads={"cuda_context": 0})
+    assert "cuda_context" not in gone.overheads

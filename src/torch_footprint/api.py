@@ -285,8 +285,8 @@ def _trace_step(model: nn.Module | str, inputs: InputsLike, *, batch: int | None
 def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None = None, train: bool = False,
            optimizer: str | None = None, precision: str = "fp32", checkpointing: bool = False,
            device: str = "cpu", budget: int | str | None = None, utilisation: float = 0.8,
-           grads: str = "none", scaling: bool = False, weights: str | None = None,
-           trust_remote_code: bool = False) -> Any:
+           grads: str = "none", scaling: bool = False, overheads: Mapping[str, int | str] | None = None,
+           weights: str | None = None, trust_remote_code: bool = False) -> Any:
     """Peak memory of one inference (or, with ``train``, one training step), from the trace.
 
     Returns a :class:`~torch_footprint.estimate.memory.MemoryEstimate`: the peak, where it
@@ -296,7 +296,8 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
     largest batch that fits it. ``grads``: "none" (a first step, or zero_grad(set_to_none=True):
     gradients appear in the backward) or "zero" (gradients kept between steps and zeroed:
     they exist before the forward). ``scaling`` fits peak = a + b x batch from traces at
-    the batch, 2x and 3x it (a budget implies it).
+    the batch, 2x and 3x it (a budget implies it). ``overheads`` replaces or adds fixed
+    costs by name (bytes or "300MiB"; e.g. {"cuda_context": "300MiB"}; 0 removes one).
     """
     from .analysis.memory import replay
     from .estimate.memory import ALLOCATOR_ROUNDING, MemoryEstimate, fit_batches, overheads_for, parse_bytes
@@ -316,7 +317,10 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
 
     peak, trace, notes = at(batch, timeline=True)
     n_allocs = sum(len(e.allocs) for e in trace.events) + len(trace.preexisting)
-    overheads = overheads_for(device, n_allocs, ALLOCATOR_ROUNDING[device])
+    fixed = overheads_for(device, n_allocs, ALLOCATOR_ROUNDING[device])
+    for name, value in (overheads or {}).items():
+        fixed[name] = parse_bytes(value) if isinstance(value, str) else int(value)
+    overheads = {k: v for k, v in fixed.items() if v}
     settings = dict(trace.settings, precision=precision, checkpointing=checkpointing, target=device,
                     inputs=trace.inputs, model=trace.model)
     est = MemoryEstimate(peak=peak, settings=settings, overheads=overheads, utilisation=utilisation, notes=notes)
@@ -324,6 +328,8 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
     fixed_costs = sum(overheads.values())
     if budget is not None:
         budget_b = parse_bytes(budget) if isinstance(budget, str) else int(budget)
+        if budget_b <= 0:
+            raise FootprintError(f"a memory budget must be positive, got {budget}")
         est.budget = budget_b
         weights_b = peak.persistent.get("weights", 0) + peak.persistent.get("buffers", 0)
         if (weights_b + fixed_costs) / utilisation > budget_b:

@@ -88,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="none: gradients appear in the backward (first step, set_to_none); zero: kept between "
                           "steps, so they exist before the forward")
     mem.add_argument("--scaling", action="store_true", help="fit peak = a + b x batch from three traces")
+    mem.add_argument("--overhead", action="append", default=[], metavar="NAME=SIZE",
+                     help="set a fixed overhead, e.g. cuda_context=300MiB (0 removes it); repeatable")
     _output_args(mem, "also write the estimate as JSON")
 
     b = sub.add_parser("bench", help="latency and throughput measured on this machine",
@@ -150,10 +152,16 @@ def _memory(args: argparse.Namespace) -> int:
     from .report.terminal import render_memory
 
     specs = _specs(args)
+    overheads = {}
+    for item in args.overhead:
+        name, sep, size = item.partition("=")
+        if not sep or not name.strip():
+            raise FootprintError(f"--overhead takes NAME=SIZE, e.g. cuda_context=300MiB; got '{item}'")
+        overheads[name.strip()] = size
     est = api.memory(args.model, specs or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
                      precision=args.precision, checkpointing=args.checkpointing, device=args.device,
                      budget=args.max_batch, utilisation=args.utilisation, grads=args.grads,
-                     scaling=args.scaling, weights=args.weights,
+                     scaling=args.scaling, overheads=overheads, weights=args.weights,
                      trust_remote_code=args.trust_remote_code)
     render_memory(est)
     if args.json:

@@ -87,8 +87,8 @@ def parse_bytes(text: str) -> int:
         value = float(num)
     except ValueError:
         raise FootprintError(f"cannot read the memory size '{text}': use e.g. 24GiB, 80GB or 512MiB") from None
-    if value <= 0:
-        raise FootprintError(f"a memory budget must be positive, got '{text}'")
+    if value < 0:
+        raise FootprintError(f"a memory size cannot be negative, got '{text}'")
     return int(value * units[unit])
 
 
