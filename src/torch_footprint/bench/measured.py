@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,7 @@ def allocator_peak(fn: Callable[[], Any]) -> int:
     the profiler's tables), in time order, above where it started."""
     from torch._C._profiler import _EventType
 
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # no "gpuGetDeviceCount failed" ERROR line without a GPU
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     records: list[tuple[int, int]] = []
