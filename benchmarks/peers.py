@@ -32,7 +32,7 @@ import torchvision
 from torch import nn
 
 import torch_footprint as tfp
-from torch_footprint.sources.models import build_on_meta, torchvision_weights
+from torch_footprint.sources.models import build_torchvision, real_weights, torchvision_weights
 
 
 @dataclass
@@ -44,30 +44,14 @@ class Tally:
 
 
 def build_real(name: str) -> nn.Module:
-    w = torchvision_weights(name)
-    from torch_footprint.sources.models import _tv_kwargs
-
-    model = torchvision.models.get_model(name, weights=None, **_tv_kwargs(name, w, None))
-    if name == "googlenet":
-        model.aux_logits, model.aux1, model.aux2 = False, None, None
-    if name == "inception_v3":
-        model.aux_logits = False
-    return model.eval()
+    """The model as footprint's source builds it, with its constructor's random weights."""
+    with real_weights():
+        return build_torchvision(name).model.eval()
 
 
 def build_meta(name: str) -> nn.Module:
-    w = torchvision_weights(name)
-    from torch_footprint.sources.models import _tv_kwargs
-
-    def ctor() -> nn.Module:
-        model = torchvision.models.get_model(name, weights=None, **_tv_kwargs(name, w, None))
-        if name == "googlenet":
-            model.aux_logits, model.aux1, model.aux2 = False, None, None
-        if name == "inception_v3":
-            model.aux_logits = False
-        return model
-
-    return build_on_meta(ctor, name)[0].eval()
+    """The model as footprint's source builds it, on the meta device."""
+    return build_torchvision(name).model.eval()
 
 
 def run_footprint(model: nn.Module, size: int) -> tuple[int, int]:

@@ -340,15 +340,15 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
             )
     if budget_b is not None or scaling:
         b1 = batch or (int(trace.inputs[0]["shape"][0]) if trace.inputs and trace.inputs[0]["shape"] else 1)
-        fit = fit_batches([b1, 2 * b1, 3 * b1], [peak.peak_bytes, at(2 * b1)[0].peak_bytes,
-                                                 at(3 * b1)[0].peak_bytes])
+        traced = {b1: peak.peak_bytes, 2 * b1: at(2 * b1)[0].peak_bytes, 3 * b1: at(3 * b1)[0].peak_bytes}
+        fit = fit_batches(list(traced), list(traced.values()))
         est.batch_fit = fit
         if not fit.affine:
             est.notes.append("peak memory is not affine in the batch size here (a third trace is off the line "
                              "by more than 1%)")
         if budget_b is not None:
             room = budget_b * utilisation - fixed_costs
-            peaks: dict[int, int] = {}
+            peaks = dict(traced)  # the fit's traces are not run again
 
             def fits(b: int) -> bool:
                 if b not in peaks:
