@@ -1,0 +1,180 @@
+"""``footprint calibrate``: measure what this device actually reaches.
+
+Datasheet peaks are ceilings no model touches; a roofline with them predicts too fast.
+Calibration measures, on the device at hand:
+
+* matmul FLOP/s per dtype (square matrices large enough to reach the plateau);
+* convolution and matmul FLOP/s in fp32 against the reduction length K (the MACs behind
+  one output element: 9 for a 3x3 depthwise convolution, C_in for a 1x1 one, 9 x C_in for
+  a 3x3 one, the inner dimension of a matmul): small-K kernels run far below the peak, and
+  on CPUs convolutions go through a different library than matmuls;
+* copy bandwidth, counting bytes read plus bytes written, from a buffer far larger than
+  the caches (and, on CPU, one that fits in them);
+* the cost of one small operator call (dispatch, allocation, and on GPU the launch).
+
+Each figure is the median of several timed calls after a warm-up.
+"""
+
+from __future__ import annotations
+
+import datetime
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..errors import FootprintError
+from .local import cpu_name, cpu_threads, cuda_device_name, device_key
+
+_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _time(fn: Callable[[], Any], device: str, reps: int, min_time: float = 0.0) -> float:
+    """Median seconds per call of ``fn`` after one warm-up call."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    fn()
+    sync()
+    times: list[float] = []
+    start_all = time.perf_counter()
+    while len(times) < reps or time.perf_counter() - start_all < min_time:
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 10 * reps:
+            break
+    return statistics.median(times)
+
+
+def _matmul(device: str, name: str, n: int, reps: int) -> float | None:
+    dtype = _DTYPES[name]
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        c = torch.empty(n, n, device=device, dtype=dtype)
+        if device == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+        t = _time(lambda: torch.mm(a, b, out=c), device, reps)
+    except RuntimeError:  # dtype not supported on this device
+        return None
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    return 2 * n**3 / t
+
+
+def _conv(device: str, batch: int, reps: int) -> float:
+    x = torch.randn(batch, 64, 56, 56, device=device)
+    w = torch.randn(64, 64, 3, 3, device=device)
+    flops = 2 * batch * 64 * 64 * 9 * 56 * 56
+    with torch.no_grad():
+        t = _time(lambda: torch.nn.functional.conv2d(x, w, padding=1), device, reps)
+    return flops / t
+
+
+# (C_in, C_out, kernel, stride, groups, spatial): depthwise, stem, 1x1 and 3x3 of ResNet/MobileNet shapes
+_CONV_GRID = [(96, 96, 3, 1, 96, 56), (3, 64, 7, 2, 1, 112), (64, 256, 1, 1, 1, 56), (256, 64, 1, 1, 1, 56),
+              (64, 64, 3, 1, 1, 56), (128, 128, 3, 1, 1, 28), (256, 256, 3, 1, 1, 14), (512, 512, 3, 1, 1, 7)]
+_MATMUL_K = [64, 256, 768, 3072]
+
+
+def _conv_by_k(device: str, batch: int, reps: int) -> list[list[float]]:
+    """[K, TFLOP/s] for the convolutions of _CONV_GRID at ``batch``, sorted by K."""
+    out = []
+    with torch.no_grad():
+        for cin, cout, k, stride, groups, s in _CONV_GRID:
+            x = torch.randn(batch, cin, s, s, device=device)
+            w = torch.randn(cout, cin // groups, k, k, device=device)
+            so = (s + 2 * (k // 2) - k) // stride + 1
+            flops = 2 * batch * cout * (cin // groups) * k * k * so * so
+            t = _time(lambda x=x, w=w, st=stride, g=groups, k=k: torch.nn.functional.conv2d(
+                x, w, stride=st, padding=k // 2, groups=g), device, reps)
+            out.append([float(cin // groups * k * k), flops / t / 1e12])
+    return sorted(out)
+
+
+def _matmul_by_k(device: str, m: int, reps: int) -> list[list[float]]:
+    """[K, TFLOP/s] for (m x K) @ (K x m) matmuls."""
+    out = []
+    for k in _MATMUL_K:
+        a = torch.randn(m, k, device=device)
+        b = torch.randn(k, m, device=device)
+        t = _time(lambda a=a, b=b: a @ b, device, reps)
+        out.append([float(k), 2 * m * m * k / t / 1e12])
+    return out
+
+
+def _copy(device: str, nbytes: int, reps: int) -> float:
+    src = torch.empty(nbytes // 4, device=device)
+    src.fill_(1.0)
+    dst = torch.empty_like(src)
+    t = _time(lambda: dst.copy_(src), device, reps)
+    return 2 * src.numel() * 4 / t
+
+
+def _overhead(device: str) -> float:
+    """Seconds per small operator call (a 1-element add that allocates its output)."""
+    a = torch.ones(1, device=device)
+    b = torch.ones(1, device=device)
+    n = 2000
+
+    def loop() -> None:
+        for _ in range(n):
+            a + b
+
+    return _time(loop, device, 5) / n
+
+
+def calibrate(device: str = "cpu", quick: bool = False,
+              on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Measure this device's ceilings (see the module docstring); returns a plain dict."""
+    if device not in ("cpu", "cuda"):
+        raise FootprintError(f"cannot calibrate device '{device}': use cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise FootprintError("--device cuda: no CUDA device is visible to PyTorch here")
+    step = on_step or (lambda s: None)
+    t_start = time.perf_counter()
+    reps = 3 if quick else 7
+    if device == "cpu":
+        # CPUs without native half-precision units run fp16/bf16 matmuls ~100x slower: small sizes
+        sizes = {"fp32": 1024 if quick else 2048, "fp16": 256 if quick else 512, "bf16": 256 if quick else 512}
+        big, small = (64 if quick else 256) * 2**20, 4 * 2**20
+    else:
+        sizes = {"fp32": 4096, "tf32": 8192, "fp16": 8192, "bf16": 8192}
+        big, small = 2**30, 0
+    matmul: dict[str, float] = {}
+    for name, n in sizes.items():
+        step(f"matmul {name} {n}x{n}")
+        r = _matmul(device, name, n, reps)
+        if r is not None:
+            matmul[name] = r / 1e12
+    step("convolution fp32 3x3 64->64 at 56x56")
+    conv = {"fp32": _conv(device, 4 if device == "cpu" else 64, reps) / 1e12}
+    step("convolutions and matmuls by reduction length")
+    # two batch sizes: on CPUs the rate of one shape moves with the size of its tensors
+    conv_k = {str(b): _conv_by_k(device, b, reps if b == 1 else max(3, reps // 2))
+              for b in ((1, 16) if device == "cpu" else (1, 64))}
+    matmul_k = _matmul_by_k(device, 512 if device == "cpu" else 8192, reps)
+    step(f"copy {big // 2**20} MiB")
+    copy = _copy(device, big, reps) / 1e9
+    result: dict[str, Any] = {
+        "device": device_key(device),
+        "name": cpu_name() if device == "cpu" else cuda_device_name(),
+        "threads": cpu_threads(),
+        "torch": torch.__version__,
+        "when": datetime.date.today().isoformat(),
+        "matmul_tflops": matmul,
+        "conv_tflops": conv,
+        "copy_gbs": copy,
+        "conv_fp32_by_batch_k": conv_k,
+        "matmul_fp32_by_k": matmul_k,
+    }
+    if small:
+        step(f"copy {small // 2**20} MiB (cache)")
+        result["cache_copy_gbs"] = _copy(device, small, reps * 4) / 1e9
+    step("small operator overhead")
+    result["op_overhead_us"] = _overhead(device) * 1e6
+    result["seconds"] = round(time.perf_counter() - t_start, 2)
+    return result

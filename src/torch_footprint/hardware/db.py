@@ -1,0 +1,205 @@
+"""The accelerator database: a data file shipped in the package, schema-checked at load.
+
+``accelerators.toml`` (next to this module) holds one table per device. Users add their
+own rows with a TOML or JSON file of the same shape (``--hardware FILE``); a row with an
+id already present replaces it. Every problem names the file, the row and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import FootprintError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+KINDS = ("gpu", "soc", "cpu")
+BUILTIN = Path(__file__).with_name("accelerators.toml")
+_REQUIRED = ("id", "name", "vendor", "kind", "memory_gb", "bandwidth_gbs", "tflops", "source")
+_OPTIONAL = ("tdp_w", "vector_fp32", "notes", "estimated", "aliases")
+_ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One device: memory, bandwidth, dense peaks per dtype, power, and where the figures come from."""
+
+    id: str
+    name: str
+    vendor: str
+    kind: str
+    memory_gb: float
+    bandwidth_gbs: float | None
+    tflops: dict[str, float]
+    source: str
+    tdp_w: float | None = None
+    vector_fp32: float | None = None
+    notes: str = ""
+    estimated: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    origin: str = "built-in"
+    calibrated: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Capacity in bytes: memory is sold in binary sizes ("80 GB" HBM is 80 GiB of chips)."""
+        return int(self.memory_gb * 2**30)
+
+    @property
+    def bandwidth(self) -> float | None:
+        """Peak memory bandwidth in bytes per second."""
+        return None if self.bandwidth_gbs is None else self.bandwidth_gbs * 1e9
+
+    def peak(self, dtype: str) -> float | None:
+        """Dense peak in FLOP/s (OP/s for int8) for ``dtype``; None where none is published."""
+        v = self.tflops.get(dtype)
+        return None if v is None else v * 1e12
+
+    @property
+    def vector_peak(self) -> float:
+        """FLOP/s for elementwise and reduction work (the non-matrix fp32 rate)."""
+        return (self.vector_fp32 if self.vector_fp32 is not None else self.tflops["fp32"]) * 1e12
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("id", "name", "vendor", "kind", "memory_gb", "bandwidth_gbs", "tdp_w",
+                                            "tflops", "vector_fp32", "source", "notes", "estimated", "aliases",
+                                            "origin")}
+        d["estimated"], d["aliases"] = list(self.estimated), list(self.aliases)
+        if self.calibrated:
+            d["calibrated"] = self.calibrated
+        return d
+
+
+def _number(v: Any, where: str, positive: bool = True) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise FootprintError(f"{where}: expected a number, got {v!r}")
+    if (v <= 0) if positive else (v < 0):
+        raise FootprintError(f"{where}: must be {'positive' if positive else 'non-negative'}, got {v!r}")
+    return float(v)
+
+
+def _row(raw: Any, origin: str, index: int) -> Accelerator:
+    label = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else "?"
+    at = f"{origin}: accelerator #{index + 1} ({label})"
+    if not isinstance(raw, dict):
+        raise FootprintError(f"{at}: expected a table of fields, got {type(raw).__name__}")
+    for k in _REQUIRED:
+        if k not in raw:
+            raise FootprintError(f"{at}: field '{k}' is missing (required: {', '.join(_REQUIRED)})")
+    unknown = set(raw) - set(_REQUIRED) - set(_OPTIONAL)
+    if unknown:
+        raise FootprintError(f"{at}: unknown field '{sorted(unknown)[0]}' (fields: {', '.join(_REQUIRED + _OPTIONAL)})")
+    for k in ("id", "name", "vendor", "kind", "source"):
+        if not isinstance(raw[k], str) or not raw[k].strip():
+            raise FootprintError(f"{at}: field '{k}' must be a non-empty string, got {raw[k]!r}")
+    if not _ID.match(raw["id"]):
+        raise FootprintError(f"{at}: field 'id' must be lower-case letters, digits, '.' and '-', got {raw['id']!r}")
+    if raw["kind"] not in KINDS:
+        raise FootprintError(f"{at}: field 'kind' must be one of {', '.join(KINDS)}, got {raw['kind']!r}")
+    if not re.match(r"^https?://\S+$", raw["source"]):
+        raise FootprintError(f"{at}: field 'source' must be the URL of the datasheet, got {raw['source']!r}")
+    tf = raw["tflops"]
+    if not isinstance(tf, dict):
+        raise FootprintError(f"{at}: field 'tflops' must be a table of dtype = TFLOPS, got {tf!r}")
+    for k in tf:
+        if k not in DTYPES:
+            raise FootprintError(f"{at}: field 'tflops.{k}': unknown dtype (dtypes: {', '.join(DTYPES)})")
+    if "fp32" not in tf:
+        raise FootprintError(f"{at}: field 'tflops.fp32' is missing (every row needs the fp32 rate)")
+    tflops = {k: _number(tf[k], f"{at}: field 'tflops.{k}'") for k in DTYPES if k in tf}
+    estimated = raw.get("estimated", [])
+    if not isinstance(estimated, list) or not all(isinstance(x, str) for x in estimated):
+        raise FootprintError(f"{at}: field 'estimated' must be a list of field names, got {estimated!r}")
+    fields = {*DTYPES, "memory_gb", "bandwidth_gbs", "tdp_w", "vector_fp32"}
+    for x in estimated:
+        if x not in fields:
+            raise FootprintError(f"{at}: field 'estimated' names '{x}', which is not a figure of the row")
+    aliases = raw.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(x, str) for x in aliases):
+        raise FootprintError(f"{at}: field 'aliases' must be a list of strings, got {aliases!r}")
+    notes = raw.get("notes", "")
+    if not isinstance(notes, str):
+        raise FootprintError(f"{at}: field 'notes' must be a string, got {notes!r}")
+    return Accelerator(
+        id=raw["id"], name=raw["name"], vendor=raw["vendor"], kind=raw["kind"],
+        memory_gb=_number(raw["memory_gb"], f"{at}: field 'memory_gb'"),
+        bandwidth_gbs=_number(raw["bandwidth_gbs"], f"{at}: field 'bandwidth_gbs'"),
+        tflops=tflops, source=raw["source"],
+        tdp_w=_number(raw["tdp_w"], f"{at}: field 'tdp_w'") if "tdp_w" in raw else None,
+        vector_fp32=_number(raw["vector_fp32"], f"{at}: field 'vector_fp32'") if "vector_fp32" in raw else None,
+        notes=" ".join(notes.split()), estimated=tuple(estimated), aliases=tuple(aliases), origin=origin,
+    )
+
+
+def load_file(path: str | os.PathLike[str]) -> list[Accelerator]:
+    """Read and check one database file (TOML, or JSON with the same shape)."""
+    p = Path(path)
+    origin = str(path) if p != BUILTIN else "built-in"
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise FootprintError(f"cannot read hardware file {path}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text) if p.suffix.lower() == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+        kind = "JSON" if p.suffix.lower() == ".json" else "TOML"
+        raise FootprintError(f"{origin}: not valid {kind}: {e}") from None
+    rows = data.get("accelerator") if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not rows:
+        raise FootprintError(f"{origin}: expected a list of accelerators ([[accelerator]] tables in TOML, "
+                             "or {\"accelerator\": [...]} in JSON)")
+    out = [_row(r, origin, i) for i, r in enumerate(rows)]
+    seen: dict[str, int] = {}
+    for i, a in enumerate(out):
+        if a.id in seen:
+            raise FootprintError(f"{origin}: accelerator #{i + 1} ({a.id}): field 'id' repeats row #{seen[a.id] + 1}")
+        seen[a.id] = i
+    return out
+
+
+@lru_cache(maxsize=1)
+def _builtin() -> tuple[Accelerator, ...]:
+    return tuple(load_file(BUILTIN))
+
+
+def load(extra: str | os.PathLike[str] | None = None, local: bool = True) -> list[Accelerator]:
+    """The built-in rows, the local CPU (with ``local``), then the rows of ``extra`` (same id: replaced)."""
+    rows = {a.id: a for a in _builtin()}
+    if local:
+        from .local import local_cpu
+
+        cpu = local_cpu()
+        rows[cpu.id] = cpu
+    if extra is not None:
+        for a in load_file(extra):
+            rows[a.id] = a
+    return list(rows.values())
+
+
+def get(name: str, extra: str | os.PathLike[str] | None = None) -> Accelerator:
+    """One accelerator by id, alias or name (case-insensitive); close names are suggested."""
+    rows = load(extra)
+    key = name.strip().lower()
+    for a in rows:
+        if key == a.id or key == a.name.lower() or key in (x.lower() for x in a.aliases):
+            return a
+    import difflib
+
+    close = difflib.get_close_matches(key, [a.id for a in rows], n=4, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise FootprintError(f"unknown accelerator '{name}'.{hint} `footprint gpus` lists them all.")
+
+
+def with_calibration(acc: Accelerator, calibration: dict[str, Any] | None) -> Accelerator:
+    return acc if not calibration else replace(acc, calibrated=calibration)

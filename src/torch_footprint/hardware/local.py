@@ -1,0 +1,150 @@
+"""The machine footprint runs on: its CPU as a database row, its GPU found by name, and
+the ceilings ``footprint calibrate`` measured on it (kept in a small JSON file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .db import Accelerator
+
+CALIBRATION_VERSION = "torch-footprint-calibration/1"
+
+
+def _cpuinfo() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if ":" in line:
+                k, v = line.split(":", 1)
+                info.setdefault(k.strip(), v.strip())
+    except OSError:
+        pass
+    return info
+
+
+def _ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def cpu_name() -> str:
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine() or "CPU"
+
+
+def cpu_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+@lru_cache(maxsize=1)
+def _theoretical_fp32() -> tuple[float, str]:
+    """cores x clock x FLOPs per cycle from /proc/cpuinfo (two FMA units of the widest vector)."""
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    per_cycle, isa = (64, "AVX-512") if "avx512f" in flags else (32, "AVX2+FMA") if {"avx2", "fma"} <= flags \
+        else (8, "SSE")
+    try:
+        mhz = float(info.get("cpu MHz", "0"))
+    except ValueError:
+        mhz = 0.0
+    mhz = mhz or 2000.0
+    cores = cpu_threads()
+    how = f"{cores} threads x {mhz / 1000:.2f} GHz x {per_cycle} FLOP/cycle ({isa})"
+    return cores * mhz * 1e6 * per_cycle / 1e12, how
+
+
+def local_cpu() -> Accelerator:
+    """This machine's CPU as a row: calibrated ceilings where ``footprint calibrate`` ran, else
+    the theoretical fp32 peak and no bandwidth (predictions then ask for a calibration)."""
+    cal = load_calibration("cpu")
+    ram_gib = _ram_bytes() / 2**30
+    peak, how = _theoretical_fp32()
+    notes = f"This machine's CPU ({cpu_threads()} threads). Theoretical fp32 peak: {how}."
+    estimated = ["fp32", "memory_gb"]
+    bandwidth = None
+    if cal:
+        bandwidth = cal["copy_gbs"]
+        notes += f" Bandwidth measured by `footprint calibrate` on {cal.get('when', '?')}."
+    return Accelerator(id="cpu", name=f"{cpu_name()} (this machine)", vendor="local", kind="cpu",
+                       memory_gb=round(ram_gib, 1), bandwidth_gbs=bandwidth, tflops={"fp32": round(peak, 4)},
+                       source="https://www.kernel.org/doc/html/latest/filesystems/proc.html", notes=notes,
+                       estimated=tuple(estimated), origin="detected", calibrated=cal)
+
+
+def cuda_device_name() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_name(0)
+
+
+def find_local_gpu(rows: list[Accelerator]) -> Accelerator | None:
+    """The database row of CUDA device 0, by alias (exact, then prefix)."""
+    name = cuda_device_name()
+    if name is None:
+        return None
+    low = name.lower()
+    for a in rows:
+        if low in (x.lower() for x in a.aliases) or low == a.name.lower():
+            return a
+    for a in rows:
+        if any(low.startswith(x.lower()) for x in a.aliases if len(x) > 6):
+            return a
+    return None
+
+
+# ---------------------------------------------------------------------------- calibration file
+def calibration_path() -> Path:
+    """``$TORCH_FOOTPRINT_HOME/calibration.json``, default ``~/.cache/torch-footprint``."""
+    home = os.environ.get("TORCH_FOOTPRINT_HOME")
+    if home:
+        return Path(home) / "calibration.json"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "torch-footprint" / "calibration.json"
+
+
+def _read_all() -> dict[str, Any]:
+    p = calibration_path()
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != CALIBRATION_VERSION:
+        return {}
+    return data.get("devices", {})
+
+
+def device_key(device: str) -> str:
+    if device == "cpu":
+        return f"cpu:{cpu_name()}:{cpu_threads()}t"
+    return f"cuda:{cuda_device_name()}"
+
+
+def load_calibration(device: str) -> dict[str, Any] | None:
+    """The saved ceilings for ``device`` ("cpu" or "cuda") on this machine, if any."""
+    return _read_all().get(device_key(device))
+
+
+def save_calibration(device: str, result: dict[str, Any]) -> Path:
+    from ..files import write_json
+
+    devices = _read_all()
+    devices[device_key(device)] = result
+    p = calibration_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    write_json(p, {"format": CALIBRATION_VERSION, "devices": devices})
+    local_cpu_cache_clear()
+    return p
+
+
+def local_cpu_cache_clear() -> None:
+    _theoretical_fp32.cache_clear()
