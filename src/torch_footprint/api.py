@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -481,3 +482,172 @@ def bench(model: nn.Module | str, inputs: InputsLike = None, *, device: str | No
                      inference_mode=inference_mode, cudnn_benchmark=cudnn_benchmark, profile=profile,
                      budget=budget, min_reps=min_reps, min_seconds=min_seconds, settings=settings, notes=notes,
                      progress=progress)
+
+
+
+def predict(model: Profile | nn.Module | str, gpu: Any, inputs: InputsLike = None, *, dtype: str | None = None,
+            batch: int | None = None, train: bool = False, tf32: bool | None = None,
+            efficiency: Mapping[str, float] | None = None, hardware: str | None = None,
+            weights: str | None = None, trust_remote_code: bool = False) -> Any:
+    """Roofline latency of one forward (``train``: one training step) on accelerator ``gpu``.
+
+    ``model`` is a :class:`Profile` (its trace is used as it is) or a model as for
+    :func:`profile`. ``gpu`` is an id or name from ``footprint gpus`` or an
+    :class:`~torch_footprint.hardware.Accelerator`. With a model, ``dtype`` casts weights
+    and inputs before tracing; with a Profile it only sets the rate of the matrix work
+    (bytes stay as traced). Returns a :class:`~torch_footprint.estimate.roofline.Prediction`.
+    """
+    from .estimate.roofline import predict as roofline
+    from .hardware.db import Accelerator, get
+
+    acc = gpu if isinstance(gpu, Accelerator) else get(str(gpu), hardware)
+    if isinstance(model, Profile):
+        if batch is not None or inputs is not None:
+            raise FootprintError("a Profile was traced already: its batch and inputs cannot change")
+        return roofline(model.trace, acc, tf32=tf32, efficiency=efficiency, compute_dtype=dtype)
+    trace, _ = _trace_step(model, inputs, batch=batch, train=train, optimizer="sgd" if train else None,
+                           precision=dtype or "fp32", checkpointing=False, device="cpu", weights=weights,
+                           trust_remote_code=trust_remote_code)
+    return roofline(trace, acc, tf32=tf32, efficiency=efficiency)
+
+
+def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None = None, train: bool = False,
+        optimizer: str | None = None, precision: str | None = None, dtype: str | None = None,
+        checkpointing: bool = False, gpus: int = 1, strategy: str = "ddp", latency: float | str | None = None,
+        utilisation: float = 0.8, hardware: str | None = None, only: Sequence[str] | None = None,
+        tf32: bool | None = None, efficiency: Mapping[str, float] | None = None, bucket_view: bool = False,
+        weights: str | None = None, trust_remote_code: bool = False) -> Any:
+    """Rank every accelerator for this workload: fits in memory, largest batch, predicted
+    latency at ``batch`` and throughput at the largest batch, and the pick.
+
+    ``batch`` is per rank; with ``gpus`` > 1 the memory is per rank under ``strategy``
+    ("ddp", "zero1", "zero2", "zero3", "fsdp"). ``latency`` ("10ms", or seconds) makes the
+    pick the lowest-power accelerator that meets it. ``dtype`` (inference) or ``precision``
+    (training: fp32, fp16, bf16, fp16-mixed, bf16-mixed) set the arithmetic. ``only``
+    limits the ids considered; ``hardware`` adds a user database file. Returns a
+    :class:`~torch_footprint.estimate.fit.FitResult`.
+    """
+    from .estimate import fit as ft
+    from .estimate.roofline import predict as roofline
+    from .hardware.db import get, load
+
+    if strategy not in ft.STRATEGIES:
+        raise FootprintError(f"unknown strategy '{strategy}': use {', '.join(ft.STRATEGIES)}")
+    if gpus < 1:
+        raise FootprintError(f"--gpus must be at least 1, got {gpus}")
+    if not 0 < utilisation <= 1:
+        raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
+    if batch is not None and batch < 1:
+        raise FootprintError(f"batch must be at least 1, got {batch}")
+    if dtype and precision:
+        raise FootprintError("give --dtype (inference) or --precision (training), not both")
+    prec = precision or dtype or "fp32"
+    target = _seconds(latency) if latency is not None else None
+    rows_db = [get(x, hardware) for x in only] if only else load(hardware)
+    common = dict(train=train, optimizer=optimizer, precision=prec, checkpointing=checkpointing, device="cpu",
+                  weights=weights, trust_remote_code=trust_remote_code)
+    t1, notes = _trace_step(model, inputs, batch=batch, **common)
+    b1 = batch or (int(t1.inputs[0]["shape"][0]) if t1.inputs and t1.inputs[0]["shape"] else 1)
+    traces = {b1: t1, 2 * b1: _trace_step(model, inputs, batch=2 * b1, **common)[0],
+              3 * b1: _trace_step(model, inputs, batch=3 * b1, **common)[0]}
+    peaks = {b: ft.rank_peak(t, strategy, gpus, bucket_view) for b, t in traces.items()}
+    n_allocs = sum(len(e.allocs) for e in t1.events) + len(t1.preexisting)
+    gather = sum(sorted(ft.wrap_units(t1).values(), reverse=True)[:2])
+    states = ft.model_states(replay_persistent(t1), strategy, gpus, gather, bucket_view) if train else None
+    pair = ft.aligned_pair(traces)
+    if pair is not None:
+        p, q = pair
+        r = next(b for b in traces if b not in pair)
+        guess = ft.peak_at(p, q, peaks[p], peaks[q], r)
+        if abs(guess - peaks[r].peak_bytes) > 0.01 * peaks[r].peak_bytes:
+            notes.append(f"the peak at batch {r} is {peaks[r].peak_bytes / 2**30:.3g} GiB, {guess / 2**30:.3g} GiB "
+                         f"from the traces at {p} and {q}: largest batches are approximate")
+        how = (f"largest batch: live bytes at every operator, affine in the batch, from traces at {p} and {q} "
+               f"(checked at {r}); throughput there: operator costs extrapolated from the same traces")
+    else:
+        notes.append("the traces at three batch sizes ran different operators: largest batch from a line through "
+                     "their peaks, throughput from a line through the predicted times")
+        how = ""
+    out_rows: list[Any] = []
+    cache: dict[int, Any] = {}
+
+    def trace_at(b: int) -> Any:
+        if b in traces:
+            return traces[b]
+        if pair is None:
+            return None
+        if b not in cache:
+            cache[b] = ft.extrapolate(traces[pair[0]], traces[pair[1]], pair[0], pair[1], b)
+        return cache[b]
+
+    for acc in rows_db:
+        fixed = sum(ft.fixed_overheads(acc, n_allocs).values())
+        cap = acc.memory_bytes
+        need = math.ceil((peaks[b1].peak_bytes + fixed) / utilisation)
+        room = cap * utilisation - fixed
+        if pair is not None:
+            largest = ft.largest_batch(pair[0], pair[1], peaks[pair[0]], peaks[pair[1]], room)
+        else:
+            largest = ft.affine_largest(list(peaks), [x.peak_bytes for x in peaks.values()], room)
+        if acc.bandwidth is None and not acc.calibrated:
+            out_rows.append(ft.FitRow(acc, cap, need, need <= cap, largest, None, None, None,
+                                      reason="no bandwidth figure: run `footprint calibrate` on it"))
+            continue
+        pred = roofline(traces[b1], acc, tf32=tf32, efficiency=efficiency)
+        thr, thr_b = None, None
+        if largest:
+            tl = trace_at(largest)
+            if tl is not None:
+                t = roofline(tl, acc, tf32=tf32, efficiency=efficiency).time_s
+            else:  # a line through the predicted times at the first two batch sizes
+                t2 = roofline(traces[2 * b1], acc, tf32=tf32, efficiency=efficiency).time_s
+                t = pred.time_s + (t2 - pred.time_s) * (largest - b1) / b1
+            thr, thr_b = (largest * gpus / t if t > 0 else None), largest
+        row = ft.FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b)
+        if not row.fits:
+            row.reason = f"needs {need / cap:.1f}x its memory"
+        if target is not None:
+            row.meets_target = row.fits and pred.time_s <= target
+        out_rows.append(row)
+    pick, why = ft.rank(out_rows, target)
+    if gpus > 1:
+        notes.append(f"{gpus} ranks ({strategy}): memory per rank; throughput is {gpus} x one rank's "
+                     "(communication not modelled)")
+    if how:
+        notes.append(how)
+    settings = dict(t1.settings, precision=prec, checkpointing=checkpointing, utilisation=utilisation,
+                    model=t1.model, inputs=t1.inputs)
+    return ft.FitResult(rows=out_rows, pick=pick, why=why, batch=b1, gpus=gpus, strategy=strategy, settings=settings,
+                     states=states, peak=peaks[b1], notes=notes, target_s=target)
+
+
+def replay_persistent(trace: Trace) -> dict[str, int]:
+    from .analysis.memory import replay
+
+    return replay(trace).persistent
+
+
+def _seconds(value: float | str) -> float:
+    """'10ms', '250us', '1.5s' or a number of seconds."""
+    if isinstance(value, int | float):
+        s = float(value)
+    else:
+        text = value.strip().lower()
+        units = (("ms", 1e-3), ("us", 1e-6), ("µs", 1e-6), ("s", 1.0))
+        for suffix, mult in units:
+            if text.endswith(suffix):
+                try:
+                    s = float(text[: -len(suffix)]) * mult
+                except ValueError:
+                    break
+                break
+        else:
+            try:
+                s = float(text)
+            except ValueError:
+                s = -1.0
+        if text and not any(text.endswith(u) for u, _ in units) and s < 0:
+            raise FootprintError(f"cannot read the latency '{value}': use e.g. 10ms, 250us or 0.5s")
+    if not s > 0:
+        raise FootprintError(f"cannot read the latency '{value}': use a positive time such as 10ms")
+    return s

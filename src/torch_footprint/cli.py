@@ -37,6 +37,18 @@ BENCH_EXAMPLES = """examples:
 """
 
 
+FIT_EXAMPLES = """examples:
+  footprint gpus
+  footprint fit resnet50 --batch 32
+  footprint fit hf:meta-llama/Llama-3.1-8B --input-ids 1,4096 --train --optimizer adamw --precision bf16-mixed
+  footprint fit vit_b_16 --latency 10ms --dtype fp16
+  footprint fit hf:meta-llama/Llama-3.1-70B --input-ids 1,4096 --train --optimizer adamw \\
+      --precision bf16-mixed --gpus 8 --strategy zero3
+  footprint predict resnet50 --gpu a100-sxm-80gb --batch 64
+  footprint calibrate
+"""
+
+
 def _model_args(p: argparse.ArgumentParser) -> None:
     """The model and its inputs, shared by profile, memory and bench."""
     p.add_argument("model", help="resnet50 | timm:NAME | hf:ID | CONFIG_FOLDER | FILE.py:FACTORY | "
@@ -111,12 +123,156 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--min-time", type=float, default=2.0, help="seconds of timed calls at least (default 2)")
     _output_args(b, "also write the measurements as JSON")
 
+    gp = sub.add_parser("gpus", help="the accelerator database: memory, bandwidth, dense TFLOPS per dtype, TDP",
+                        epilog=FIT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gp.add_argument("--hardware", metavar="FILE", help="add (or replace) accelerators from a TOML or JSON file")
+    gp.add_argument("--sources", action="store_true", help="show each row's datasheet URL")
+    gp.add_argument("--vendor", help="only this vendor: nvidia, amd, apple, local")
+    _output_args(gp, "also write the database as JSON")
+
+    ft = sub.add_parser("fit", help="which accelerator runs this model: fits, largest batch, predicted speed",
+                        epilog=FIT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _model_args(ft)
+    _workload_args(ft)
+    ft.add_argument("--latency", metavar="TIME", help="latency target, e.g. 10ms: pick the lowest-power accelerator "
+                                                      "that meets it")
+    ft.add_argument("--gpus", type=int, default=1, help="data-parallel ranks (memory is per rank)")
+    ft.add_argument("--strategy", default="ddp", choices=("ddp", "zero1", "zero2", "zero3", "fsdp"),
+                    help="how model states are split across --gpus ranks (default ddp)")
+    ft.add_argument("--bucket-view", action="store_true",
+                    help="DDP with gradient_as_bucket_view=True (no second copy of the gradients)")
+    ft.add_argument("--gpu", action="append", default=[], metavar="ID", help="only these accelerators (repeatable)")
+    ft.add_argument("--utilisation", type=float, default=0.8, help="usable fraction of memory (default 0.8)")
+    _output_args(ft, "also write the ranking as JSON")
+
+    pr = sub.add_parser("predict", help="roofline latency of one model on one accelerator, by module and operator",
+                        epilog=FIT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _model_args(pr)
+    _workload_args(pr)
+    pr.add_argument("--gpu", required=True, metavar="ID", help="accelerator id or name (see `footprint gpus`)")
+    pr.add_argument("--depth", type=int, default=1, help="module tree depth to show (default 1)")
+    pr.add_argument("--top", type=int, default=10, help="how many of the slowest operators to list")
+    _output_args(pr, "also write the prediction, with every operator, as JSON")
+
+    cal = sub.add_parser("calibrate", help="measure this machine's matmul FLOP/s, copy bandwidth and call overhead")
+    cal.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    cal.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    _output_args(cal, "also write the measurements to this JSON file")
+
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
     show.add_argument("file")
     show.add_argument("--depth", type=int, default=2)
     show.add_argument("--by", choices=("module", "operator"), default="module")
     show.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
+
+
+def _workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch", type=int, help="set the first dimension of every input (per rank)")
+    p.add_argument("--dtype", help="inference arithmetic: fp32, fp16, bf16 (weights and inputs cast)")
+    p.add_argument("--train", action="store_true", help="a training step: forward, backward and optimizer step")
+    p.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor (with --train)")
+    p.add_argument("--precision", help="training arithmetic: fp32, fp16, bf16, fp16-mixed, bf16-mixed")
+    p.add_argument("--checkpointing", action="store_true", help="activation checkpointing (with --train)")
+    p.add_argument("--tf32", choices=("on", "off"), help="fp32 matmuls and convolutions as TF32 (default: "
+                                                         "PyTorch's, convolutions only)")
+    p.add_argument("--efficiency", action="append", default=[], metavar="KIND=F",
+                   help="achievable fraction of a datasheet ceiling: matrix=0.7, vector=0.5, memory=0.85")
+    p.add_argument("--hardware", metavar="FILE", help="add (or replace) accelerators from a TOML or JSON file")
+
+
+def _efficiency(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise FootprintError(f"--efficiency takes KIND=FRACTION, e.g. matrix=0.6; got '{item}'")
+    return out
+
+
+def _tf32(value: str | None) -> bool | None:
+    return None if value is None else value == "on"
+
+
+def _gpus(args: argparse.Namespace) -> int:
+    from . import hardware
+    from .report.files import write_json
+    from .report.hardware import render_gpus
+
+    rows = hardware.list(args.hardware)
+    if args.vendor:
+        rows = [a for a in rows if a.vendor == args.vendor.lower()]
+        if not rows:
+            raise FootprintError(f"no accelerator of vendor '{args.vendor}': vendors are nvidia, amd, apple, local")
+    render_gpus(rows, sources=args.sources)
+    if args.json:
+        write_json(args.json, {"accelerators": [a.to_dict() for a in rows]})
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from . import api
+    from .report.files import write_json
+    from .report.hardware import render_fit
+
+    res = api.fit(args.model, _specs(args) or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
+                  precision=args.precision, dtype=args.dtype, checkpointing=args.checkpointing, gpus=args.gpus,
+                  strategy=args.strategy, latency=args.latency, utilisation=args.utilisation,
+                  hardware=args.hardware, only=args.gpu or None, tf32=_tf32(args.tf32),
+                  efficiency=_efficiency(args.efficiency), bucket_view=args.bucket_view, weights=args.weights,
+                  trust_remote_code=args.trust_remote_code)
+    render_fit(res)
+    if args.json:
+        write_json(args.json, res.to_dict())
+        print(f"wrote {args.json}")
+    return 0 if res.pick else 1  # nothing fits (or meets the target): a CI step fails
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from . import api
+    from .report.files import write_json
+    from .report.hardware import render_prediction
+
+    if args.depth < 0 or args.top < 0:
+        raise FootprintError("--depth and --top cannot be negative")
+    if args.optimizer or args.checkpointing:
+        raise FootprintError("predict times one training step with SGD: --optimizer and --checkpointing "
+                             "belong to `footprint fit` and `footprint memory`")
+    if args.dtype and args.precision:
+        raise FootprintError("give --dtype (inference) or --precision (training), not both")
+    pred = api.predict(args.model, args.gpu, _specs(args) or None, dtype=args.precision or args.dtype,
+                       batch=args.batch, train=args.train, tf32=_tf32(args.tf32),
+                       efficiency=_efficiency(args.efficiency), hardware=args.hardware, weights=args.weights,
+                       trust_remote_code=args.trust_remote_code)
+    render_prediction(pred, depth=args.depth, top=args.top)
+    if args.json:
+        write_json(args.json, pred.to_dict(ops=True))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .hardware.calibrate import calibrate
+    from .hardware.local import save_calibration
+    from .report.files import write_json
+    from .report.hardware import render_calibration
+
+    err = Console(stderr=True)
+    with err.status("calibrating") as status:
+        res = calibrate(args.device, quick=args.quick, on_step=lambda s: status.update(f"calibrating: {s}"))
+    path = save_calibration(args.device, res)
+    render_calibration(res, path)
+    if args.json:
+        write_json(args.json, res)
+        print(f"wrote {args.json}")
+    return 0
 
 
 def _specs(args: argparse.Namespace) -> list:
@@ -224,7 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handlers = {"profile": _profile, "memory": _memory, "bench": _bench, "show": _show}
+    handlers = {"profile": _profile, "memory": _memory, "bench": _bench, "show": _show, "gpus": _gpus, "fit": _fit,
+                "predict": _predict, "calibrate": _calibrate}
     debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
     try:
         return handlers[args.command](args)

@@ -17,6 +17,7 @@ is alive there, in the categories a user adds up by hand:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,6 +41,9 @@ class MemoryPeak:
     # whole-step totals, wherever the peak is: weights (parameters), buffers, gradients, optimizer state
     persistent: dict[str, int] = field(default_factory=dict)
     timeline: list[tuple[int, int]] = field(default_factory=list)  # (event index, live bytes)
+    # with keep_timeline: live bytes before any op, then at each op's high point (its outputs
+    # and scratch allocated, nothing freed yet): the peak is the largest of these
+    highs: list[int] = field(default_factory=list)
 
     @property
     def above_baseline(self) -> int:
@@ -48,6 +52,7 @@ class MemoryPeak:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("timeline")
+        d.pop("highs")
         d["above_baseline"] = self.above_baseline
         return d
 
@@ -60,17 +65,24 @@ def _forward_end(trace: Trace) -> int:
     return len(trace.events)
 
 
-def replay(trace: Trace, keep_timeline: bool = False) -> MemoryPeak:
-    """Replay allocations and frees; return the peak and the breakdown there."""
+def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float] | None = None,
+           extra: int = 0) -> MemoryPeak:
+    """Replay allocations and frees; return the peak and the breakdown there.
+
+    ``scale`` maps storage uids to a factor on their size (a shard of a parameter, its
+    gradient or optimizer state on one rank); ``extra`` bytes are alive throughout (buffers
+    outside the model's tensors, such as DDP's gradient buckets).
+    """
+    factor = scale or {}
     size: dict[int, int] = {}
     born: dict[int, int] = {}  # uid -> event index of its allocation (-1: before the run)
     for uid, nbytes, *_ in trace.preexisting:
-        size[uid] = nbytes
+        size[uid] = int(nbytes * factor.get(uid, 1.0))
         born[uid] = -1
     frees_after: dict[int, list[int]] = {}
     for f in trace.frees:
         frees_after.setdefault(f.after, []).append(f.storage)
-    live = sum(size.values())
+    live = sum(size.values()) + extra
     baseline = live
     alive: set[int] = set(size)
     for uid in frees_after.get(-1, []):
@@ -80,12 +92,15 @@ def replay(trace: Trace, keep_timeline: bool = False) -> MemoryPeak:
     peak, peak_at, peak_alive = live, -1, set(alive)
     peak_scratch = 0
     timeline: list[tuple[int, int]] = []
+    highs: list[int] = [live] if keep_timeline else []
     for i, e in enumerate(trace.events):
         for uid, nbytes in e.allocs:
-            size[uid] = nbytes
+            size[uid] = int(nbytes * factor.get(uid, 1.0)) if factor else nbytes
             born[uid] = i
             alive.add(uid)
-            live += nbytes
+            live += size[uid]
+        if keep_timeline:
+            highs.append(live + e.scratch)
         if live + e.scratch > peak:  # the op's outputs exist together with its inputs (and its scratch)
             peak, peak_at, peak_alive = live + e.scratch, i, set(alive)
             peak_scratch = e.scratch
@@ -99,6 +114,8 @@ def replay(trace: Trace, keep_timeline: bool = False) -> MemoryPeak:
     survived_forward = _alive_at(trace, fwd_end, size, born)
     breakdown = _categorise(trace, peak_alive, size, born, fwd_end, survived_forward)
     breakdown["temporaries"] += peak_scratch
+    if extra:
+        breakdown["buffers (outside the model)"] = extra
     by_module: dict[str, int] = {}
     if trace.settings.get("backward"):
         outputs = set(trace.tags.get("output", []))
@@ -109,15 +126,15 @@ def replay(trace: Trace, keep_timeline: bool = False) -> MemoryPeak:
                 by_module[mod] = by_module.get(mod, 0) + size[uid]
     ev = trace.events[peak_at] if peak_at >= 0 else None
     persistent = {
-        "weights": sum(n for _, n, kind in trace.preexisting if kind == "weights"),
-        "buffers": sum(n for _, n, kind in trace.preexisting if kind == "buffers"),
+        "weights": sum(size[u] for u, _, kind in trace.preexisting if kind == "weights"),
+        "buffers": sum(size[u] for u, _, kind in trace.preexisting if kind == "buffers"),
         "gradients": sum(size.get(u, 0) for u in trace.tags.get("gradients", [])),
         "optimizer state": sum(size.get(u, 0) for u in trace.tags.get("optimizer", [])),
     }
     return MemoryPeak(persistent=persistent, peak_bytes=peak, baseline_bytes=baseline, event=peak_at,
                       phase=ev.phase if ev else "start", module=ev.module if ev else "", op=ev.op if ev else "",
                       breakdown=breakdown, activations_by_module=dict(sorted(by_module.items(), key=lambda kv: -kv[1])),
-                      timeline=timeline)
+                      timeline=timeline, highs=highs)
 
 
 def _alive_at(trace: Trace, index: int, size: dict[int, int], born: dict[int, int]) -> set[int]:

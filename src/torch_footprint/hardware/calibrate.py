@@ -155,7 +155,7 @@ def calibrate(device: str = "cpu", quick: bool = False,
     step("convolutions and matmuls by reduction length")
     # two batch sizes: on CPUs the rate of one shape moves with the size of its tensors
     conv_k = {str(b): _conv_by_k(device, b, reps if b == 1 else max(3, reps // 2))
-              for b in ((1, 16) if device == "cpu" else (1, 64))}
+              for b in ((1, 4 if quick else 16) if device == "cpu" else (1, 64))}
     matmul_k = _matmul_by_k(device, 512 if device == "cpu" else 8192, reps)
     step(f"copy {big // 2**20} MiB")
     copy = _copy(device, big, reps) / 1e9

@@ -71,7 +71,7 @@ def local_cpu() -> Accelerator:
     estimated = ["fp32", "memory_gb"]
     bandwidth = None
     if cal:
-        bandwidth = cal["copy_gbs"]
+        bandwidth = round(cal["copy_gbs"], 1)
         notes += f" Bandwidth measured by `footprint calibrate` on {cal.get('when', '?')}."
     return Accelerator(id="cpu", name=f"{cpu_name()} (this machine)", vendor="local", kind="cpu",
                        memory_gb=round(ram_gib, 1), bandwidth_gbs=bandwidth, tflops={"fp32": round(peak, 4)},

@@ -1,0 +1,301 @@
+"""Roofline latency per operator on an accelerator, from the trace.
+
+For every operator of the trace::
+
+    time = max(FLOPs / compute ceiling, bytes / bandwidth ceiling) + per-call overhead
+
+* compute ceiling: matrix operators (matmul, convolution, attention) use the accelerator's
+  dense peak for the operator's dtype; elementwise and reduction work uses the vector fp32
+  rate. fp32 convolutions run as TF32 on GPUs that have it (``torch.backends.cudnn.allow_tf32``
+  defaults to True) and fp32 matmuls do not (``torch.backends.cuda.matmul.allow_tf32``
+  defaults to False); ``tf32=True/False`` sets both.
+* bytes: what the operator reads plus what it writes (from the trace).
+* overhead: one kernel launch per operator (views launch nothing).
+* ceilings: the datasheet peak times an achievable fraction (below), unless
+  ``footprint calibrate`` measured this device: then the measured matmul and convolution
+  FLOP/s, copy bandwidth and per-call overhead replace them.
+
+Achievable fractions (defaults, from published measurements): the best-shaped bf16 matmul
+reaches 80% of dense peak on an H100 SXM and 87% on an A100 SXM; a device copy moves
+87-90% of the datasheet bandwidth; published LLM estimators fit 0.5-0.7 of peak FLOP/s.
+Model operators are not best-shaped, so matrix work defaults to 0.7, vector work to 0.5,
+memory traffic to 0.85. One launch through PyTorch's eager dispatcher costs a few
+microseconds: 5 us on GPUs, 10 us on systems-on-chip, the measured figure on a CPU.
+
+The seed documents' lower bound, FLOPs / peak FLOP/s at 100%, is reported beside the
+roofline figure: no run can be faster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..analysis.summary import ancestors
+from ..errors import FootprintError
+from ..hardware.db import Accelerator
+from ..trace.records import Trace
+
+EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
+LAUNCH_OVERHEAD_S = {"gpu": 5e-6, "soc": 10e-6, "cpu": 2e-6}
+_DTYPE_KEYS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp32", "int8": "int8",
+               "uint8": "int8", "int32": "int8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
+               "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8"}
+
+
+@dataclass
+class Ceilings:
+    """The rates one prediction uses (FLOP/s, bytes/s, seconds)."""
+
+    matrix: dict[str, float]
+    conv: dict[str, float]
+    vector: float
+    bandwidth: float
+    overhead: float
+    source: str  # "datasheet" or "calibrated"
+    efficiency: dict[str, float] = field(default_factory=dict)
+    # calibrated fp32 rates against the reduction length K: [[K, FLOP/s], ...] sorted by K
+    conv_by_k: dict[int, list[list[float]]] = field(default_factory=dict)  # per batch size
+    matmul_by_k: list[list[float]] = field(default_factory=list)
+
+    def conv_rate(self, k: float, batch: int) -> float:
+        """Calibrated convolution rate at reduction length ``k``, interpolated in log batch."""
+        bs = sorted(self.conv_by_k)
+        if batch <= bs[0] or len(bs) == 1:
+            return self.rate_at(self.conv_by_k[bs[0]], k)
+        for b0, b1 in zip(bs, bs[1:], strict=False):
+            if batch <= b1:
+                f = (math.log(batch) - math.log(b0)) / (math.log(b1) - math.log(b0))
+                r0, r1 = self.rate_at(self.conv_by_k[b0], k), self.rate_at(self.conv_by_k[b1], k)
+                return r0 + f * (r1 - r0)
+        return self.rate_at(self.conv_by_k[bs[-1]], k)
+
+    def rate_at(self, table: list[list[float]], k: float) -> float:
+        """Interpolate a by-K table linearly in log K (flat beyond its ends)."""
+        if k <= table[0][0]:
+            return table[0][1]
+        for (k0, r0), (k1, r1) in zip(table, table[1:], strict=False):
+            if k <= k1:
+                f = (math.log(k) - math.log(k0)) / (math.log(k1) - math.log(k0)) if k1 > k0 else 1.0
+                return r0 + f * (r1 - r0)
+        return table[-1][1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"matrix_flops": self.matrix, "conv_flops": self.conv, "vector_flops": self.vector,
+                "bandwidth_bytes_per_s": self.bandwidth, "overhead_s": self.overhead, "source": self.source,
+                "efficiency": self.efficiency}
+
+
+def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
+             overhead_s: float | None = None, calibrated: bool = True) -> Ceilings:
+    """Achievable rates on ``acc``: measured where calibrated, else datasheet x efficiency."""
+    eff = dict(EFFICIENCY)
+    for k, v in (efficiency or {}).items():
+        if k not in eff:
+            raise FootprintError(f"unknown efficiency '{k}': use {', '.join(eff)}")
+        if not 0 < v <= 1:
+            raise FootprintError(f"efficiency {k} must be in (0, 1], got {v}")
+        eff[k] = v
+    cal = acc.calibrated if calibrated else None
+    if cal:
+        matrix = {k: v * 1e12 for k, v in cal.get("matmul_tflops", {}).items()}
+        conv = {k: v * 1e12 for k, v in cal.get("conv_tflops", {}).items()}
+        # elementwise work on a CPU runs on the same vector units as its matmuls
+        vector = matrix.get("fp32", acc.vector_peak * eff["vector"]) * (eff["vector"] if acc.kind != "cpu" else 1.0)
+        return Ceilings(matrix=matrix, conv=conv, vector=vector, bandwidth=cal["copy_gbs"] * 1e9,
+                        overhead=overhead_s if overhead_s is not None else cal["op_overhead_us"] * 1e-6,
+                        source=f"calibrated {cal.get('when', '')}".strip(), efficiency={},
+                        conv_by_k={int(b): [[k, r * 1e12] for k, r in t]
+                                   for b, t in cal.get("conv_fp32_by_batch_k", {}).items()},
+                        matmul_by_k=[[k, r * 1e12] for k, r in cal.get("matmul_fp32_by_k", [])])
+    if acc.bandwidth is None:
+        raise FootprintError(f"'{acc.id}' has no memory bandwidth figure: run `footprint calibrate` on it first")
+    matrix = {k: v * eff["matrix"] for k in acc.tflops if (v := acc.peak(k)) is not None}
+    return Ceilings(matrix=matrix, conv=dict(matrix), vector=acc.vector_peak * eff["vector"],
+                    bandwidth=acc.bandwidth * eff["memory"],
+                    overhead=overhead_s if overhead_s is not None else LAUNCH_OVERHEAD_S[acc.kind],
+                    source="datasheet", efficiency=eff)
+
+
+@dataclass(slots=True)
+class OpTime:
+    """One operator's predicted time (seconds) and what bounds it."""
+
+    index: int
+    op: str
+    module: str
+    phase: str
+    kind: str
+    dtype: str
+    flops: int
+    bytes: int
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.overhead_s
+
+    @property
+    def bound(self) -> str:
+        if self.kind == "view":
+            return "none"
+        top = max(self.compute_s, self.memory_s)
+        if self.overhead_s > top:
+            return "overhead"
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+@dataclass
+class ModuleTime:
+    module: str
+    time_s: float
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    ops: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Prediction:
+    """Roofline latency of one traced run on one accelerator."""
+
+    accelerator: Accelerator
+    ceilings: Ceilings
+    ops: list[OpTime]
+    flops: int
+    main_dtype: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def time_s(self) -> float:
+        return sum(o.time_s for o in self.ops)
+
+    @property
+    def lower_bound_s(self) -> float:
+        """The seed's bound: all FLOPs at the datasheet peak of the main dtype, nothing else."""
+        peak = self.accelerator.peak(self.main_dtype) or self.accelerator.peak("fp32") or 0.0
+        return self.flops / peak if peak else 0.0
+
+    def time_by_bound(self) -> dict[str, float]:
+        out = {"compute": 0.0, "memory": 0.0, "overhead": 0.0}
+        for o in self.ops:
+            if o.kind != "view":
+                out[o.bound] += o.time_s
+        return out
+
+    @property
+    def bound(self) -> str:
+        """What most of the time is spent on: compute, memory or overhead."""
+        t = self.time_by_bound()
+        return max(t, key=lambda k: t[k])
+
+    def by_module(self, depth: int | None = 1) -> list[ModuleTime]:
+        acc: dict[str, ModuleTime] = {}
+        for o in self.ops:
+            if o.kind == "view":
+                continue
+            for a in ancestors(o.module):
+                if depth is not None and a and a.count(".") + 1 > depth:
+                    continue
+                m = acc.get(a)
+                if m is None:
+                    m = acc[a] = ModuleTime(a, 0.0, 0.0, 0.0, 0.0, 0)
+                m.time_s += o.time_s
+                m.compute_s += o.compute_s
+                m.memory_s += o.memory_s
+                m.overhead_s += o.overhead_s
+                m.ops += 1
+        return list(acc.values())
+
+    def by_phase(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for o in self.ops:
+            out[o.phase] = out.get(o.phase, 0.0) + o.time_s
+        return out
+
+    def to_dict(self, ops: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "accelerator": self.accelerator.id, "time_s": self.time_s, "lower_bound_s": self.lower_bound_s,
+            "bound": self.bound, "time_by_bound_s": self.time_by_bound(), "by_phase_s": self.by_phase(),
+            "flops": self.flops, "main_dtype": self.main_dtype, "ceilings": self.ceilings.to_dict(),
+            "notes": self.notes, "by_module": [m.to_dict() for m in self.by_module(1)],
+        }
+        if ops:
+            d["ops"] = [{**{k: getattr(o, k) for k in OpTime.__slots__}, "time_s": o.time_s, "bound": o.bound}
+                        for o in self.ops]
+        return d
+
+
+def _dtype_key(names: list[str]) -> str:
+    for n in names:
+        if n in _DTYPE_KEYS:
+            return _DTYPE_KEYS[n]
+    return "fp32"
+
+
+def predict(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
+            efficiency: Mapping[str, float] | None = None, overhead_s: float | None = None,
+            calibrated: bool = True, compute_dtype: str | None = None) -> Prediction:
+    """Roofline time of every operator of ``trace`` on ``acc`` (see the module docstring).
+
+    ``compute_dtype`` ("fp16", "bf16", ...) times floating-point matrix work at that dtype's
+    rate whatever dtype it was traced in (bytes stay as traced).
+    """
+    if compute_dtype is not None and compute_dtype not in _DTYPE_KEYS.values():
+        raise FootprintError(f"unknown dtype '{compute_dtype}': use fp32, tf32, fp16, bf16, fp8 or int8")
+    c = ceilings(acc, efficiency, overhead_s, calibrated)
+    notes: list[str] = []
+    missing: set[str] = set()
+    ops: list[OpTime] = []
+    flops_by_dtype: dict[str, int] = {}
+    has_tf32 = "tf32" in c.matrix and acc.kind != "cpu"
+    total_flops = 0
+    for i, e in enumerate(trace.events):
+        dkey = _dtype_key(e.out_dtypes)
+        nbytes = e.bytes_read + e.bytes_written
+        total_flops += e.flops
+        if e.kind == "view":
+            ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0, 0.0))
+            continue
+        compute = 0.0
+        if e.flops:
+            if e.kind == "matrix":
+                is_conv = "convolution" in e.op
+                rates = c.conv if is_conv else c.matrix
+                key = compute_dtype if compute_dtype and dkey in ("fp32", "fp16", "bf16") else dkey
+                if key == "fp32" and has_tf32 and (tf32 if tf32 is not None else is_conv):
+                    key = "tf32"
+                rate = rates.get(key) or c.matrix.get(key)
+                if key == "fp32" and e.out_shapes and (c.conv_by_k if is_conv else c.matmul_by_k):
+                    outs = sum(math.prod(s) for s in e.out_shapes)
+                    if outs and is_conv:
+                        batch = e.out_shapes[0][0] if e.out_shapes[0] else 1
+                        rate = c.conv_rate(e.macs / outs, max(1, batch))
+                    elif outs:
+                        rate = c.rate_at(c.matmul_by_k, e.macs / outs)
+                if rate is None:
+                    missing.add(key)
+                    rate = rates.get("fp32") or c.matrix["fp32"]
+                vec = e.flops - e.matrix_flops  # a bias add or scaling inside the op
+                compute = e.matrix_flops / rate + max(vec, 0) / c.vector
+                flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops
+            else:
+                compute = e.flops / c.vector
+        memory = nbytes / c.bandwidth
+        ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, c.overhead))
+    for key in sorted(missing):
+        notes.append(f"{acc.name} has no published {key} rate: its fp32 rate is used for {key} matrix work")
+    unknown = {e.op for e in trace.events if e.kind == "unknown"}
+    if unknown:
+        notes.append("operators without a FLOP formula are timed by their bytes only: " + ", ".join(sorted(unknown)))
+    if compute_dtype:
+        notes.append(f"matrix work timed at the {compute_dtype} rate; bytes as traced")
+    main = max(flops_by_dtype, key=lambda k: flops_by_dtype[k]) if flops_by_dtype else "fp32"
+    return Prediction(accelerator=acc, ceilings=c, ops=ops, flops=total_flops, main_dtype=main, notes=notes)

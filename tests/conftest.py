@@ -1,0 +1,11 @@
+"""Shared test set-up."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_user_calibration(tmp_path_factory, monkeypatch):
+    """Tests never read or write the user's calibration file (~/.cache/torch-footprint)."""
+    monkeypatch.setenv("TORCH_FOOTPRINT_HOME", str(tmp_path_factory.mktemp("footprint-home")))

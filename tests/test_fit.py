@@ -1,0 +1,158 @@
+"""fit: memory per rank under DDP / ZeRO / FSDP worked by hand, largest batch, the pick."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import torch_footprint as tfp
+from torch_footprint.analysis.memory import MemoryPeak
+from torch_footprint.api import _trace_step
+from torch_footprint.cli import main
+from torch_footprint.estimate import fit as ft
+
+SOC = """
+[[accelerator]]
+id = "{id}"
+name = "{id}"
+vendor = "test"
+kind = "soc"
+memory_gb = {mem}
+bandwidth_gbs = 100
+tdp_w = {tdp}
+tflops = {{ fp32 = {tflops} }}
+source = "https://example.com/{id}"
+"""
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(100, 50), nn.ReLU(), nn.Linear(50, 10))
+
+
+# Psi = 100x50 + 50 + 50x10 + 10 = 5,560 parameters in fp32:
+#   W = 4 Psi = 22,240 bytes, G = 22,240, Adam state OPT = 8 Psi + 4 step tensors x 4 bytes = 44,496
+W, G, OPT = 22_240, 22_240, 44_496
+
+
+def _adam_trace(batch: int = 4):
+    return _trace_step(mlp(), ["4,100"], batch=batch, train=True, optimizer="adam", precision="fp32",
+                       checkpointing=False, device="cpu", weights=None, trust_remote_code=False)[0]
+
+
+def test_whole_model_states_equal_the_closed_form():
+    from torch_footprint.analysis.memory import replay
+
+    p = replay(_adam_trace()).persistent
+    assert (p["weights"], p["gradients"], p["optimizer state"]) == (W, G, OPT)
+
+
+@pytest.mark.parametrize("strategy, expected", [
+    # ZeRO paper, figure 1, with N = 4 ranks:
+    ("ddp", W + G + OPT + G),            # + DDP's bucket copy of the gradients
+    ("zero1", W + G + OPT // 4),         # optimizer state sharded: 44,496 / 4 = 11,124
+    ("zero2", W + G // 4 + OPT // 4),    # + gradients: 22,240 / 4 = 5,560
+    ("zero3", W // 4 + G // 4 + OPT // 4 + W),  # + parameters; gather = units "0" (20,200) + "2" (2,040)
+    ("fsdp", W // 4 + G // 4 + OPT // 4 + W),
+])
+def test_model_states_per_rank_by_hand(strategy, expected):
+    from torch_footprint.analysis.memory import replay
+
+    t = _adam_trace()
+    gather = sum(sorted(ft.wrap_units(t).values(), reverse=True)[:2])
+    assert gather == 20_200 + 2_040
+    st = ft.model_states(replay(t).persistent, strategy, 4, gather)
+    assert st.total == expected
+
+
+def test_rank_peak_replays_sharded_storages():
+    t = _adam_trace(batch=1)  # tiny activations: the peak is in the optimizer step
+    single = ft.rank_peak(t).peak_bytes
+    assert ft.rank_peak(t).phase == "optimizer"
+    # DDP adds the bucket copy of the gradients, alive throughout: the peak moves by exactly G
+    assert ft.rank_peak(t, "ddp", 4).peak_bytes == single + G
+    # ZeRO-1 removes 3/4 of the optimizer state: at most that much lower, and lower
+    z1 = ft.rank_peak(t, "zero1", 4).peak_bytes
+    assert single - (OPT - OPT // 4) <= z1 < single
+    assert ft.rank_peak(t, "zero3", 4).peak_bytes <= z1 + W  # everything sharded, plus two gathered units
+
+
+def test_bucket_view_removes_the_copy():
+    t = _adam_trace()
+    assert ft.rank_peak(t, "ddp", 4, bucket_view=True).peak_bytes == ft.rank_peak(t).peak_bytes
+
+
+def test_largest_batch_from_two_traces_by_hand():
+    # live bytes at three points, at batch 1 and 2: slopes 0, 20, 5 bytes per sample.
+    # room 100: point 2 allows 1 + (100 - 30) / 20 = 4.5, point 3 1 + (100 - 20) / 5 = 17 -> 4
+    p1 = MemoryPeak(30, 10, 0, "", "", "", {}, highs=[10, 30, 20])
+    p2 = MemoryPeak(50, 10, 0, "", "", "", {}, highs=[10, 50, 25])
+    assert ft.largest_batch(1, 2, p1, p2, 100) == 4
+    assert ft.peak_at(1, 2, p1, p2, 4) == 90
+    flat = MemoryPeak(30, 10, 0, "", "", "", {}, highs=[10, 30])
+    assert ft.largest_batch(1, 2, flat, flat, 100) is None
+
+
+def test_extrapolated_trace_equals_the_traced_one():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 30 * 30, 10))
+    kw = dict(train=False, optimizer=None, precision="fp32", checkpointing=False, device="cpu", weights=None,
+              trust_remote_code=False)
+    t2, t4, t9 = (_trace_step(model, ["2,3,32,32"], batch=b, **kw)[0] for b in (2, 4, 9))
+    x9 = ft.extrapolate(t2, t4, 2, 4, 9)
+    assert x9 is not None
+    for a, b in zip(x9.events, t9.events, strict=True):
+        assert (a.op, a.flops, a.macs, a.bytes_read, a.bytes_written) == \
+            (b.op, b.flops, b.macs, b.bytes_read, b.bytes_written)
+
+
+def test_largest_batch_checked_against_real_traces(tmp_path):
+    f = tmp_path / "small.toml"
+    f.write_text(SOC.format(id="small", mem=0.05, tdp=10, tflops=1.0))  # 51.2 MiB, 80% usable
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1))
+    res = tfp.fit(model, "1,3,64,64", batch=2, hardware=str(f), only=["small"])
+    [row] = res.rows
+    lb = row.largest_batch
+    room = 0.05 * 2**30 * 0.8
+    assert lb and lb > 2
+    assert tfp.memory(model, "1,3,64,64", batch=lb).peak.peak_bytes <= room
+    assert tfp.memory(model, "1,3,64,64", batch=lb + 1).peak.peak_bytes > room
+
+
+def test_tiny_budget_says_nothing_fits_and_why(tmp_path, capsys):
+    f = tmp_path / "tiny.toml"
+    f.write_text(SOC.format(id="tiny-a", mem=0.0001, tdp=5, tflops=1.0) +
+                 SOC.format(id="tiny-b", mem=0.0002, tdp=5, tflops=1.0))
+    res = tfp.fit("resnet18", batch=1, hardware=str(f), only=["tiny-a", "tiny-b"])
+    assert res.pick is None
+    assert "no accelerator fits" in res.why and "tiny-b" in res.why
+    assert all(not r.fits and "its memory" in r.reason for r in res.rows)
+    code = main(["fit", "resnet18", "--hardware", str(f), "--gpu", "tiny-a", "--gpu", "tiny-b"])
+    out = capsys.readouterr().out
+    assert code == 1 and "pick: none" in out and "no accelerator fits" in out
+
+
+def test_latency_target_picks_the_lowest_power_that_meets_it(tmp_path):
+    f = tmp_path / "cards.toml"
+    f.write_text(SOC.format(id="slow", mem=8, tdp=10, tflops=1.0) + SOC.format(id="mid", mem=8, tdp=30, tflops=4.0)
+                 + SOC.format(id="fast", mem=8, tdp=90, tflops=16.0))
+    free = tfp.fit("resnet18", batch=1, hardware=str(f), only=["slow", "mid", "fast"])
+    lat = {r.accelerator.id: r.latency_s for r in free.rows}
+    assert lat["slow"] > lat["mid"] > lat["fast"] and free.pick == "fast"
+    target = (lat["slow"] + lat["mid"]) / 2
+    res = tfp.fit("resnet18", batch=1, hardware=str(f), only=["slow", "mid", "fast"], latency=target)
+    assert res.pick == "mid" and {r.accelerator.id: r.meets_target for r in res.rows} == \
+        {"slow": False, "mid": True, "fast": True}
+    none = tfp.fit("resnet18", batch=1, hardware=str(f), only=["slow", "mid", "fast"], latency="1us")
+    assert none.pick is None and "none meets" in none.why
+
+
+def test_bad_fit_input():
+    with pytest.raises(tfp.FootprintError, match="strategy"):
+        tfp.fit("resnet18", strategy="zero4")
+    with pytest.raises(tfp.FootprintError, match="latency"):
+        tfp.fit("resnet18", latency="fast")
+    with pytest.raises(tfp.FootprintError, match="at least 1"):
+        tfp.fit("resnet18", gpus=0)
+    with pytest.raises(tfp.FootprintError, match="h100-sxm"):
+        tfp.fit("resnet18", only=["h100-sxn"])

@@ -1,0 +1,98 @@
+"""Roofline latency, worked by hand on small operators."""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+import torch_footprint as tfp
+from torch_footprint.estimate.roofline import predict
+from torch_footprint.hardware.db import Accelerator
+
+# A made-up accelerator with round figures, so every number below can be checked by hand.
+CARD = Accelerator(id="card", name="Card", vendor="test", kind="gpu", memory_gb=1, bandwidth_gbs=100,
+                   tflops={"fp32": 10.0, "tf32": 20.0, "fp16": 40.0}, source="https://example.com/card")
+EXACT = {"matrix": 1.0, "vector": 1.0, "memory": 1.0}
+LAUNCH = 5e-6  # seconds per kernel on a GPU
+
+
+def _only(pred, op):
+    [o] = [o for o in pred.ops if o.op == op]
+    return o
+
+
+def test_small_matmul_is_memory_bound_by_hand():
+    # x[64, 256] @ W.T[256, 512] in fp32:
+    #   FLOPs = 2 x 64 x 256 x 512 = 16,777,216 -> 16,777,216 / 10e12 = 1.6777 us
+    #   bytes = 4 x (64x256 + 256x512) read + 4 x 64x512 written = 720,896 -> / 100e9 = 7.20896 us
+    #   time  = max(1.6777, 7.20896) us + 5 us launch = 12.20896 us, memory-bound
+    pred = predict(tfp.profile(nn.Linear(256, 512, bias=False), "64,256").trace, CARD, efficiency=EXACT)
+    mm = _only(pred, "aten.mm.default")
+    assert mm.compute_s == pytest.approx(16_777_216 / 10e12)
+    assert mm.memory_s == pytest.approx(720_896 / 100e9)
+    assert mm.time_s == pytest.approx(12.20896e-6)
+    assert mm.bound == "memory"
+    # the transpose is a view: no kernel, no time
+    assert _only(pred, "aten.t.default").time_s == 0
+    assert pred.time_s == pytest.approx(12.20896e-6)
+    # the seed's lower bound: FLOPs / peak = 1.6777 us
+    assert pred.lower_bound_s == pytest.approx(16_777_216 / 10e12)
+
+
+def test_large_matmul_is_compute_bound_by_hand():
+    # 2048^3: FLOPs 2 x 2048^3 = 17,179,869,184 -> 1.7180 ms at 10 TFLOPS;
+    # bytes 3 x 2048^2 x 4 = 50,331,648 -> 0.5033 ms; time 1.7180 ms + 5 us
+    pred = predict(tfp.profile(nn.Linear(2048, 2048, bias=False), "2048,2048").trace, CARD, efficiency=EXACT)
+    mm = _only(pred, "aten.mm.default")
+    assert mm.bound == "compute"
+    assert mm.time_s == pytest.approx(2 * 2048**3 / 10e12 + LAUNCH)
+
+
+def test_elementwise_by_hand_with_default_efficiencies():
+    # relu on 1024 x 1024 fp32: 1,048,576 FLOPs at 10e12 x 0.5 (vector) = 0.2097 us;
+    # 8,388,608 bytes at 100e9 x 0.85 = 98.689 us; time = 98.689 + 5 = 103.689 us
+    pred = predict(tfp.profile(nn.ReLU(), "1024,1024").trace, CARD)
+    r = _only(pred, "aten.relu.default")
+    assert r.compute_s == pytest.approx(1_048_576 / 5e12)
+    assert r.time_s == pytest.approx(8_388_608 / 85e9 + LAUNCH)
+    assert r.bound == "memory"
+
+
+def test_fp32_convolution_runs_as_tf32_and_matmul_does_not():
+    # torch.backends.cudnn.allow_tf32 is True by default, torch.backends.cuda.matmul.allow_tf32 False.
+    # conv 16->32, 3x3, 2x16x8x8: MACs 2x32x8x8 x 16x9 = 589,824 -> 1,179,648 FLOPs at 20 TFLOPS (tf32)
+    conv = tfp.profile(nn.Conv2d(16, 32, 3, padding=1, bias=False), "2,16,8,8").trace
+    c = _only(predict(conv, CARD, efficiency=EXACT), "aten.convolution.default")
+    assert c.compute_s == pytest.approx(1_179_648 / 20e12)
+    c32 = _only(predict(conv, CARD, efficiency=EXACT, tf32=False), "aten.convolution.default")
+    assert c32.compute_s == pytest.approx(1_179_648 / 10e12)
+    lin = tfp.profile(nn.Linear(256, 512, bias=False), "64,256").trace
+    assert _only(predict(lin, CARD, efficiency=EXACT, tf32=True), "aten.mm.default").compute_s == \
+        pytest.approx(16_777_216 / 20e12)
+
+
+def test_dtype_rate_and_missing_dtype_fallback():
+    lin = tfp.profile(nn.Linear(2048, 2048, bias=False), "2048,2048", dtype="fp16").trace
+    mm = _only(predict(lin, CARD, efficiency=EXACT), "aten.mm.default")
+    assert mm.dtype == "fp16" and mm.compute_s == pytest.approx(2 * 2048**3 / 40e12)
+    bf = tfp.profile(nn.Linear(64, 64, bias=False), "64,64", dtype="bf16").trace
+    pred = predict(bf, CARD, efficiency=EXACT)  # the card publishes no bf16 rate
+    assert any("no published bf16 rate" in n for n in pred.notes)
+    assert _only(pred, "aten.mm.default").compute_s == pytest.approx(2 * 64**3 / 10e12)
+
+
+def test_module_totals_add_up_and_phases():
+    model = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+    pred = tfp.predict(tfp.profile(model, "32,128", backward=True), CARD, efficiency=EXACT)
+    rows = {m.module: m for m in pred.by_module(1)}
+    assert rows[""].time_s == pytest.approx(pred.time_s)
+    assert sum(rows[k].time_s for k in ("0", "1", "2")) <= pred.time_s
+    assert set(pred.by_phase()) >= {"forward", "backward"}
+
+
+def test_predict_by_name_on_a_database_accelerator():
+    pred = tfp.predict("resnet18", "a100-sxm-80gb", batch=8)
+    # 8 x 1.814 GMACs (torchvision's published _ops) at 19.5 TFLOPS: the lower bound uses the main dtype's peak
+    assert pred.flops > 2 * 8 * 1.81e9
+    assert 0 < pred.lower_bound_s < pred.time_s
+    assert pred.bound in ("compute", "memory", "overhead")
