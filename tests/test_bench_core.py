@@ -93,3 +93,19 @@ def test_progress_reaches_one_when_both_floors_are_met() -> None:
             on_progress=seen.append)
     assert len(seen) == 40 and seen[-1] == 1.0
     assert seen == sorted(seen)  # never goes backwards
+
+
+def test_rss_peak_sees_a_short_lived_allocation_without_a_sampling_thread():
+    import threading
+
+    import torch
+
+    from torch_footprint.bench.runner import RssSampler
+
+    before = threading.active_count()
+    with RssSampler() as s:
+        during = threading.active_count()
+        x = torch.ones(50 * 2**20)  # 200 MiB, touched, then freed inside the block
+        del x
+    assert s.peak - s.base >= 190 * 2**20
+    assert during == before  # Linux: the kernel's high-water mark, nothing competing with the timed calls

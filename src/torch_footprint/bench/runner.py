@@ -105,30 +105,61 @@ def available_ram() -> int | None:
 
 
 class RssSampler:
-    """Samples this process's resident set size every millisecond while running."""
+    """Peak resident set size of this process over a block.
+
+    On Linux the kernel keeps the high-water mark (VmHWM) and lets a process reset it
+    (``/proc/self/clear_refs``, "5"): nothing runs beside the timed calls. Elsewhere a
+    thread samples the RSS every 10 ms; on a machine with few cores it competes with the
+    timed calls (about 20% slower on 2 cores at a 1 ms period), so it is the fallback only.
+    """
 
     def __init__(self) -> None:
         self.peak = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread: threading.Thread | None = None
         self.page = os.sysconf("SC_PAGE_SIZE")
 
     def rss(self) -> int:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * self.page
 
+    @staticmethod
+    def _hwm() -> int | None:
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+    @staticmethod
+    def _reset_hwm() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            return False
+
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, self.rss())
-            time.sleep(0.001)
+            time.sleep(0.01)
 
     def __enter__(self) -> RssSampler:
         self.base = self.rss()
         self.peak = self.base
-        self._thread.start()
+        if not (self._reset_hwm() and self._hwm() is not None):
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self._thread is None:
+            self.peak = max(self.peak, self._hwm() or 0)
+            return
         self._stop.set()
         self._thread.join()
 
