@@ -3,10 +3,13 @@ and predicted memory against torch.cuda.max_memory_allocated. Writes one JSON fi
 
     PYTHONPATH=src python3 benchmarks/gpu_validate.py [--out benchmarks/results/gpu-validate.json]
 
-Checks (issues 3 and 5): the timer on CUDA (events, synchronised); the batch search
+Checks (issues 3, 4 and 5): the timer on CUDA (events, synchronised); the batch search
 recovers from a real CUDA out-of-memory and memory returns to its baseline afterwards;
 the predicted peak (footprint memory, for cuda) against max_memory_allocated, reset
-before each step, for inference and a training step with SGD and AdamW: target 5%.
+before each step, for inference and a training step with SGD and AdamW: target 5%;
+`footprint calibrate --device cuda`, then the roofline latency (calibrated ceilings, and
+the datasheet row with default efficiencies) against the measured latency for resnet18,
+resnet50, mobilenet_v2 and vit_b_16 at batch 1 and 16: target 20% (median).
 """
 
 from __future__ import annotations
@@ -47,6 +50,43 @@ def memory_check(name: str, build: Any, inputs: dict[str, Any], spec: Any, train
     torch.cuda.empty_cache()
     return {"model": name, "train": train, "optimizer": opt, "predicted": pred, "measured": measured,
             "error": (pred - measured) / measured if measured else None}
+
+
+def roofline_check() -> dict[str, Any]:
+    """Predicted against measured latency on this GPU (issue 4)."""
+    from dataclasses import replace
+
+    from torch_footprint.estimate.roofline import predict
+    from torch_footprint.hardware import list as all_rows
+    from torch_footprint.hardware.calibrate import calibrate
+    from torch_footprint.hardware.local import find_local_gpu
+
+    cal = calibrate("cuda")
+    row = find_local_gpu(all_rows())
+    out: dict[str, Any] = {"calibration": cal, "row": row.id if row else None, "cases": []}
+    if row is None:
+        print(f"{torch.cuda.get_device_name()} is not in the database: datasheet prediction skipped")
+    base = row or tfp.hardware.get("h100-sxm")
+    calibrated = replace(base, calibrated=cal)
+    for name in ("resnet18", "resnet50", "mobilenet_v2", "vit_b_16"):
+        for b in (1, 16):
+            trace = tfp.profile(name, f"{b},3,224,224").trace
+            pc = predict(trace, calibrated)
+            pd = predict(trace, row) if row else None
+            m = tfp.bench(name, f"{b},3,224,224", device="cuda", min_reps=50, min_seconds=1.0).points[0].stats.median
+            case = {"model": name, "batch": b, "measured_s": m, "calibrated_s": pc.time_s,
+                    "calibrated_error": pc.time_s / m - 1, "datasheet_s": pd.time_s if pd else None,
+                    "datasheet_error": pd.time_s / m - 1 if pd else None, "lower_bound_s": pc.lower_bound_s}
+            out["cases"].append(case)
+            print(f"{name:14s} b={b:3d} measured {m * 1e3:8.3f} ms  calibrated {pc.time_s * 1e3:8.3f} ms "
+                  f"({case['calibrated_error']:+.1%})" + (f"  datasheet {pd.time_s * 1e3:8.3f} ms "
+                                                          f"({case['datasheet_error']:+.1%})" if pd else ""),
+                  flush=True)
+    errs = sorted(abs(c["calibrated_error"]) for c in out["cases"])
+    out["median_abs_error_calibrated"] = errs[len(errs) // 2] if len(errs) % 2 else \
+        (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2
+    print(f"median |error| (calibrated): {out['median_abs_error_calibrated']:.1%}  [target 20%]")
+    return out
 
 
 def main() -> None:
@@ -98,6 +138,8 @@ def main() -> None:
             print(f"{name:14s} train={train!s:5s} {o or '':6s} predicted {c['predicted'] / 2**20:9.1f} MiB "
                   f"measured {c['measured'] / 2**20:9.1f} MiB error {100 * c['error']:+.1f}%", flush=True)
     report["memory"] = checks
+    # 4. roofline latency against the measurement
+    report["roofline"] = roofline_check()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")
