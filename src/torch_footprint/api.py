@@ -460,12 +460,23 @@ def bench(model: nn.Module | str, inputs: InputsLike = None, *, device: str | No
         return memory(source, specs_at(b), train=train, optimizer=optimizer if train else None,
                       weights=weights, trust_remote_code=trust_remote_code).peak.peak_bytes
 
+    acc = _local_accelerator(dev)
+    predicted: dict[int, Any] = {}
+
     def flops_of(b: int) -> int | None:
         try:
             p = _profile_verb(source, specs_at(b), backward=train, dtype=dtype, weights=weights,
                               trust_remote_code=trust_remote_code)
         except FootprintError:
             return None
+        if acc is not None:
+            from .estimate.roofline import predict as roofline
+
+            try:  # under autocast the matrix work runs in its dtype (the trace is in the weights' dtype)
+                predicted[b] = roofline(p.trace, acc, compute_dtype={torch.float16: "fp16",
+                                                                     torch.bfloat16: "bf16"}.get(amp))
+            except FootprintError:
+                pass
         return p.flops + (p.backward_flops or 0)
 
     budget = (parse_bytes(max_memory) if isinstance(max_memory, str) else max_memory) if max_memory else None
@@ -476,12 +487,36 @@ def bench(model: nn.Module | str, inputs: InputsLike = None, *, device: str | No
                 "optimizer": optimizer if train else None, "inference_mode": inference_mode,
                 "cudnn_benchmark": cudnn_benchmark}
     notes = [n for n in built.notes if not n.startswith("default input")]
-    return run_bench(m, make_inputs, name=built.name, device=dev, batches=batches or [own_batch],
+    res = run_bench(m, make_inputs, name=built.name, device=dev, batches=batches or [own_batch],
                      default_batch=own_batch, predicted_peak=predicted_peak, flops_of=flops_of, autocast=amp,
                      channels_last=channels_last, compile=compile, train=train, optimizer=opt,
                      inference_mode=inference_mode, cudnn_benchmark=cudnn_benchmark, profile=profile,
-                     budget=budget, min_reps=min_reps, min_seconds=min_seconds, settings=settings, notes=notes,
-                     progress=progress)
+                    budget=budget, min_reps=min_reps, min_seconds=min_seconds, settings=settings, notes=notes,
+                    progress=progress)
+    for pt in res.points:
+        pr = predicted.get(pt.batch)
+        if pr is not None and acc is not None:
+            pt.predicted_s = pr.time_s
+            pt.peak_flops = acc.peak(pr.main_dtype) or acc.peak("fp32")
+    if acc is not None:
+        res.notes.append(f"predicted: roofline on '{acc.id}' ({'calibrated' if acc.calibrated else 'datasheet'} "
+                         "ceilings); % of peak: achieved FLOP/s over its "
+                         + ("theoretical peak (cores x clock x FMA width)" if acc.kind == "cpu" else "datasheet peak"))
+    elif not dev.startswith("cuda"):
+        res.notes.append("run `footprint calibrate` to see the roofline prediction and % of peak beside this")
+    return res
+
+
+def _local_accelerator(device: str) -> Any:
+    """The database row of the device a benchmark runs on (the CPU only once calibrated)."""
+    from .hardware.db import load
+    from .hardware.local import find_local_gpu
+
+    rows = load()
+    if device.startswith("cuda"):
+        return find_local_gpu(rows)
+    cpu = next((a for a in rows if a.id == "cpu"), None)
+    return cpu if cpu is not None and cpu.calibrated else None
 
 
 

@@ -25,6 +25,8 @@ class BenchPoint:
     stats: Stats
     flops: int | None = None  # FLOPs of one call (forward, or forward + backward when training)
     memory: dict[str, int] = field(default_factory=dict)
+    predicted_s: float | None = None  # roofline latency on this device's database row
+    peak_flops: float | None = None  # that row's peak for the main dtype, FLOP/s
 
     @property
     def samples_per_second(self) -> float:
@@ -34,9 +36,16 @@ class BenchPoint:
     def achieved_flops(self) -> float | None:
         return self.flops / self.stats.median if self.flops and self.stats.median else None
 
+    @property
+    def utilisation(self) -> float | None:
+        """Achieved FLOP/s over the device's peak (model FLOPs utilisation)."""
+        a = self.achieved_flops
+        return a / self.peak_flops if a and self.peak_flops else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "stats": self.stats.to_dict(), "samples_per_second": self.samples_per_second,
-                "flops": self.flops, "achieved_flop_per_s": self.achieved_flops, "memory": self.memory}
+                "flops": self.flops, "achieved_flop_per_s": self.achieved_flops, "memory": self.memory,
+                "predicted_s": self.predicted_s, "peak_flop_per_s": self.peak_flops, "utilisation": self.utilisation}
 
 
 @dataclass

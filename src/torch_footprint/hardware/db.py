@@ -177,10 +177,13 @@ def load(extra: str | os.PathLike[str] | None = None, local: bool = True) -> lis
     """The built-in rows, the local CPU (with ``local``), then the rows of ``extra`` (same id: replaced)."""
     rows = {a.id: a for a in _builtin()}
     if local:
-        from .local import local_cpu
+        from .local import local_cpu, local_gpu_calibrated
 
         cpu = local_cpu()
         rows[cpu.id] = cpu
+        gpu = local_gpu_calibrated(list(rows.values()))  # this machine's GPU row, with its calibration
+        if gpu is not None:
+            rows[gpu.id] = gpu
     if extra is not None:
         for a in load_file(extra):
             rows[a.id] = a

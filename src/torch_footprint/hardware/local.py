@@ -102,6 +102,20 @@ def find_local_gpu(rows: list[Accelerator]) -> Accelerator | None:
     return None
 
 
+def local_gpu_calibrated(rows: list[Accelerator]) -> Accelerator | None:
+    """The database row of this machine's CUDA device carrying its saved calibration, if
+    ``footprint calibrate --device cuda`` ran here (CUDA is not touched otherwise)."""
+    if not any(k.startswith("cuda:") for k in _read_all()):
+        return None
+    row = find_local_gpu(rows)
+    cal = load_calibration("cuda")
+    if row is None or not cal:
+        return None
+    from dataclasses import replace
+
+    return replace(row, calibrated=cal)
+
+
 # ---------------------------------------------------------------------------- calibration file
 def calibration_path() -> Path:
     """``$TORCH_FOOTPRINT_HOME/calibration.json``, default ``~/.cache/torch-footprint``."""

@@ -200,8 +200,10 @@ def render_bench(res: Any, console: Console | None = None) -> None:
                   style="dim")
     console.print(header)
     t = Table(header_style="bold", pad_edge=False)
-    for col in ("batch", "median", "mean", "std", "p90", "p99", "min", "spread", "samples/s", "GFLOP/s",
-                "memory", "reps"):
+    predicted = any(p.predicted_s for p in res.points)
+    cols = ["batch", "median", "mean", "std", "p90", "p99", "min", "spread", "samples/s", "GFLOP/s"]
+    cols += ["predicted", "% of peak"] if predicted else []
+    for col in (*cols, "memory", "reps"):
         t.add_column(col, justify="right", no_wrap=True)
     for p in res.points:
         st = p.stats
@@ -210,6 +212,8 @@ def render_bench(res: Any, console: Console | None = None) -> None:
         t.add_row(str(p.batch), _ms(st.median), _ms(st.mean), _ms(st.std), _ms(st.p90), _ms(st.p99), _ms(st.min),
                   Text(percent(st.spread), style="yellow bold" if st.noisy else ""),
                   f"{p.samples_per_second:,.1f}", f"{p.achieved_flops / 1e9:,.1f}" if p.achieved_flops else "",
+                  *([_ms(p.predicted_s) if p.predicted_s else "", percent(p.utilisation) if p.utilisation else ""]
+                    if predicted else []),
                   label + binary(mem) if mem is not None else "", f"{st.reps} (+{st.warmup_reps} warm-up)")
     console.print(t)
     for p in res.points:
