@@ -48,6 +48,15 @@ def test_calibrate_saves_and_the_roofline_uses_it(home, capsys):
     # and fit now ranks this machine too
     fitted = tfp.fit("resnet18", only=["cpu", "t4"])
     assert {r.accelerator.id for r in fitted.rows if r.latency_s} == {"cpu", "t4"}
+    # and bench shows the prediction and the share of the peak beside its measurement
+    from torch import nn
+
+    r = tfp.bench(nn.Sequential(nn.Linear(512, 512), nn.ReLU()), "64,512", device="cpu", min_reps=5,
+                  min_seconds=0.1)
+    pt = r.points[0]
+    assert pt.predicted_s and pt.predicted_s > 0
+    # the theoretical peak uses /proc/cpuinfo's clock, which turbo can exceed: a loose upper bound
+    assert pt.utilisation and 0 < pt.utilisation < 2
 
 
 def test_cli_predict_and_fit(home, capsys, tmp_path):
