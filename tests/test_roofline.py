@@ -13,7 +13,7 @@ from torch_footprint.hardware.db import Accelerator
 CARD = Accelerator(id="card", name="Card", vendor="test", kind="gpu", memory_gb=1, bandwidth_gbs=100,
                    tflops={"fp32": 10.0, "tf32": 20.0, "fp16": 40.0}, source="https://example.com/card")
 EXACT = {"matrix": 1.0, "vector": 1.0, "memory": 1.0}
-LAUNCH = 5e-6  # seconds per kernel on a GPU
+LAUNCH = 10e-6  # seconds per operator on a GPU (module call, dispatch, launch)
 
 
 def _only(pred, op):
@@ -25,23 +25,27 @@ def test_small_matmul_is_memory_bound_by_hand():
     # x[64, 256] @ W.T[256, 512] in fp32:
     #   FLOPs = 2 x 64 x 256 x 512 = 16,777,216 -> 16,777,216 / 10e12 = 1.6777 us
     #   bytes = 4 x (64x256 + 256x512) read + 4 x 64x512 written = 720,896 -> / 100e9 = 7.20896 us
-    #   time  = max(1.6777, 7.20896) us + 5 us launch = 12.20896 us, memory-bound
+    #   time  = max(1.6777, 7.20896) us + 10 us per operator = 17.20896 us: the per-operator
+    #   cost is the largest part ("overhead"-bound); with 1 us per operator it is memory-bound
     pred = predict(tfp.profile(nn.Linear(256, 512, bias=False), "64,256").trace, CARD, efficiency=EXACT)
     mm = _only(pred, "aten.mm.default")
     assert mm.compute_s == pytest.approx(16_777_216 / 10e12)
     assert mm.memory_s == pytest.approx(720_896 / 100e9)
-    assert mm.time_s == pytest.approx(12.20896e-6)
-    assert mm.bound == "memory"
+    assert mm.time_s == pytest.approx(17.20896e-6)
+    assert mm.bound == "overhead"
+    quick = _only(predict(tfp.profile(nn.Linear(256, 512, bias=False), "64,256").trace, CARD, efficiency=EXACT,
+                          overhead_s=1e-6), "aten.mm.default")
+    assert quick.time_s == pytest.approx(8.20896e-6) and quick.bound == "memory"
     # the transpose is a view: no kernel, no time
     assert _only(pred, "aten.t.default").time_s == 0
-    assert pred.time_s == pytest.approx(12.20896e-6)
+    assert pred.time_s == pytest.approx(17.20896e-6)
     # the seed's lower bound: FLOPs / peak = 1.6777 us
     assert pred.lower_bound_s == pytest.approx(16_777_216 / 10e12)
 
 
 def test_large_matmul_is_compute_bound_by_hand():
     # 2048^3: FLOPs 2 x 2048^3 = 17,179,869,184 -> 1.7180 ms at 10 TFLOPS;
-    # bytes 3 x 2048^2 x 4 = 50,331,648 -> 0.5033 ms; time 1.7180 ms + 5 us
+    # bytes 3 x 2048^2 x 4 = 50,331,648 -> 0.5033 ms; time 1.7180 ms + 10 us
     pred = predict(tfp.profile(nn.Linear(2048, 2048, bias=False), "2048,2048").trace, CARD, efficiency=EXACT)
     mm = _only(pred, "aten.mm.default")
     assert mm.bound == "compute"
@@ -50,7 +54,7 @@ def test_large_matmul_is_compute_bound_by_hand():
 
 def test_elementwise_by_hand_with_default_efficiencies():
     # relu on 1024 x 1024 fp32: 1,048,576 FLOPs at 10e12 x 0.5 (vector) = 0.2097 us;
-    # 8,388,608 bytes at 100e9 x 0.85 = 98.689 us; time = 98.689 + 5 = 103.689 us
+    # 8,388,608 bytes at 100e9 x 0.85 = 98.689 us; time = 98.689 + 10 = 108.689 us
     pred = predict(tfp.profile(nn.ReLU(), "1024,1024").trace, CARD)
     r = _only(pred, "aten.relu.default")
     assert r.compute_s == pytest.approx(1_048_576 / 5e12)

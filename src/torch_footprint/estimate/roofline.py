@@ -19,8 +19,10 @@ Achievable fractions (defaults, from published measurements): the best-shaped bf
 reaches 80% of dense peak on an H100 SXM and 87% on an A100 SXM; a device copy moves
 87-90% of the datasheet bandwidth; published LLM estimators fit 0.5-0.7 of peak FLOP/s.
 Model operators are not best-shaped, so matrix work defaults to 0.7, vector work to 0.5,
-memory traffic to 0.85. One launch through PyTorch's eager dispatcher costs a few
-microseconds: 5 us on GPUs, 10 us on systems-on-chip, the measured figure on a CPU.
+memory traffic to 0.85. Every operator of an eager model also costs the Python module
+call, the dispatcher, the allocation and the kernel launch: 10 us per operator on GPUs,
+15 us on systems-on-chip, 5 us on CPUs by default; `footprint calibrate` measures it (a
+model of 100 tiny kernels on the device).
 
 The seed documents' lower bound, FLOPs / peak FLOP/s at 100%, is reported beside the
 roofline figure: no run can be faster.
@@ -39,7 +41,7 @@ from ..hardware.db import Accelerator
 from ..trace.records import Trace
 
 EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
-LAUNCH_OVERHEAD_S = {"gpu": 5e-6, "soc": 10e-6, "cpu": 2e-6}
+LAUNCH_OVERHEAD_S = {"gpu": 10e-6, "soc": 15e-6, "cpu": 5e-6}
 _DTYPE_KEYS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp32", "int8": "int8",
                "uint8": "int8", "int32": "int8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
                "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8"}

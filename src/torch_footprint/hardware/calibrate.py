@@ -10,7 +10,8 @@ Calibration measures, on the device at hand:
   on CPUs convolutions go through a different library than matmuls;
 * copy bandwidth, counting bytes read plus bytes written, from a buffer far larger than
   the caches (and, on CPU, one that fits in them);
-* the cost of one small operator call (dispatch, allocation, and on GPU the launch).
+* the cost of one operator of an eager model beyond its arithmetic (module call, dispatch,
+  allocation, and on a GPU the launch), from a model of 100 tiny kernels.
 
 Each figure is the median of several timed calls after a warm-up.
 """
@@ -115,16 +116,21 @@ def _copy(device: str, nbytes: int, reps: int) -> float:
 
 
 def _overhead(device: str) -> float:
-    """Seconds per small operator call (a 1-element add that allocates its output)."""
-    a = torch.ones(1, device=device)
-    b = torch.ones(1, device=device)
-    n = 2000
+    """Seconds per kernel of an eager model too small to compute anything: 50 blocks of
+    Linear(8, 8) + ReLU at batch 1 (100 kernels: addmm and relu; the transpose is a view).
+    This is what a model costs per operator beyond its arithmetic: the Python module call,
+    the dispatcher, the output allocation and, on a GPU, the launch."""
+    blocks = 50
+    model = torch.nn.Sequential(*[m for _ in range(blocks) for m in (torch.nn.Linear(8, 8), torch.nn.ReLU())])
+    model = model.to(device).eval()
+    x = torch.randn(1, 8, device=device)
 
-    def loop() -> None:
-        for _ in range(n):
-            a + b
+    def run() -> None:
+        with torch.inference_mode():
+            for _ in range(10):
+                model(x)
 
-    return _time(loop, device, 5) / n
+    return _time(run, device, 7) / (10 * 2 * blocks)
 
 
 def calibrate(device: str = "cpu", quick: bool = False,

@@ -174,7 +174,7 @@ def render_calibration(res: dict[str, Any], path: Any, console: Console | None =
     t.add_row("copy bandwidth (read + write)", f"{res['copy_gbs']:.1f} GB/s")
     if "cache_copy_gbs" in res:
         t.add_row("copy bandwidth, 4 MiB (cache)", f"{res['cache_copy_gbs']:.1f} GB/s")
-    t.add_row("small operator call", f"{res['op_overhead_us']:.2f} us")
+    t.add_row("per-operator overhead (eager model)", f"{res['op_overhead_us']:.2f} us")
     console.print(t)
     for b, table in res.get("conv_fp32_by_batch_k", {}).items():
         console.print(Text(f"convolution fp32 at batch {b} by reduction length K: "
