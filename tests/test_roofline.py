@@ -10,7 +10,7 @@ from torch_footprint.estimate.roofline import predict
 from torch_footprint.hardware.db import Accelerator
 
 # A made-up accelerator with round figures, so every number below can be checked by hand.
-CARD = Accelerator(id="card", name="Card", vendor="test", kind="gpu", memory_gb=1, bandwidth_gbs=100,
+CARD = Accelerator(id="card", name="Card", vendor="nvidia", kind="gpu", memory_gb=1, bandwidth_gbs=100,
                    tflops={"fp32": 10.0, "tf32": 20.0, "fp16": 40.0}, source="https://example.com/card")
 EXACT = {"matrix": 1.0, "vector": 1.0, "memory": 1.0}
 LAUNCH = 10e-6  # seconds per operator on a GPU (module call, dispatch, launch)
@@ -70,6 +70,11 @@ def test_fp32_convolution_runs_as_tf32_and_matmul_does_not():
     assert c.compute_s == pytest.approx(1_179_648 / 20e12)
     c32 = _only(predict(conv, CARD, efficiency=EXACT, tf32=False), "aten.convolution.default")
     assert c32.compute_s == pytest.approx(1_179_648 / 10e12)
+    # ROCm does not use TF32 (xf32) for fp32 unless asked
+    from dataclasses import replace
+
+    amd = _only(predict(conv, replace(CARD, vendor="amd"), efficiency=EXACT), "aten.convolution.default")
+    assert amd.compute_s == pytest.approx(1_179_648 / 10e12)
     lin = tfp.profile(nn.Linear(256, 512, bias=False), "64,256").trace
     assert _only(predict(lin, CARD, efficiency=EXACT, tf32=True), "aten.mm.default").compute_s == \
         pytest.approx(16_777_216 / 20e12)

@@ -6,9 +6,10 @@ For every operator of the trace::
 
 * compute ceiling: matrix operators (matmul, convolution, attention) use the accelerator's
   dense peak for the operator's dtype; elementwise and reduction work uses the vector fp32
-  rate. fp32 convolutions run as TF32 on GPUs that have it (``torch.backends.cudnn.allow_tf32``
-  defaults to True) and fp32 matmuls do not (``torch.backends.cuda.matmul.allow_tf32``
-  defaults to False); ``tf32=True/False`` sets both.
+  rate. fp32 convolutions run as TF32 on NVIDIA GPUs that have it
+  (``torch.backends.cudnn.allow_tf32`` defaults to True) and fp32 matmuls do not
+  (``torch.backends.cuda.matmul.allow_tf32`` defaults to False); on ROCm neither does.
+  ``tf32=True/False`` sets both.
 * bytes: what the operator reads plus what it writes (from the trace).
 * overhead: one kernel launch per operator (views launch nothing).
 * ceilings: the datasheet peak times an achievable fraction (below), unless
@@ -258,6 +259,9 @@ def predict(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
     ops: list[OpTime] = []
     flops_by_dtype: dict[str, int] = {}
     has_tf32 = "tf32" in c.matrix and acc.kind != "cpu"
+    # PyTorch's default (cudnn.allow_tf32) sends fp32 convolutions to TF32 on NVIDIA GPUs; ROCm
+    # keeps fp32 unless asked (tf32=True)
+    conv_tf32 = tf32 if tf32 is not None else acc.vendor == "nvidia"
     total_flops = 0
     for i, e in enumerate(trace.events):
         dkey = _dtype_key(e.out_dtypes)
@@ -272,7 +276,7 @@ def predict(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
                 is_conv = "convolution" in e.op
                 rates = c.conv if is_conv else c.matrix
                 key = compute_dtype if compute_dtype and dkey in ("fp32", "fp16", "bf16") else dkey
-                if key == "fp32" and has_tf32 and (tf32 if tf32 is not None else is_conv):
+                if key == "fp32" and has_tf32 and (conv_tf32 if is_conv else bool(tf32)):
                     key = "tf32"
                 rate = rates.get(key) or c.matrix.get(key)
                 if key == "fp32" and e.out_shapes and (c.conv_by_k if is_conv else c.matmul_by_k):
