@@ -624,6 +624,8 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
             largest = ft.largest_batch(pair[0], pair[1], peaks[pair[0]], peaks[pair[1]], room)
         else:
             largest = ft.affine_largest(list(peaks), [x.peak_bytes for x in peaks.values()], room)
+        if largest is not None:  # the traced peak at the batch asked overrules the extrapolation there
+            largest = max(largest, b1) if need <= cap else min(largest, b1 - 1)
         if acc.bandwidth is None and not acc.calibrated:
             out_rows.append(ft.FitRow(acc, cap, need, need <= cap, largest, None, None, None,
                                       reason="no bandwidth figure: run `footprint calibrate` on it"))
@@ -639,8 +641,6 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
                 t = pred.time_s + (t2 - pred.time_s) * (largest - b1) / b1
             thr, thr_b = (largest * gpus / t if t > 0 else None), largest
         row = ft.FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b)
-        if not row.fits:
-            row.reason = f"needs {need / cap:.1f}x its memory"
         if target is not None:
             row.meets_target = row.fits and pred.time_s <= target
         out_rows.append(row)

@@ -12,6 +12,9 @@ is ZeRO-3, SHARD_GRAD_OP is ZeRO-2):
     zero3   (W + G + O)/N  + the gathered parameters of two wrapped units (the one
     fsdp                     running and the one prefetched)
 
+Low-precision copies of the weights (autocast's cached casts in mixed precision) are
+sharded like the weights under ZeRO-3/FSDP, which gathers each unit in that precision.
+
 The per-rank peak replays the trace with every parameter, gradient and optimizer-state
 storage scaled by its factor, so activations and temporaries stay where they were.
 Communication time is not modelled: throughput with N ranks is N x one rank's.
@@ -118,6 +121,8 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
         scale[uid] = f["gradients"]
     for uid in trace.tags.get("optimizer", []):
         scale[uid] = f["optimizer state"]
+    for uid in trace.tags.get("parameter casts", []):  # low-precision copies of weights follow the weights
+        scale[uid] = f["weights"]
     extra = 0
     training = bool(trace.settings.get("backward"))
     if strategy == "ddp" and training and not bucket_view:

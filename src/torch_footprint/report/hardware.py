@@ -121,9 +121,12 @@ def render_fit(res: Any, console: Console | None = None, show_all: bool = True) 
     console.print(head)
     t = Table(header_style="bold", pad_edge=False)
     cols = ["accelerator", "memory", "needs", "fits", "largest batch", f"latency @{res.batch}", "lower bound",
-            "bound", "samples/s @largest", "note"]
+            "bound", "samples/s @largest"]
     if res.target_s is not None:
         cols.insert(6, "meets")
+    notes = any(r.reason for r in res.rows)
+    if notes:
+        cols.append("note")
     for c in cols:
         t.add_column(c, justify="left" if c in ("accelerator", "bound", "note") else "right", no_wrap=c != "note")
     rows = sorted(res.rows, key=lambda r: (not r.fits, r.latency_s if r.latency_s is not None else float("inf")))
@@ -132,7 +135,7 @@ def render_fit(res: Any, console: Console | None = None, show_all: bool = True) 
         cells = [r.accelerator.id, binary(r.capacity), binary(r.need), "yes" if r.fits else "no",
                  str(r.largest_batch) if r.largest_batch else "0" if r.largest_batch == 0 else "-",
                  _t(r.latency_s), _t(p.lower_bound_s) if p else "", p.bound if p else "",
-                 _rate(r.throughput), r.reason]
+                 _rate(r.throughput)] + ([r.reason] if notes else [])
         if res.target_s is not None:
             cells.insert(6, "" if r.meets_target is None else "yes" if r.meets_target else "no")
         style = "bold green" if r.accelerator.id == res.pick else None if r.fits else "dim"

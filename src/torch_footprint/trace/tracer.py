@@ -176,6 +176,10 @@ class Recorder(TorchDispatchMode):
         self._uid = 0
         self._finalizers: list[weakref.finalize] = []
         self._names: dict[Any, str] = {}
+        # parameter storages, and the storages made by casting one (autocast's cached
+        # low-precision weights): sharded training keeps these per unit, not per model
+        self.param_uids: set[int] = set()
+        self.param_casts: list[int] = []
 
     def watch(self, t: torch.Tensor) -> tuple[int, int] | None:
         """Start tracking ``t``'s storage; return (uid, nbytes) if it was not tracked yet.
@@ -237,6 +241,9 @@ class Recorder(TorchDispatchMode):
             new = self.watch(t)
             if new is not None:
                 allocs.append(list(new))
+        if (allocs and self.param_uids and func._overloadpacket is torch.ops.aten._to_copy
+                and isinstance(args[0], torch.Tensor) and self.uid_of(args[0]) in self.param_uids):
+            self.param_casts.extend(uid for uid, _ in allocs)
         name = self._names.get(func)
         if name is None:
             name = self._names[func] = f"{func.namespace}.{func._overloadpacket.__name__.split('.')[-1]}." \
@@ -585,6 +592,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                         new = rec.watch(t)
                         if new is not None:
                             pre.append([new[0], new[1], kind])
+                rec.param_uids = {uid for uid, _, kind in pre if kind == "weights"}
                 grad_ctx = contextlib.nullcontext() if backward else torch.no_grad()
                 amp = (torch.autocast(device_type=device, dtype=step.autocast) if step.autocast is not None
                        else contextlib.nullcontext())
@@ -633,6 +641,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                 "optimizer": _optimizer_name(step),
                 "autocast": dtype_name(step.autocast) if step.autocast is not None else None,
                 "grads_kept": step.grads_kept}
+    if rec.param_casts:
+        tags["parameter casts"] = rec.param_casts
     return Trace(model=name, inputs=inputs_meta, events=rec.events, frees=rec.frees, modules=modules,
                  params=params, buffers=buffers, preexisting=pre, settings=settings, tags=tags)
 
