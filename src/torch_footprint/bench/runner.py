@@ -102,15 +102,20 @@ def parse_batches(text: str | Sequence[int | str]) -> list[int | str]:
     return out
 
 
-def available_ram() -> int | None:
+def _proc_kib(path: str, field: str) -> int | None:
+    """A "Field:  1234 kB" line of a /proc file, in bytes (None where there is none)."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+def available_ram() -> int | None:
+    return _proc_kib("/proc/meminfo", "MemAvailable")
 
 
 class RssSampler:
@@ -134,14 +139,7 @@ class RssSampler:
 
     @staticmethod
     def _hwm() -> int | None:
-        try:
-            with open("/proc/self/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-        return None
+        return _proc_kib("/proc/self/status", "VmHWM")
 
     @staticmethod
     def _reset_hwm() -> bool:

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .terminal import make_console
+from .terminal import describe_workload, make_console
 from .units import binary, si
 
 _DT = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
@@ -105,16 +105,11 @@ def render_prediction(pred: Any, console: Console | None = None, depth: int = 1,
                        "operator; a prediction, not a measurement.", style="dim italic"))
 
 
-def render_fit(res: Any, console: Console | None = None, show_all: bool = True) -> None:
+def render_fit(res: Any, console: Console | None = None) -> None:
     """The ranking of accelerators for one workload."""
     console = console or make_console()
     s = res.settings
-    inputs = ", ".join("x".join(str(d) for d in i["shape"]) + f":{i['dtype']}" for i in s.get("inputs", []))
-    what = "training step" if s.get("backward") else "inference"
-    if s.get("backward"):
-        what += f" ({s.get('optimizer') or 'no optimizer'}, {s.get('precision')})"
-    elif s.get("precision") != "fp32":
-        what += f" ({s.get('precision')})"
+    inputs, what = describe_workload(s)
     head = Text(f"{s.get('model')}", style="bold cyan")
     head.append(f"  input {inputs}  ·  {what}  ·  batch {res.batch} per rank"
                 + (f"  ·  {res.gpus} GPUs, {res.strategy}" if res.gpus > 1 else ""), style="dim")

@@ -120,15 +120,23 @@ def render_profile(p: Any, by: str = "module", depth: int | None = 2, console: C
     console.print(Text(CONVENTIONS, style="dim italic"))
 
 
-def render_memory(est: Any, console: Console | None = None, top: int = 10) -> None:
-    """Print a :class:`~torch_footprint.estimate.memory.MemoryEstimate`."""
-    console = console or make_console()
-    s = est.settings
+def describe_workload(s: dict[str, Any]) -> tuple[str, str]:
+    """The inputs and the kind of run of a result's settings, as one header shows them."""
     inputs = ", ".join("x".join(str(d) for d in i["shape"]) + f":{i['dtype']}" for i in s.get("inputs", []))
     what = "training step" if s.get("backward") else "inference"
     if s.get("backward"):
         what += f" ({s.get('optimizer') or 'no optimizer'}, {s.get('precision')}"
         what += ", checkpointing)" if s.get("checkpointing") else ")"
+    elif s.get("precision") not in (None, "fp32"):
+        what += f" ({s.get('precision')})"
+    return inputs, what
+
+
+def render_memory(est: Any, console: Console | None = None, top: int = 10) -> None:
+    """Print a :class:`~torch_footprint.estimate.memory.MemoryEstimate`."""
+    console = console or make_console()
+    s = est.settings
+    inputs, what = describe_workload(s)
     header = Text(f"{s.get('model')}", style="bold cyan")
     header.append(f"  input {inputs}  ·  {what}  ·  for {s.get('target')}", style="dim")
     console.print(header)
