@@ -22,6 +22,7 @@ test: $(VENV)/.installed-all,dev
 bench: $(VENV)/.installed-all,dev,bench
 	$(PY) benchmarks/peers.py
 	$(PY) benchmarks/llama70b_scale.py
+	$(PY) benchmarks/roofline_cpu.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
