@@ -645,6 +645,12 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
             row.meets_target = row.fits and pred.time_s <= target
         out_rows.append(row)
     pick, why = ft.rank(out_rows, target)
+    missing: dict[str, list[str]] = {}
+    for r in out_rows:
+        for d in r.prediction.missing_dtypes if r.prediction else []:
+            missing.setdefault(d, []).append(r.accelerator.id)
+    for d, ids in missing.items():
+        notes.append(f"no published {d} rate for {', '.join(ids)}: their fp32 rate is used")
     if gpus > 1:
         notes.append(f"{gpus} ranks ({strategy}): memory per rank; throughput is {gpus} x one rank's "
                      "(communication not modelled)")

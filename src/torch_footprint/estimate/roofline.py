@@ -175,6 +175,7 @@ class Prediction:
     flops: int
     main_dtype: str
     notes: list[str] = field(default_factory=list)
+    missing_dtypes: list[str] = field(default_factory=list)  # timed at the fp32 rate for want of a figure
 
     @property
     def time_s(self) -> float:
@@ -304,4 +305,5 @@ def predict(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
     if compute_dtype:
         notes.append(f"matrix work timed at the {compute_dtype} rate; bytes as traced")
     main = max(flops_by_dtype, key=lambda k: flops_by_dtype[k]) if flops_by_dtype else "fp32"
-    return Prediction(accelerator=acc, ceilings=c, ops=ops, flops=total_flops, main_dtype=main, notes=notes)
+    return Prediction(accelerator=acc, ceilings=c, ops=ops, flops=total_flops, main_dtype=main, notes=notes,
+                      missing_dtypes=sorted(missing))
