@@ -168,3 +168,16 @@ def test_autocast_weight_copies_are_found_and_sharded_like_weights():
     assert f["weights"] == 0.25
     # ZeRO-3 shrinks those copies too: its per-rank peak is below ZeRO-2's
     assert ft.rank_peak(t, "zero3", 4).peak_bytes - W <= ft.rank_peak(t, "zero2", 4).peak_bytes
+
+
+def test_cli_fit_json_for_several_ranks(tmp_path, capsys):
+    out = tmp_path / "fit.json"
+    assert main(["fit", "resnet18", "--gpu", "t4", "--train", "--optimizer", "adamw", "--gpus", "2", "--strategy",
+                 "zero2", "--json", str(out)]) == 0
+    import json
+
+    d = json.loads(out.read_text())
+    st = d["model_states_per_rank"]
+    # resnet18: 11,689,512 parameters in fp32; ZeRO-2 on 2 ranks keeps all weights, half the gradients
+    assert st["weights"] == 4 * 11_689_512 and st["gradients"] == 2 * 11_689_512
+    assert d["pick"] == "t4" and d["rows"][0]["largest_batch"] >= 1
