@@ -564,7 +564,7 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
     """
     from .estimate import fit as ft
     from .estimate.roofline import predict as roofline
-    from .hardware.db import get, load
+    from .hardware.db import find, load
 
     if strategy not in ft.STRATEGIES:
         raise FootprintError(f"unknown strategy '{strategy}': use {', '.join(ft.STRATEGIES)}")
@@ -578,7 +578,9 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
         raise FootprintError("give --dtype (inference) or --precision (training), not both")
     prec = precision or dtype or "fp32"
     target = _seconds(latency) if latency is not None else None
-    rows_db = [get(x, hardware) for x in only] if only else load(hardware)
+    rows_db = load(hardware)
+    if only:
+        rows_db = [find(rows_db, x) for x in only]
     common = dict(train=train, optimizer=optimizer, precision=prec, checkpointing=checkpointing, device="cpu",
                   weights=weights, trust_remote_code=trust_remote_code)
     t1, notes = _trace_step(model, inputs, batch=batch, **common)
@@ -587,8 +589,12 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
               3 * b1: _trace_step(model, inputs, batch=3 * b1, **common)[0]}
     peaks = {b: ft.rank_peak(t, strategy, gpus, bucket_view) for b, t in traces.items()}
     n_allocs = sum(len(e.allocs) for e in t1.events) + len(t1.preexisting)
-    gather = sum(sorted(ft.wrap_units(t1).values(), reverse=True)[:2])
-    states = ft.model_states(replay_persistent(t1), strategy, gpus, gather, bucket_view) if train else None
+    states = None
+    if train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
+        from .analysis.memory import replay
+
+        persistent = peaks[b1].persistent if gpus == 1 else replay(t1).persistent
+        states = ft.model_states(persistent, strategy, gpus, ft.gather_bytes(t1), bucket_view)
     pair = ft.aligned_pair(traces)
     if pair is not None:
         p, q = pair
@@ -662,32 +668,19 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
                      states=states, peak=peaks[b1], notes=notes, target_s=target)
 
 
-def replay_persistent(trace: Trace) -> dict[str, int]:
-    from .analysis.memory import replay
-
-    return replay(trace).persistent
-
-
 def _seconds(value: float | str) -> float:
     """'10ms', '250us', '1.5s' or a number of seconds."""
+    import re
+
     if isinstance(value, int | float):
         s = float(value)
     else:
-        text = value.strip().lower()
-        units = (("ms", 1e-3), ("us", 1e-6), ("µs", 1e-6), ("s", 1.0))
-        for suffix, mult in units:
-            if text.endswith(suffix):
-                try:
-                    s = float(text[: -len(suffix)]) * mult
-                except ValueError:
-                    break
-                break
-        else:
-            try:
-                s = float(text)
-            except ValueError:
-                s = -1.0
-        if text and not any(text.endswith(u) for u, _ in units) and s < 0:
+        m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*(ms|us|µs|s)?\s*", value.lower())
+        try:
+            s = float(m[1]) * {"ms": 1e-3, "us": 1e-6, "µs": 1e-6}.get(m[2] or "s", 1.0) if m else None
+        except ValueError:
+            s = None
+        if s is None:
             raise FootprintError(f"cannot read the latency '{value}': use e.g. 10ms, 250us or 0.5s")
     if not s > 0:
         raise FootprintError(f"cannot read the latency '{value}': use a positive time such as 10ms")

@@ -200,7 +200,6 @@ def _tf32(value: str | None) -> bool | None:
 
 def _gpus(args: argparse.Namespace) -> int:
     from . import hardware
-    from .report.files import write_json
     from .report.hardware import render_gpus
 
     rows = hardware.list(args.hardware)
@@ -209,15 +208,12 @@ def _gpus(args: argparse.Namespace) -> int:
         if not rows:
             raise FootprintError(f"no accelerator of vendor '{args.vendor}': vendors are nvidia, amd, apple, local")
     render_gpus(rows, sources=args.sources)
-    if args.json:
-        write_json(args.json, {"accelerators": [a.to_dict() for a in rows]})
-        print(f"wrote {args.json}")
+    _write(args, {"accelerators": [a.to_dict() for a in rows]})
     return 0
 
 
 def _fit(args: argparse.Namespace) -> int:
     from . import api
-    from .report.files import write_json
     from .report.hardware import render_fit
 
     res = api.fit(args.model, _specs(args) or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
@@ -227,15 +223,12 @@ def _fit(args: argparse.Namespace) -> int:
                   efficiency=_efficiency(args.efficiency), bucket_view=args.bucket_view, weights=args.weights,
                   trust_remote_code=args.trust_remote_code)
     render_fit(res)
-    if args.json:
-        write_json(args.json, res.to_dict())
-        print(f"wrote {args.json}")
+    _write(args, res.to_dict())
     return 0 if res.pick else 1  # nothing fits (or meets the target): a CI step fails
 
 
 def _predict(args: argparse.Namespace) -> int:
     from . import api
-    from .report.files import write_json
     from .report.hardware import render_prediction
 
     if args.depth < 0 or args.top < 0:
@@ -250,9 +243,7 @@ def _predict(args: argparse.Namespace) -> int:
                        efficiency=_efficiency(args.efficiency), hardware=args.hardware, weights=args.weights,
                        trust_remote_code=args.trust_remote_code)
     render_prediction(pred, depth=args.depth, top=args.top)
-    if args.json:
-        write_json(args.json, pred.to_dict(ops=True))
-        print(f"wrote {args.json}")
+    _write(args, pred.to_dict(ops=True))
     return 0
 
 
@@ -261,7 +252,6 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from .hardware.calibrate import calibrate
     from .hardware.local import save_calibration
-    from .report.files import write_json
     from .report.hardware import render_calibration
 
     err = Console(stderr=True)
@@ -269,10 +259,17 @@ def _calibrate(args: argparse.Namespace) -> int:
         res = calibrate(args.device, quick=args.quick, on_step=lambda s: status.update(f"calibrating: {s}"))
     path = save_calibration(args.device, res)
     render_calibration(res, path)
-    if args.json:
-        write_json(args.json, res)
-        print(f"wrote {args.json}")
+    _write(args, res)
     return 0
+
+
+def _write(args: argparse.Namespace, data: dict) -> None:
+    """``--json FILE``: the result, written whole or not at all."""
+    if args.json:
+        from .report.files import write_json
+
+        write_json(args.json, data)
+        print(f"wrote {args.json}")
 
 
 def _specs(args: argparse.Namespace) -> list:
@@ -287,7 +284,6 @@ def _specs(args: argparse.Namespace) -> list:
 
 def _profile(args: argparse.Namespace) -> int:
     from . import api
-    from .report.files import write_json
     from .report.terminal import render_profile
     if args.depth < 0:
         raise FootprintError("--depth cannot be negative")
@@ -296,15 +292,12 @@ def _profile(args: argparse.Namespace) -> int:
                        train=bool(args.train or args.backward), weights=args.weights,
                        trust_remote_code=args.trust_remote_code)
     render_profile(prof, by=args.by, depth=args.depth)
-    if args.json:
-        write_json(args.json, prof.to_dict(depth=None, include_trace=True))
-        print(f"wrote {args.json}")
+    _write(args, prof.to_dict(depth=None, include_trace=True))
     return 0
 
 
 def _memory(args: argparse.Namespace) -> int:
     from . import api
-    from .report.files import write_json
     from .report.terminal import render_memory
 
     specs = _specs(args)
@@ -320,9 +313,7 @@ def _memory(args: argparse.Namespace) -> int:
                      scaling=args.scaling, overheads=overheads, weights=args.weights,
                      trust_remote_code=args.trust_remote_code)
     render_memory(est)
-    if args.json:
-        write_json(args.json, est.to_dict())
-        print(f"wrote {args.json}")
+    _write(args, est.to_dict())
     return 0
 
 
@@ -330,7 +321,6 @@ def _bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .api import bench
-    from .report.files import write_json
     from .report.terminal import render_bench
 
     if args.min_reps < 1 or args.min_time < 0:
@@ -354,9 +344,7 @@ def _bench(args: argparse.Namespace) -> int:
                     min_seconds=args.min_time, weights=args.weights, trust_remote_code=args.trust_remote_code,
                     progress=progress)
     render_bench(res)
-    if args.json:
-        write_json(args.json, res.to_dict())
-        print(f"wrote {args.json}")
+    _write(args, res.to_dict())
     return 0
 
 

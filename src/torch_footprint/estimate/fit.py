@@ -74,6 +74,11 @@ def wrap_units(trace: Trace) -> dict[str, int]:
     return units
 
 
+def gather_bytes(trace: Trace) -> int:
+    """What ZeRO-3/FSDP gathers at once: the parameters of the two largest wrapped units."""
+    return sum(sorted(wrap_units(trace).values(), reverse=True)[:2])
+
+
 @dataclass
 class ModelStates:
     """What one rank keeps between steps (bytes)."""
@@ -128,8 +133,7 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
     if strategy == "ddp" and training and not bucket_view:
         extra = sum(p.nbytes for p in trace.params if p.trainable)
     elif strategy in ("zero3", "fsdp"):
-        units = sorted(wrap_units(trace).values(), reverse=True)
-        extra = sum(units[:2])
+        extra = gather_bytes(trace)
     return replay(trace, keep_timeline=True, scale={k: v for k, v in scale.items() if v != 1.0}, extra=extra)
 
 

@@ -106,7 +106,8 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
         matrix = {k: v * 1e12 for k, v in cal.get("matmul_tflops", {}).items()}
         conv = {k: v * 1e12 for k, v in cal.get("conv_tflops", {}).items()}
         # elementwise work on a CPU runs on the same vector units as its matmuls
-        vector = matrix.get("fp32", acc.vector_peak * eff["vector"]) * (eff["vector"] if acc.kind != "cpu" else 1.0)
+        base = matrix.get("fp32") or acc.vector_peak
+        vector = base if acc.kind == "cpu" else base * eff["vector"]
         return Ceilings(matrix=matrix, conv=conv, vector=vector, bandwidth=cal["copy_gbs"] * 1e9,
                         overhead=overhead_s if overhead_s is not None else cal["op_overhead_us"] * 1e-6,
                         source=f"calibrated {cal.get('when', '')}".strip(), efficiency={},

@@ -11,7 +11,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -177,11 +177,12 @@ def load(extra: str | os.PathLike[str] | None = None, local: bool = True) -> lis
     """The built-in rows, the local CPU (with ``local``), then the rows of ``extra`` (same id: replaced)."""
     rows = {a.id: a for a in _builtin()}
     if local:
-        from .local import local_cpu, local_gpu_calibrated
+        from .local import local_cpu, local_gpu_calibrated, read_calibrations
 
-        cpu = local_cpu()
+        calibrations = read_calibrations()
+        cpu = local_cpu(calibrations)
         rows[cpu.id] = cpu
-        gpu = local_gpu_calibrated(list(rows.values()))  # this machine's GPU row, with its calibration
+        gpu = local_gpu_calibrated(list(rows.values()), calibrations)  # this machine's GPU, calibrated
         if gpu is not None:
             rows[gpu.id] = gpu
     if extra is not None:
@@ -192,7 +193,11 @@ def load(extra: str | os.PathLike[str] | None = None, local: bool = True) -> lis
 
 def get(name: str, extra: str | os.PathLike[str] | None = None) -> Accelerator:
     """One accelerator by id, alias or name (case-insensitive); close names are suggested."""
-    rows = load(extra)
+    return find(load(extra), name)
+
+
+def find(rows: list[Accelerator], name: str) -> Accelerator:
+    """:func:`get` over rows already loaded."""
     key = name.strip().lower()
     for a in rows:
         if key == a.id or key == a.name.lower() or key in (x.lower() for x in a.aliases):
@@ -202,7 +207,3 @@ def get(name: str, extra: str | os.PathLike[str] | None = None) -> Accelerator:
     close = difflib.get_close_matches(key, [a.id for a in rows], n=4, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise FootprintError(f"unknown accelerator '{name}'.{hint} `footprint gpus` lists them all.")
-
-
-def with_calibration(acc: Accelerator, calibration: dict[str, Any] | None) -> Accelerator:
-    return acc if not calibration else replace(acc, calibrated=calibration)

@@ -61,10 +61,11 @@ def _theoretical_fp32() -> tuple[float, str]:
     return cores * mhz * 1e6 * per_cycle / 1e12, how
 
 
-def local_cpu() -> Accelerator:
+def local_cpu(calibrations: dict[str, Any] | None = None) -> Accelerator:
     """This machine's CPU as a row: calibrated ceilings where ``footprint calibrate`` ran, else
-    the theoretical fp32 peak and no bandwidth (predictions then ask for a calibration)."""
-    cal = load_calibration("cpu")
+    the theoretical fp32 peak and no bandwidth (predictions then ask for a calibration).
+    ``calibrations``: the calibration file's devices, when the caller has read it already."""
+    cal = (read_calibrations() if calibrations is None else calibrations).get(device_key("cpu"))
     ram_gib = _ram_bytes() / 2**30
     peak, how = _theoretical_fp32()
     notes = f"This machine's CPU ({cpu_threads()} threads). Theoretical fp32 peak: {how}."
@@ -102,13 +103,13 @@ def find_local_gpu(rows: list[Accelerator]) -> Accelerator | None:
     return None
 
 
-def local_gpu_calibrated(rows: list[Accelerator]) -> Accelerator | None:
+def local_gpu_calibrated(rows: list[Accelerator], calibrations: dict[str, Any]) -> Accelerator | None:
     """The database row of this machine's CUDA device carrying its saved calibration, if
     ``footprint calibrate --device cuda`` ran here (CUDA is not touched otherwise)."""
-    if not any(k.startswith("cuda:") for k in _read_all()):
+    if not any(k.startswith("cuda:") for k in calibrations):
         return None
     row = find_local_gpu(rows)
-    cal = load_calibration("cuda")
+    cal = calibrations.get(device_key("cuda"))
     if row is None or not cal:
         return None
     from dataclasses import replace
@@ -126,7 +127,8 @@ def calibration_path() -> Path:
     return Path(base) / "torch-footprint" / "calibration.json"
 
 
-def _read_all() -> dict[str, Any]:
+def read_calibrations() -> dict[str, Any]:
+    """Every device's saved ceilings, by device key (empty when there is no valid file)."""
     p = calibration_path()
     try:
         data = json.loads(p.read_text())
@@ -143,22 +145,12 @@ def device_key(device: str) -> str:
     return f"cuda:{cuda_device_name()}"
 
 
-def load_calibration(device: str) -> dict[str, Any] | None:
-    """The saved ceilings for ``device`` ("cpu" or "cuda") on this machine, if any."""
-    return _read_all().get(device_key(device))
-
-
 def save_calibration(device: str, result: dict[str, Any]) -> Path:
     from ..files import write_json
 
-    devices = _read_all()
+    devices = read_calibrations()
     devices[device_key(device)] = result
     p = calibration_path()
     p.parent.mkdir(parents=True, exist_ok=True)
     write_json(p, {"format": CALIBRATION_VERSION, "devices": devices})
-    local_cpu_cache_clear()
     return p
-
-
-def local_cpu_cache_clear() -> None:
-    _theoretical_fp32.cache_clear()

@@ -241,7 +241,7 @@ class Recorder(TorchDispatchMode):
             new = self.watch(t)
             if new is not None:
                 allocs.append(list(new))
-        if (allocs and self.param_uids and func._overloadpacket is torch.ops.aten._to_copy
+        if (allocs and self.param_uids and func._overloadpacket is _TO_COPY
                 and isinstance(args[0], torch.Tensor) and self.uid_of(args[0]) in self.param_uids):
             self.param_casts.extend(uid for uid, _ in allocs)
         name = self._names.get(func)
@@ -265,6 +265,7 @@ class Recorder(TorchDispatchMode):
         return out
 
 
+_TO_COPY = torch.ops.aten._to_copy
 _MATMULS = {torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm, torch.ops.aten.baddbmm}
 
 
