@@ -1,5 +1,6 @@
 # make run   - create .venv if missing, install, profile the default model (resnet50)
 # make test  - create .venv if missing, install with the test extras, run ruff and the tests
+# make bench - every benchmark script (tens of minutes; gpu_validate.py only where CUDA is)
 VENV   ?= .venv
 PYTHON ?= python3
 PY     := $(VENV)/bin/python
@@ -22,7 +23,13 @@ test: $(VENV)/.installed-all,dev
 bench: $(VENV)/.installed-all,dev,bench
 	$(PY) benchmarks/peers.py
 	$(PY) benchmarks/llama70b_scale.py
+	$(PY) benchmarks/llama70b_memory.py
+	$(PY) benchmarks/memory_cpu.py
 	$(PY) benchmarks/roofline_cpu.py
+	$(PY) benchmarks/timer_agreement.py
+	$(PY) benchmarks/model_zoo_sweep.py
+	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
+		$(PY) benchmarks/gpu_validate.py; else echo "benchmarks/gpu_validate.py: no CUDA device here, not run"; fi
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

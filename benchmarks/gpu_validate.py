@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 import torch_footprint as tfp
-from torch_footprint.bench.measured import one_step
-from torch_footprint.bench.search import largest_batch
 from torch_footprint.estimate.training import optimizer as make_optimizer
+from torch_footprint.measure.measured import one_step
+from torch_footprint.measure.search import largest_runnable_batch
 
 
 def memory_check(name: str, build: Any, inputs: dict[str, Any], spec: Any, train: bool, opt: str | None) -> dict:
@@ -56,10 +56,10 @@ def roofline_check() -> dict[str, Any]:
     """Predicted against measured latency on this GPU (issue 4)."""
     from dataclasses import replace
 
-    from torch_footprint.estimate.roofline import predict
+    from torch_footprint.estimate.roofline import estimate_latency as predict
     from torch_footprint.hardware import list as all_rows
-    from torch_footprint.hardware.calibrate import calibrate
     from torch_footprint.hardware.local import find_local_gpu
+    from torch_footprint.measure.calibrate import calibrate
 
     cal = calibrate("cuda")
     row = find_local_gpu(all_rows())
@@ -115,7 +115,7 @@ def main() -> None:
         torch.cuda.synchronize()
 
     t = time.perf_counter()
-    res = largest_batch(step, start=64)
+    res = largest_runnable_batch(step, start=64)
     opt.zero_grad(set_to_none=True)
     gc.collect()
     torch.cuda.empty_cache()

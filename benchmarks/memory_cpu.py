@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 import torch_footprint as tfp
-from torch_footprint.bench.measured import allocator_peak, one_step
 from torch_footprint.estimate.training import optimizer as make_optimizer
+from torch_footprint.measure.measured import allocator_peak, one_step
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT2_SMALL = ROOT / "src" / "torch_footprint" / "sources" / "configs" / "gpt2.json"

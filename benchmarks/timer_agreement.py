@@ -23,7 +23,7 @@ import torch
 import torchvision
 from torch.utils.benchmark import Timer
 
-from torch_footprint.bench.timer import CpuClock, measure, warm_up
+from torch_footprint.measure.timer import CpuClock, measure, warm_up
 
 
 def cv(values: list[float]) -> float:

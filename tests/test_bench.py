@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from torch_footprint import bench
-from torch_footprint.bench.runner import parse_batches, pick_device
 from torch_footprint.cli import main
 from torch_footprint.errors import FootprintError
+from torch_footprint.measure.runner import parse_batches, pick_device
 
 
 class Small(nn.Module):

@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from torch_footprint.bench.search import OutOfMemory, largest_batch
-from torch_footprint.bench.timer import measure, quantile, summarize, warm_up
+from torch_footprint.measure.search import OutOfMemory, largest_runnable_batch
+from torch_footprint.measure.timer import measure, quantile, summarize, warm_up
 
 
 class FakeClock:
@@ -67,7 +67,7 @@ def test_batch_search_finds_exactly_the_largest_and_releases_after_each_failure(
         released.append(True)
         allocated["now"] = 0  # gc + empty_cache bring memory back to the baseline
 
-    r = largest_batch(try_batch, release=release)
+    r = largest_runnable_batch(try_batch, release=release)
     assert r.batch == 37
     fails = [b for b, ok in r.tried if not ok]
     assert len(released) == len(fails) and allocated["now"] == 0
@@ -78,21 +78,21 @@ def test_batch_search_when_nothing_fits_and_other_errors_propagate() -> None:
     def never(b: int) -> None:
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    assert largest_batch(never, release=lambda: None).batch == 0
+    assert largest_runnable_batch(never, release=lambda: None).batch == 0
 
     def broken(b: int) -> None:
         raise ValueError("shape mismatch")
 
     with pytest.raises(ValueError):
-        largest_batch(broken, release=lambda: None)
+        largest_runnable_batch(broken, release=lambda: None)
 
 
 def test_progress_reaches_one_when_both_floors_are_met() -> None:
     seen: list[float] = []
     measure(lambda: None, FakeClock([0.125] * 100), min_reps=30, min_seconds=5.0, warmup=False,
             on_progress=seen.append)
-    assert len(seen) == 40 and seen[-1] == 1.0
-    assert seen == sorted(seen)  # never goes backwards
+    # after call i: min(i / 30 calls, 0.125 i / 5 s) = i / 40, the time floor being the later one
+    assert seen == pytest.approx([i / 40 for i in range(1, 41)])
 
 
 def test_rss_peak_sees_a_short_lived_allocation_without_a_sampling_thread():
@@ -100,7 +100,7 @@ def test_rss_peak_sees_a_short_lived_allocation_without_a_sampling_thread():
 
     import torch
 
-    from torch_footprint.bench.runner import RssSampler
+    from torch_footprint.measure.runner import RssSampler
 
     before = threading.active_count()
     with RssSampler() as s:
@@ -109,3 +109,22 @@ def test_rss_peak_sees_a_short_lived_allocation_without_a_sampling_thread():
         del x
     assert s.peak - s.base >= 190 * 2**20
     assert during == before  # Linux: the kernel's high-water mark, nothing competing with the timed calls
+
+
+def test_the_one_largest_batch_search_by_hand() -> None:
+    from torch_footprint.search import largest_true
+
+    asked: list[int] = []
+
+    def ok(n: int) -> bool:
+        asked.append(n)
+        return n <= 37
+
+    # doubling from 5: 5, 10, 20, 40 (no); bisection between 20 and 40: 30, 35, 37, 38 (no)
+    assert largest_true(ok, 5) == 37
+    assert asked == [5, 10, 20, 40, 30, 35, 37, 38]
+    # a start that fails bisects down to a size known to pass; without one the answer is 0
+    asked.clear()
+    assert largest_true(ok, 100, known_ok=1) == 37 and asked[0] == 100
+    assert largest_true(ok, 100) == 0
+    assert largest_true(lambda n: True, 1, limit=64) == 64

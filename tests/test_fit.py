@@ -8,9 +8,9 @@ from torch import nn
 
 import torch_footprint as tfp
 from torch_footprint.analysis.memory import MemoryPeak
-from torch_footprint.api import _trace_step
 from torch_footprint.cli import main
-from torch_footprint.estimate import fit as ft
+from torch_footprint.estimate import recommend, sharding
+from torch_footprint.estimate.workload import StepSpec, trace_step
 
 SOC = """
 [[accelerator]]
@@ -37,8 +37,7 @@ W, G, OPT = 22_240, 22_240, 44_496
 
 
 def _adam_trace(batch: int = 4):
-    return _trace_step(mlp(), ["4,100"], batch=batch, train=True, optimizer="adam", precision="fp32",
-                       checkpointing=False, device="cpu", weights=None, trust_remote_code=False)[0]
+    return trace_step(mlp(), ["4,100"], StepSpec(train=True, optimizer="adam"), batch=batch)[0]
 
 
 def test_whole_model_states_equal_the_closed_form():
@@ -60,27 +59,27 @@ def test_model_states_per_rank_by_hand(strategy, expected):
     from torch_footprint.analysis.memory import replay
 
     t = _adam_trace()
-    gather = sum(sorted(ft.wrap_units(t).values(), reverse=True)[:2])
+    gather = sum(sorted(sharding.wrap_units(t).values(), reverse=True)[:2])
     assert gather == 20_200 + 2_040
-    st = ft.model_states(replay(t).persistent, strategy, 4, gather)
+    st = sharding.model_states(replay(t).persistent, strategy, 4, gather)
     assert st.total == expected
 
 
 def test_rank_peak_replays_sharded_storages():
     t = _adam_trace(batch=1)  # tiny activations: the peak is in the optimizer step
-    single = ft.rank_peak(t).peak_bytes
-    assert ft.rank_peak(t).phase == "optimizer"
+    single = sharding.rank_peak(t).peak_bytes
+    assert sharding.rank_peak(t).phase == "optimizer"
     # DDP adds the bucket copy of the gradients, alive throughout: the peak moves by exactly G
-    assert ft.rank_peak(t, "ddp", 4).peak_bytes == single + G
+    assert sharding.rank_peak(t, "ddp", 4).peak_bytes == single + G
     # ZeRO-1 removes 3/4 of the optimizer state: at most that much lower, and lower
-    z1 = ft.rank_peak(t, "zero1", 4).peak_bytes
+    z1 = sharding.rank_peak(t, "zero1", 4).peak_bytes
     assert single - (OPT - OPT // 4) <= z1 < single
-    assert ft.rank_peak(t, "zero3", 4).peak_bytes <= z1 + W  # everything sharded, plus two gathered units
+    assert sharding.rank_peak(t, "zero3", 4).peak_bytes <= z1 + W  # everything sharded, plus two gathered units
 
 
 def test_bucket_view_removes_the_copy():
     t = _adam_trace()
-    assert ft.rank_peak(t, "ddp", 4, bucket_view=True).peak_bytes == ft.rank_peak(t).peak_bytes
+    assert sharding.rank_peak(t, "ddp", 4, bucket_view=True).peak_bytes == sharding.rank_peak(t).peak_bytes
 
 
 def test_largest_batch_from_two_traces_by_hand():
@@ -88,18 +87,16 @@ def test_largest_batch_from_two_traces_by_hand():
     # room 100: point 2 allows 1 + (100 - 30) / 20 = 4.5, point 3 1 + (100 - 20) / 5 = 17 -> 4
     p1 = MemoryPeak(30, 10, 0, "", "", "", {}, highs=[10, 30, 20])
     p2 = MemoryPeak(50, 10, 0, "", "", "", {}, highs=[10, 50, 25])
-    assert ft.largest_batch(1, 2, p1, p2, 100) == 4
-    assert ft.peak_at(1, 2, p1, p2, 4) == 90
+    assert recommend.largest_fitting_batch(1, 2, p1, p2, 100) == 4
+    assert recommend.peak_at(1, 2, p1, p2, 4) == 90
     flat = MemoryPeak(30, 10, 0, "", "", "", {}, highs=[10, 30])
-    assert ft.largest_batch(1, 2, flat, flat, 100) is None
+    assert recommend.largest_fitting_batch(1, 2, flat, flat, 100) is None
 
 
 def test_extrapolated_trace_equals_the_traced_one():
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 30 * 30, 10))
-    kw = dict(train=False, optimizer=None, precision="fp32", checkpointing=False, device="cpu", weights=None,
-              trust_remote_code=False)
-    t2, t4, t9 = (_trace_step(model, ["2,3,32,32"], batch=b, **kw)[0] for b in (2, 4, 9))
-    x9 = ft.extrapolate(t2, t4, 2, 4, 9)
+    t2, t4, t9 = (trace_step(model, ["2,3,32,32"], StepSpec(), batch=b)[0] for b in (2, 4, 9))
+    x9 = recommend.extrapolate(t2, t4, 2, 4, 9)
     assert x9 is not None
     for a, b in zip(x9.events, t9.events, strict=True):
         assert (a.op, a.flops, a.macs, a.bytes_read, a.bytes_written) == \
@@ -159,15 +156,14 @@ def test_bad_fit_input():
 
 
 def test_autocast_weight_copies_are_found_and_sharded_like_weights():
-    t = _trace_step(mlp(), ["4,100"], batch=4, train=True, optimizer="adam", precision="bf16-mixed",
-                    checkpointing=False, device="cpu", weights=None, trust_remote_code=False)[0]
+    t = trace_step(mlp(), ["4,100"], StepSpec(train=True, optimizer="adam", precision="bf16-mixed"), batch=4)[0]
     sizes = {uid: n for e in t.events for uid, n in e.allocs}
     # autocast casts each weight and bias to bf16 once: 2 bytes x 5,560 parameters
     assert sum(sizes[u] for u in t.tags["parameter casts"]) == 2 * 5_560
-    f = ft.shard_factors("zero3", 4)
+    f = sharding.shard_factors("zero3", 4)
     assert f["weights"] == 0.25
     # ZeRO-3 shrinks those copies too: its per-rank peak is below ZeRO-2's
-    assert ft.rank_peak(t, "zero3", 4).peak_bytes - W <= ft.rank_peak(t, "zero2", 4).peak_bytes
+    assert sharding.rank_peak(t, "zero3", 4).peak_bytes - W <= sharding.rank_peak(t, "zero2", 4).peak_bytes
 
 
 def test_cli_fit_json_for_several_ranks(tmp_path, capsys):

@@ -201,3 +201,10 @@ def test_grouped_mm_of_mixture_of_experts() -> None:
     p = tfp.profile(Experts(), "12,32:bf16")
     assert p.macs == 12 * 32 * 64  # every token meets one 32 x 64 expert matrix
     assert p.unknown_ops == {}
+
+
+def test_a_second_formula_for_an_operator_is_refused() -> None:
+    from torch_footprint.trace.formulas import pointwise, register
+
+    with pytest.raises(ValueError, match="registered twice"):
+        register(torch.ops.aten.relu)(pointwise(1))

@@ -143,7 +143,7 @@ def test_cli_gpus_and_a_bad_hardware_file(tmp_path, capsys):
     assert len(json.loads(out_json.read_text())["accelerators"]) >= 35
 
 
-def test_bench_stays_the_verb_after_its_subpackage_is_imported():
-    import torch_footprint.bench.runner  # noqa: F401
+def test_bench_stays_the_verb_after_the_measuring_package_is_imported():
+    import torch_footprint.measure.runner  # noqa: F401
 
     assert callable(tfp.bench) and tfp.bench.__name__ == "bench"

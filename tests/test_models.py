@@ -11,7 +11,7 @@ from torch import nn
 
 import torch_footprint as tfp
 from torch_footprint.api import Profile
-from torch_footprint.report.files import read_json, write_json
+from torch_footprint.files import read_json, write_json
 from torch_footprint.trace.formulas import causal_pairs
 
 CONFIGS = Path(__file__).parent / "configs"

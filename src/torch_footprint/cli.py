@@ -199,14 +199,10 @@ def _tf32(value: str | None) -> bool | None:
 
 
 def _gpus(args: argparse.Namespace) -> int:
-    from . import hardware
+    from . import api
     from .report.hardware import render_gpus
 
-    rows = hardware.list(args.hardware)
-    if args.vendor:
-        rows = [a for a in rows if a.vendor == args.vendor.lower()]
-        if not rows:
-            raise FootprintError(f"no accelerator of vendor '{args.vendor}': vendors are nvidia, amd, apple, local")
+    rows = api.gpus(args.hardware, vendor=args.vendor)
     render_gpus(rows, sources=args.sources)
     _write(args, {"accelerators": [a.to_dict() for a in rows]})
     return 0
@@ -233,13 +229,9 @@ def _predict(args: argparse.Namespace) -> int:
 
     if args.depth < 0 or args.top < 0:
         raise FootprintError("--depth and --top cannot be negative")
-    if args.optimizer or args.checkpointing:
-        raise FootprintError("predict times one training step with SGD: --optimizer and --checkpointing "
-                             "belong to `footprint fit` and `footprint memory`")
-    if args.dtype and args.precision:
-        raise FootprintError("give --dtype (inference) or --precision (training), not both")
-    pred = api.predict(args.model, args.gpu, _specs(args) or None, dtype=args.precision or args.dtype,
-                       batch=args.batch, train=args.train, tf32=_tf32(args.tf32),
+    pred = api.predict(args.model, args.gpu, _specs(args) or None, dtype=args.dtype, precision=args.precision,
+                       batch=args.batch, train=args.train, optimizer=args.optimizer,
+                       checkpointing=args.checkpointing, tf32=_tf32(args.tf32),
                        efficiency=_efficiency(args.efficiency), hardware=args.hardware, weights=args.weights,
                        trust_remote_code=args.trust_remote_code)
     render_prediction(pred, depth=args.depth, top=args.top)
@@ -250,14 +242,12 @@ def _predict(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from .hardware.calibrate import calibrate
-    from .hardware.local import save_calibration
+    from . import api
     from .report.hardware import render_calibration
 
-    err = Console(stderr=True)
-    with err.status("calibrating") as status:
-        res = calibrate(args.device, quick=args.quick, on_step=lambda s: status.update(f"calibrating: {s}"))
-    path = save_calibration(args.device, res)
+    with Console(stderr=True).status("calibrating") as status:
+        res, path = api.calibrate(args.device, quick=args.quick,
+                                  on_step=lambda s: status.update(f"calibrating: {s}"))
     render_calibration(res, path)
     _write(args, res)
     return 0
@@ -266,7 +256,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _write(args: argparse.Namespace, data: dict) -> None:
     """``--json FILE``: the result, written whole or not at all."""
     if args.json:
-        from .report.files import write_json
+        from .files import write_json
 
         write_json(args.json, data)
         print(f"wrote {args.json}")
@@ -349,8 +339,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .api import Profile
-    from .report.files import read_json
+    from .analysis import Profile
+    from .files import read_json
     from .report.terminal import render_profile
 
     render_profile(Profile.from_dict(read_json(args.file)), by=args.by, depth=args.depth)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analysis.memory import MemoryPeak
+from ..analysis.memory import MemoryPeak, replay
 from ..errors import FootprintError
+from ..quantities import parse_bytes
+from ..search import largest_true
+from ..trace import Trace
+from .workload import StepSpec, first_batch, trace_step
 
 # Fixed costs outside the trace, per device, each configurable.
 #  - CUDA context: driver, kernels and runtime state loaded by the first CUDA call; a few
@@ -20,7 +25,7 @@ ALLOCATOR_ROUNDING = {"cpu": 0, "cuda": 512}
 
 
 @dataclass
-class BatchFit:
+class BatchScaling:
     """peak(batch) = fixed + per_sample x batch, fitted from traces at two batch sizes."""
 
     batches: list[int]
@@ -31,7 +36,7 @@ class BatchFit:
     max_batch: int | None = None
     max_batch_checked: bool = False
 
-    def predict(self, batch: int) -> float:
+    def peak_at(self, batch: int) -> float:
         return self.fixed + self.per_sample * batch
 
 
@@ -44,7 +49,7 @@ class MemoryEstimate:
     overheads: dict[str, int] = field(default_factory=dict)
     utilisation: float = 0.8
     notes: list[str] = field(default_factory=list)
-    batch_fit: BatchFit | None = None
+    scaling: BatchScaling | None = None
     budget: int | None = None
 
     @property
@@ -61,8 +66,8 @@ class MemoryEstimate:
         d = {"peak": self.peak.to_dict(), "settings": self.settings, "overheads": self.overheads,
              "total_bytes": self.total, "utilisation": self.utilisation, "provision_bytes": self.provision,
              "notes": self.notes, "budget": self.budget}
-        if self.batch_fit is not None:
-            d["batch_fit"] = self.batch_fit.__dict__
+        if self.scaling is not None:
+            d["batch_fit"] = self.scaling.__dict__
         return d
 
 
@@ -74,25 +79,7 @@ def overheads_for(device: str, n_allocations: int, rounding_bytes: int) -> dict[
     return {}
 
 
-def parse_bytes(text: str) -> int:
-    """``24GiB``, ``24GB``, ``512MiB``, ``1.5TiB`` or a plain number of bytes."""
-    units = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
-             "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-    raw = text.strip().lower().replace(" ", "")
-    num = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = raw[len(num):] or "b"
-    if unit not in units or not num:
-        raise FootprintError(f"cannot read the memory size '{text}': use e.g. 24GiB, 80GB or 512MiB")
-    try:
-        value = float(num)
-    except ValueError:
-        raise FootprintError(f"cannot read the memory size '{text}': use e.g. 24GiB, 80GB or 512MiB") from None
-    if value < 0:
-        raise FootprintError(f"a memory size cannot be negative, got '{text}'")
-    return int(value * units[unit])
-
-
-def fit_batches(batches: list[int], peaks: list[int]) -> BatchFit:
+def scaling_line(batches: list[int], peaks: list[int]) -> BatchScaling:
     (b1, b2), (p1, p2) = batches[:2], peaks[:2]
     per = (p2 - p1) / (b2 - b1)
     fixed = p1 - per * b1
@@ -100,4 +87,80 @@ def fit_batches(batches: list[int], peaks: list[int]) -> BatchFit:
     if len(batches) > 2:
         expected = fixed + per * batches[2]
         affine = abs(peaks[2] - expected) <= 0.01 * max(peaks[2], 1)
-    return BatchFit(batches=batches, peaks=peaks, fixed=fixed, per_sample=per, affine=affine)
+    return BatchScaling(batches=batches, peaks=peaks, fixed=fixed, per_sample=per, affine=affine)
+
+
+def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = None, device: str = "cpu",
+                    budget: int | str | None = None, utilisation: float = 0.8, scaling: bool = False,
+                    overheads: Mapping[str, int | str] | None = None, weights: str | None = None,
+                    trust_remote_code: bool = False) -> MemoryEstimate:
+    """The traced peak of ``spec`` at ``batch`` plus the fixed overheads of ``device``; with
+    ``scaling`` (or a ``budget``) the line through traces at 1x, 2x and 3x the batch; with a
+    ``budget`` the largest batch whose provisioned memory fits it, checked by tracing."""
+    if device not in ("cpu", "cuda"):
+        raise FootprintError(f"unknown device '{device}': use cpu or cuda")
+    if not 0 < utilisation <= 1:
+        raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
+
+    def at(b: int | None, timeline: bool = False) -> tuple[MemoryPeak, Trace, list[str]]:
+        tr, nt = trace_step(model, inputs, spec, batch=b, weights=weights, trust_remote_code=trust_remote_code)
+        return replay(tr, keep_timeline=timeline), tr, nt
+
+    peak, trace, notes = at(batch, timeline=True)
+    fixed = overheads_for(device, allocation_count(trace), ALLOCATOR_ROUNDING[device])
+    for name, value in (overheads or {}).items():
+        fixed[name] = parse_bytes(value)
+    kept = {k: v for k, v in fixed.items() if v}
+    settings = dict(trace.settings, precision=spec.precision, checkpointing=spec.checkpointing, target=device,
+                    inputs=trace.inputs, model=trace.model)
+    est = MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes)
+    fixed_costs = sum(kept.values())
+    budget_b = None
+    if budget is not None:
+        budget_b = parse_bytes(budget)
+        if budget_b <= 0:
+            raise FootprintError(f"a memory budget must be positive, got {budget}")
+        est.budget = budget_b
+        weights_b = peak.persistent.get("weights", 0) + peak.persistent.get("buffers", 0)
+        if (weights_b + fixed_costs) / utilisation > budget_b:
+            raise FootprintError(
+                f"a budget of {budget_b / 2**30:.2f} GiB cannot hold this model: its weights alone take "
+                f"{weights_b / 2**30:.2f} GiB (plus {fixed_costs / 2**30:.2f} GiB of fixed overheads, at "
+                f"{utilisation:.0%} utilisation)"
+            )
+    if budget_b is None and not scaling:
+        return est
+    b1 = first_batch(trace, batch)
+    traced = {b1: peak.peak_bytes, 2 * b1: at(2 * b1)[0].peak_bytes, 3 * b1: at(3 * b1)[0].peak_bytes}
+    line = est.scaling = scaling_line(list(traced), list(traced.values()))
+    if not line.affine:
+        est.notes.append("peak memory is not affine in the batch size here (a third trace is off the line "
+                         "by more than 1%)")
+    if budget_b is None:
+        return est
+    room = budget_b * utilisation - fixed_costs
+    peaks = dict(traced)  # the line's traces are not run again
+
+    def fits(b: int) -> bool:
+        if b not in peaks:
+            peaks[b] = at(b)[0].peak_bytes
+        return peaks[b] <= room
+
+    if not fits(1):
+        need = peaks[1] + fixed_costs
+        raise FootprintError(
+            f"not even batch 1 fits a budget of {budget_b / 2**30:.2f} GiB: it needs "
+            f"{need / 2**30:.2f} GiB, {need / utilisation / 2**30:.2f} GiB at {utilisation:.0%} utilisation"
+        )
+    # start from the line's answer, then bracket and bisect with real traces
+    guess = max(1, int((room - line.fixed) // line.per_sample)) if line.per_sample > 0 else 2
+    best = largest_true(fits, guess, known_ok=1, limit=2**25)
+    if best >= 2**25:
+        raise FootprintError("the peak does not grow with the batch size: no largest batch to find")
+    line.max_batch, line.max_batch_checked = best, True
+    return est
+
+
+def allocation_count(trace: Trace) -> int:
+    """Storages the trace allocated, and those that existed before it (the allocator's calls)."""
+    return sum(len(e.allocs) for e in trace.events) + len(trace.preexisting)

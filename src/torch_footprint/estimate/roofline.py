@@ -37,16 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.summary import ancestors
+from ..dtypes import RATE_KEYS, rate_key
 from ..errors import FootprintError
 from ..hardware.db import Accelerator
 from ..trace.records import Trace
 
 EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
 LAUNCH_OVERHEAD_S = {"gpu": 10e-6, "soc": 15e-6, "cpu": 5e-6}
-_DTYPE_KEYS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp32", "int8": "int8",
-               "uint8": "int8", "int32": "int8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
-               "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8"}
-
 
 @dataclass
 class Ceilings:
@@ -240,20 +237,21 @@ class Prediction:
 
 def _dtype_key(names: list[str]) -> str:
     for n in names:
-        if n in _DTYPE_KEYS:
-            return _DTYPE_KEYS[n]
+        key = rate_key(n)
+        if key is not None:
+            return key
     return "fp32"
 
 
-def predict(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
-            efficiency: Mapping[str, float] | None = None, overhead_s: float | None = None,
-            calibrated: bool = True, compute_dtype: str | None = None) -> Prediction:
+def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
+                     efficiency: Mapping[str, float] | None = None, overhead_s: float | None = None,
+                     calibrated: bool = True, compute_dtype: str | None = None) -> Prediction:
     """Roofline time of every operator of ``trace`` on ``acc`` (see the module docstring).
 
     ``compute_dtype`` ("fp16", "bf16", ...) times floating-point matrix work at that dtype's
     rate whatever dtype it was traced in (bytes stay as traced).
     """
-    if compute_dtype is not None and compute_dtype not in _DTYPE_KEYS.values():
+    if compute_dtype is not None and compute_dtype not in RATE_KEYS:
         raise FootprintError(f"unknown dtype '{compute_dtype}': use fp32, tf32, fp16, bf16, fp8 or int8")
     c = ceilings(acc, efficiency, overhead_s, calibrated)
     notes: list[str] = []

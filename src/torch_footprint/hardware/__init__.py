@@ -9,9 +9,10 @@ from __future__ import annotations
 import builtins
 import os
 
-from .db import DTYPES, Accelerator, get, load, load_file
+from .catalog import get, load
+from .db import DTYPES, Accelerator, find, load_file
 
-__all__ = ["DTYPES", "Accelerator", "get", "list", "load", "load_file"]
+__all__ = ["DTYPES", "Accelerator", "find", "get", "list", "load", "load_file"]
 
 
 def list(extra: str | os.PathLike[str] | None = None) -> builtins.list[Accelerator]:  # noqa: A001

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..dtypes import RATE_KEYS
 from ..errors import FootprintError
 
 if sys.version_info >= (3, 11):
@@ -23,7 +24,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+DTYPES = RATE_KEYS  # the rate keys of a row's tflops table
 KINDS = ("gpu", "soc", "cpu")
 BUILTIN = Path(__file__).with_name("accelerators.toml")
 _REQUIRED = ("id", "name", "vendor", "kind", "memory_gb", "bandwidth_gbs", "tflops", "source")
@@ -169,35 +170,12 @@ def load_file(path: str | os.PathLike[str]) -> list[Accelerator]:
 
 
 @lru_cache(maxsize=1)
-def _builtin() -> tuple[Accelerator, ...]:
+def builtin() -> tuple[Accelerator, ...]:
     return tuple(load_file(BUILTIN))
 
 
-def load(extra: str | os.PathLike[str] | None = None, local: bool = True) -> list[Accelerator]:
-    """The built-in rows, the local CPU (with ``local``), then the rows of ``extra`` (same id: replaced)."""
-    rows = {a.id: a for a in _builtin()}
-    if local:
-        from .local import local_cpu, local_gpu_calibrated, read_calibrations
-
-        calibrations = read_calibrations()
-        cpu = local_cpu(calibrations)
-        rows[cpu.id] = cpu
-        gpu = local_gpu_calibrated(list(rows.values()), calibrations)  # this machine's GPU, calibrated
-        if gpu is not None:
-            rows[gpu.id] = gpu
-    if extra is not None:
-        for a in load_file(extra):
-            rows[a.id] = a
-    return list(rows.values())
-
-
-def get(name: str, extra: str | os.PathLike[str] | None = None) -> Accelerator:
-    """One accelerator by id, alias or name (case-insensitive); close names are suggested."""
-    return find(load(extra), name)
-
-
 def find(rows: list[Accelerator], name: str) -> Accelerator:
-    """:func:`get` over rows already loaded."""
+    """One accelerator of ``rows`` by id, alias or name (case-insensitive); close names are suggested."""
     key = name.strip().lower()
     for a in rows:
         if key == a.id or key == a.name.lower() or key in (x.lower() for x in a.aliases):

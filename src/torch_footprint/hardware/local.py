@@ -15,16 +15,34 @@ from .db import Accelerator
 CALIBRATION_VERSION = "torch-footprint-calibration/1"
 
 
-def _cpuinfo() -> dict[str, str]:
+def proc_fields(path: str) -> dict[str, str]:
+    """The ``Key: value`` lines of a /proc file (the first of each key; empty where unreadable)."""
     info: dict[str, str] = {}
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if ":" in line:
                 k, v = line.split(":", 1)
                 info.setdefault(k.strip(), v.strip())
     except OSError:
         pass
     return info
+
+
+def proc_kib(path: str, field: str) -> int | None:
+    """A "Field:  1234 kB" line of a /proc file, in bytes (None where there is none)."""
+    value = proc_fields(path).get(field)
+    try:
+        return int(value.split()[0]) * 1024 if value else None
+    except ValueError:
+        return None
+
+
+def available_ram() -> int | None:
+    return proc_kib("/proc/meminfo", "MemAvailable")
+
+
+def _cpuinfo() -> dict[str, str]:
+    return proc_fields("/proc/cpuinfo")
 
 
 def _ram_bytes() -> int:

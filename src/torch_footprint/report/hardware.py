@@ -8,10 +8,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..dtypes import RATE_KEYS
 from .terminal import describe_workload, make_console
 from .units import binary, si
-
-_DT = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 
 
 def _t(seconds: float | None) -> str:
@@ -44,14 +43,14 @@ def render_gpus(rows: list[Any], console: Console | None = None, sources: bool =
     t.add_column("id", no_wrap=True)
     t.add_column("memory", justify="right", no_wrap=True)
     t.add_column("GB/s", justify="right", no_wrap=True)
-    for d in _DT:
+    for d in RATE_KEYS:
         t.add_column(d, justify="right", no_wrap=True)
     t.add_column("TDP", justify="right", no_wrap=True)
     if sources:
         t.add_column("source", overflow="fold")
     for a in rows:
         cells = [a.id, _fig(a, "memory_gb", a.memory_gb, "{:g} GB"), _fig(a, "bandwidth_gbs", a.bandwidth_gbs)]
-        cells += [_fig(a, d, a.tflops.get(d)) for d in _DT]
+        cells += [_fig(a, d, a.tflops.get(d)) for d in RATE_KEYS]
         cells.append(_fig(a, "tdp_w", a.tdp_w, "{:g} W"))
         if sources:
             cells.append(a.source)

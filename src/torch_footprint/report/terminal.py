@@ -167,7 +167,7 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
         if rest:
             a.add_row(f"({len(rest)} more)", binary(sum(rest)), style="dim")
         console.print(a)
-    fit = est.batch_fit
+    fit = est.scaling
     if fit is not None:
         line = Text("batch: ", style="bold")
         line.append(f"peak = {binary(fit.fixed)} + {binary(fit.per_sample)} x batch "

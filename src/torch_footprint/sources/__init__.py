@@ -1,6 +1,7 @@
-"""Model and input sources."""
+"""Model and input sources: a name, a config or a factory -> a module without weights, and its inputs."""
 
 from .inputs import InputSpec, parse_dtype, parse_input_ids, parse_shape
 from .models import Built, resolve
+from .prepare import Workload, prepare
 
-__all__ = ["Built", "InputSpec", "parse_dtype", "parse_input_ids", "parse_shape", "resolve"]
+__all__ = ["Built", "InputSpec", "Workload", "parse_dtype", "parse_input_ids", "parse_shape", "prepare", "resolve"]

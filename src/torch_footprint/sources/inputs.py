@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ..dtypes import name_of, parse_dtype
 from ..errors import FootprintError
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32, "f32": torch.float32,
-    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16, "f16": torch.float16,
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-    "fp64": torch.float64, "float64": torch.float64, "double": torch.float64,
-    "int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32,
-    "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
-}
-FLOAT_DTYPES = ("fp32", "fp16", "bf16", "fp64")
+__all__ = ["InputSpec", "normalize_inputs", "parse_dtype", "parse_input_ids", "parse_shape"]
 
-
-def parse_dtype(text: str) -> torch.dtype:
-    """A dtype from its usual names (fp32, float32, bf16, int64, ...)."""
-    key = text.strip().lower().removeprefix("torch.")
-    if key not in DTYPES:
-        raise FootprintError(f"unknown dtype '{text}'; valid dtypes: {', '.join(sorted(DTYPES))}")
-    return DTYPES[key]
+InputsLike = Any  # None | Tensor | InputSpec | str | sequence of those | mapping name -> those
 
 
 @dataclass(frozen=True)
@@ -46,7 +34,7 @@ class InputSpec:
         return torch.zeros(self.shape, dtype=self.dtype, device=device)
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"shape": list(self.shape), "dtype": str(self.dtype).removeprefix("torch.")}
+        d: dict[str, Any] = {"shape": list(self.shape), "dtype": name_of(self.dtype)}
         if self.name:
             d["name"] = self.name
         return d
@@ -54,7 +42,7 @@ class InputSpec:
     def __str__(self) -> str:
         dims = "x".join(str(s) for s in self.shape)
         prefix = f"{self.name}=" if self.name else ""
-        return f"{prefix}{dims}:{str(self.dtype).removeprefix('torch.')}"
+        return f"{prefix}{dims}:{name_of(self.dtype)}"
 
 
 def parse_shape(text: str, default_dtype: torch.dtype = torch.float32, name: str | None = None) -> InputSpec:
@@ -96,7 +84,80 @@ def parse_input_ids(text: str) -> InputSpec:
     return InputSpec(spec.shape, torch.int64, "input_ids")
 
 
-def split_specs(specs: list[InputSpec]) -> tuple[list[InputSpec], dict[str, InputSpec]]:
-    positional = [s for s in specs if s.name is None]
-    keyword = {s.name: s for s in specs if s.name is not None}
-    return positional, keyword
+# --------------------------------------------------------------------------- inputs as the API takes them
+
+def _spec_of(x: Any, name: str | None = None) -> Any:
+    if isinstance(x, InputSpec):
+        return InputSpec(x.shape, x.dtype, name or x.name)
+    if isinstance(x, str):
+        return parse_shape(x, name=name)
+    if isinstance(x, torch.Tensor):
+        return InputSpec(tuple(x.shape), x.dtype, name)
+    if isinstance(x, (tuple, list)) and x and all(isinstance(v, int) for v in x):
+        return InputSpec(tuple(x), torch.float32, name)
+    return x  # a non-tensor argument, passed as it is
+
+
+def normalize_inputs(inputs: InputsLike) -> tuple[list[Any], dict[str, Any]]:
+    """Positional and keyword inputs, tensors replaced by :class:`InputSpec` (values are not used)."""
+    if inputs is None:
+        return [], {}
+    if isinstance(inputs, Mapping):
+        return [], {k: _spec_of(v, k) for k, v in inputs.items()}
+    if isinstance(inputs, (torch.Tensor, InputSpec, str)):
+        inputs = [inputs]
+    if isinstance(inputs, (tuple, list)) and inputs and all(isinstance(v, int) for v in inputs):
+        inputs = [inputs]
+    pos: list[Any] = []
+    kw: dict[str, Any] = {}
+    for x in inputs:
+        s = _spec_of(x)
+        if isinstance(s, InputSpec) and s.name:
+            kw[s.name] = s
+        else:
+            pos.append(s)
+    return pos, kw
+
+
+def cast_floating(x: Any, dtype: torch.dtype | None) -> Any:
+    """A floating input spec in ``dtype`` (anything else unchanged)."""
+    if dtype is not None and isinstance(x, InputSpec) and x.dtype.is_floating_point:
+        return InputSpec(x.shape, dtype, x.name)
+    return x
+
+
+def with_batch(pos: list[Any], kw: dict[str, Any], batch: int | None) -> tuple[list[Any], dict[str, Any]]:
+    """Set the first dimension of every tensor input to ``batch``."""
+    if batch is None:
+        return pos, kw
+    if batch < 1:
+        raise FootprintError(f"batch must be at least 1, got {batch}")
+
+    def rebatch(x: Any) -> Any:
+        if isinstance(x, InputSpec) and x.shape:
+            return InputSpec((batch, *x.shape[1:]), x.dtype, x.name)
+        return x
+
+    return [rebatch(x) for x in pos], {k: rebatch(v) for k, v in kw.items()}
+
+
+def materializer(pos: list[Any], kw: dict[str, Any],
+                 images_as_list: bool = False) -> Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]]:
+    """``make(device) -> (args, kwargs)``: the example inputs built on ``device``
+    (``images_as_list``: the first input as a list of images, as detection models take it)."""
+
+    def make(device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args = tuple(x.make(device) if isinstance(x, InputSpec) else x for x in pos)
+        if images_as_list and args and isinstance(args[0], torch.Tensor):
+            first = args[0]
+            images = list(first.unbind(0)) if first.dim() == 4 else [first]
+            args = (images, *args[1:])
+        kwargs = {k: (v.make(device) if isinstance(v, InputSpec) else v) for k, v in kw.items()}
+        return args, kwargs
+
+    return make
+
+
+def spec_list(pos: list[Any], kw: dict[str, Any]) -> list[InputSpec]:
+    """The tensor inputs among positional and keyword ones, in order."""
+    return [x for x in [*pos, *kw.values()] if isinstance(x, InputSpec)]

@@ -1,6 +1,8 @@
-"""The tracing engine: one event per aten operator, recorded over fake tensors."""
+"""The tracing engine: one event per aten operator, recorded over meta or fake tensors."""
 
 from .records import MemFree, ModuleInfo, OpEvent, TensorInfo, Trace
+from .step import StepOptions, loss_of, run_step, tensors_in
 from .tracer import trace_model
 
-__all__ = ["MemFree", "ModuleInfo", "OpEvent", "TensorInfo", "Trace", "trace_model"]
+__all__ = ["MemFree", "ModuleInfo", "OpEvent", "StepOptions", "TensorInfo", "Trace", "loss_of", "run_step",
+           "tensors_in", "trace_model"]

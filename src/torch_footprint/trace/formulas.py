@@ -1,24 +1,30 @@
-"""FLOP formulas: one registry keyed by aten operator.
+"""FLOP formulas: one registry keyed by aten operator, read like a table.
 
-Each formula is a short pure function of the operator's arguments and output, registered
-against its aten ops with :func:`register`, in the style of ``torch.utils.flop_counter``.
-The dispatch mode that records the trace knows nothing of any particular operator: it
-calls :func:`cost_of` for every op.
+Each formula is a short pure function ``fn(func, args, kwargs, out) -> Cost``, registered
+once against its aten op packets with :func:`register` (a second registration of the same
+op is refused at import, as ``torch.utils.flop_counter`` refuses one). Parameterised
+factories (``pointwise(k)``, ``reduction(k)``, ``interpolation(...)``) build the formulas of
+a family instead of functions that branch on the op's name. The dispatch mode that records
+the trace knows no operator: it asks :func:`formula_for`.
+
+Lookup: an op's packet in the registry; else its family, from the op's own metadata (a view
+or an op of an ignored namespace: no kernel; ``_foreach_X``: X's cost per element; tagged
+pointwise: 1 FLOP per output element); else ``unknown`` (listed by name, never zero).
 
 Conventions (see the README's "Conventions" section):
 
 * 1 FLOP = one floating-point add or multiply; 1 MAC = one multiply-accumulate = 2 FLOPs.
 * ``matrix`` ops (matmul, convolution, attention) report MACs and FLOPs = 2 x MACs.
-  Matmul and convolution formulas come from ``torch.utils.flop_counter``; a bias added by
+  Matmul and convolution formulas are ``torch.utils.flop_counter``'s own; a bias added by
   ``addmm``/``convolution`` is counted as vector FLOPs (1 per output element).
 * Attention counts only the (query, key) pairs that the mask lets through when it is
   causal: sum over queries of the keys visible to each (top-left aligned, as torch does).
-* ``vector`` ops: any op tagged pointwise costs 1 FLOP per output element, unless listed
-  in ``POINTWISE_COST`` (compound ops such as addcmul = 2). Reductions cost 1 FLOP per
-  input element (var/std 3). Softmax 5 per element (max, subtract, exp, sum, divide),
-  its backward 3. Norms: 4 per element to normalise and apply the affine transform (2
-  without weight and bias), plus 3 per element when the statistics are computed (mean 1,
-  variance 2); their backward is counted as twice the forward.
+* ``vector`` ops: pointwise ops cost 1 FLOP per output element unless listed in
+  ``PER_ELEMENT`` (compound ops such as addcmul = 2). Reductions cost 1 FLOP per input
+  element (var/std 3). Softmax 5 per element (max, subtract, exp, sum, divide), its
+  backward 3. Norms: 4 per element to normalise and apply the affine transform (2 without
+  weight and bias), plus 3 per element when the statistics are computed (mean 1, variance
+  2); their backward is counted as twice the forward.
 * ``data`` ops move bytes without arithmetic (copies, concatenation, gathers, creation).
 * ``view`` ops change metadata only: no kernel, no bytes.
 * Anything else is ``unknown``: FLOPs are not counted and the op is listed by name.
@@ -27,7 +33,8 @@ Conventions (see the README's "Conventions" section):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import torch
@@ -45,28 +52,34 @@ class Cost(NamedTuple):
 Formula = Callable[..., Cost]
 _REGISTRY: dict[Any, Formula] = {}
 
-ZERO_DATA = Cost(0, 0, "data")
+DATA = Cost(0, 0, "data")
 VIEW = Cost(0, 0, "view")
+UNKNOWN = Cost(0, 0, "unknown")
 
 
 def register(*ops: Any) -> Callable[[Formula], Formula]:
-    """Register ``fn(func, args, kwargs, out) -> Cost`` for the given aten op packets."""
+    """Register ``fn(func, args, kwargs, out) -> Cost`` for the given aten op packets.
+
+    An op registered twice is a mistake in this table: refused at import."""
 
     def deco(fn: Formula) -> Formula:
         for op in ops:
+            if op in _REGISTRY:
+                raise ValueError(f"a FLOP formula for {op} is registered twice")
             _REGISTRY[op] = fn
         return fn
 
     return deco
 
 
-def _opt(name: str) -> Any:
-    """An aten packet by name, or None where this torch build lacks it."""
-    return getattr(aten, name, None)
-
-
 def _ops(*names: str) -> list[Any]:
-    return [p for p in (_opt(n) for n in names) if p is not None]
+    """The aten packets of these names that this torch build has."""
+    return [p for p in (getattr(aten, n, None) for n in names) if p is not None]
+
+
+def _with_inplace(*names: str) -> list[Any]:
+    """Each op and its in-place variant (``relu`` and ``relu_``), where torch has them."""
+    return _ops(*[v for n in names for v in (n, n + "_")])
 
 
 def named_args(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -107,33 +120,29 @@ def _vector(flops: int) -> Cost:
     return Cost(int(flops), 0, "vector")
 
 
-def _pointwise(k: int) -> Formula:
+def constant(cost: Cost) -> Formula:
+    """The same cost whatever the arguments (data movement, views)."""
+    return lambda func, args, kwargs, out: cost
+
+
+def pointwise(k: int) -> Formula:
     """k FLOPs per output element."""
     return lambda func, args, kwargs, out: _vector(k * _out_numel(out))
 
 
-# --------------------------------------------------------------------------- matrix ops
-# Matmul and convolution: torch.utils.flop_counter's formulas (FLOPs = 2 x MACs).
-
-_BIAS_ARG = {"addmm": "self", "baddbmm": "self", "convolution": "bias", "_convolution": "bias",
-             "convolution_overrideable": "bias", "cudnn_convolution": None, "_slow_conv2d_forward": "bias"}
+def reduction(k: int) -> Formula:
+    """k FLOPs per element of the first input."""
+    return lambda func, args, kwargs, out: _vector(k * _numel(args[0]))
 
 
-def _torch_matrix(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    flops = int(_torch_flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
-    macs = flops // 2
-    bias_name = _BIAS_ARG.get(func._overloadpacket.__name__)
-    extra = 0
-    if bias_name is not None:
-        bias = named_args(func, args, kwargs).get(bias_name)
-        if isinstance(bias, torch.Tensor):
-            extra = _out_numel(out)
-    if func._overloadpacket is aten.convolution_backward:
-        # grad of bias (output_mask[2]) is a reduction over grad_output
-        mask = named_args(func, args, kwargs).get("output_mask")
-        if mask is not None and len(mask) > 2 and mask[2]:
-            extra = _numel(args[0])
-    return Cost(macs * 2 + extra, macs, "matrix")
+# --------------------------------------------------------------------------- casts
+# Ops that make a converted copy of a tensor. The recorder tags such copies of parameters
+# (autocast's cached low-precision weights), which sharded training keeps per unit.
+CASTS = frozenset(_ops("_to_copy"))
+
+
+def is_cast(func: Any) -> bool:
+    return func._overloadpacket in CASTS
 
 
 # --------------------------------------------------------------------------- attention
@@ -143,6 +152,32 @@ def causal_pairs(lq: int, lk: int) -> int:
     full = min(lq, lk)
     # queries 0..full-1 see i+1 keys; queries beyond lk see all lk keys
     return full * (full + 1) // 2 + max(0, lq - lk) * lk
+
+
+# (visible pairs, all pairs) of the causal attention call whose matmuls are running on the
+# math path (set by trace/kernels.py around such a call, forward and backward)
+_CAUSAL: list[tuple[int, int]] = []
+
+
+@contextmanager
+def causal_scope(visible: int, total: int) -> Iterator[None]:
+    """Within: batched matmuls belong to a causal attention and count its visible pairs only."""
+    _CAUSAL.append((visible, total))
+    try:
+        yield
+    finally:
+        _CAUSAL.pop()
+
+
+def enter_causal_scope(visible: int, total: int) -> None:
+    """The scope of :func:`causal_scope` for code that cannot use a ``with`` block (a
+    backward hook opens it, another closes it with :func:`leave_causal_scope`)."""
+    _CAUSAL.append((visible, total))
+
+
+def leave_causal_scope() -> None:
+    if _CAUSAL:
+        _CAUSAL.pop()
 
 
 def _attention_dims(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int]:
@@ -170,6 +205,9 @@ def attention_cost(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal:
 
 
 def _sdpa(backward: bool, offset: int) -> Formula:
+    """Fused attention kernels: torch's formulas count every pair, ours only the visible
+    ones of a causal call, hence these override torch's registrations."""
+
     def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
         a = named_args(func, args, kwargs)
         q, k, v = args[offset], args[offset + 1], args[offset + 2]
@@ -178,18 +216,15 @@ def _sdpa(backward: bool, offset: int) -> Formula:
     return formula
 
 
-for _name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-              "_flash_attention_forward", "_efficient_attention_forward",
-              "_scaled_dot_product_fused_attention_overrideable"):
-    register(*_ops(_name))(_sdpa(False, 0))
-for _name in ("_scaled_dot_product_flash_attention_for_cpu_backward",
-              "_scaled_dot_product_flash_attention_backward",
-              "_scaled_dot_product_efficient_attention_backward",
-              "_scaled_dot_product_cudnn_attention_backward",
-              "_flash_attention_backward", "_efficient_attention_backward",
-              "_scaled_dot_product_fused_attention_overrideable_backward"):
-    register(*_ops(_name))(_sdpa(True, 1))
+register(*_ops("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+               "_flash_attention_forward", "_efficient_attention_forward",
+               "_scaled_dot_product_fused_attention_overrideable"))(_sdpa(False, 0))
+register(*_ops("_scaled_dot_product_flash_attention_for_cpu_backward",
+               "_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+               "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_backward",
+               "_efficient_attention_backward",
+               "_scaled_dot_product_fused_attention_overrideable_backward"))(_sdpa(True, 1))
 
 
 @register(*_ops("_native_multi_head_attention"))
@@ -209,6 +244,54 @@ def _native_mha(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any
     bias_flops = b * (lq * e + 2 * lk * e) + b * lq * e if a.get("qkv_bias") is not None else 0
     macs = proj_macs + attn_macs
     return Cost(2 * macs + 5 * attn_pairs + bias_flops, macs, "matrix")
+
+
+# --------------------------------------------------------------------------- matmul and convolution
+# torch.utils.flop_counter's formulas (FLOPs = 2 x MACs), with the bias add counted as
+# vector FLOPs; every other op torch's registry prices is registered at the end of this file.
+
+def _torch_flops(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
+    return int(_torch_flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
+
+
+def torch_matrix(bias: str | None = None) -> Formula:
+    """torch's formula; plus 1 vector FLOP per output element when argument ``bias`` is a tensor."""
+
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        macs = _torch_flops(func, args, kwargs, out) // 2
+        extra = 0
+        if bias is not None and isinstance(named_args(func, args, kwargs).get(bias), torch.Tensor):
+            extra = _out_numel(out)
+        return Cost(2 * macs + extra, macs, "matrix")
+
+    return formula
+
+
+register(*_ops("addmm", "baddbmm"))(torch_matrix("self"))
+register(*_ops("convolution", "_convolution", "convolution_overrideable", "_slow_conv2d_forward"))(
+    torch_matrix("bias"))
+
+
+@register(*_ops("convolution_backward"))
+def _conv_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """torch's formula for the input and weight gradients; the bias gradient
+    (``output_mask[2]``) is a reduction over grad_output: 1 FLOP per element."""
+    macs = _torch_flops(func, args, kwargs, out) // 2
+    mask = named_args(func, args, kwargs).get("output_mask")
+    extra = _numel(args[0]) if mask is not None and len(mask) > 2 and mask[2] else 0
+    return Cost(2 * macs + extra, macs, "matrix")
+
+
+@register(*_ops("bmm"))
+def _bmm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """torch's formula, except inside a causal attention on the math path (two bmm and a
+    softmax over a full score matrix): there only the visible pairs count, so causal
+    attention is counted alike whichever kernel runs it."""
+    macs = _torch_flops(func, args, kwargs, out) // 2
+    if _CAUSAL:
+        visible, total = _CAUSAL[-1]
+        macs = macs * visible // total
+    return Cost(2 * macs, macs, "matrix")
 
 
 @register(*_ops("_grouped_mm", "_scaled_grouped_mm"))
@@ -273,99 +356,82 @@ def _cudnn_rnn(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any)
                      int(a["mode"]), any(w.dim() == 1 for w in weights), False)
 
 
-# --------------------------------------------------------------------------- vector ops
-
-# Pointwise ops whose cost per output element is not 1.
-POINTWISE_COST: dict[str, int] = {
-    "addcmul": 2, "addcdiv": 2, "lerp": 2, "hardswish": 3, "hardsigmoid": 2, "silu": 2,
-    "hardswish_backward": 3, "hardtanh_backward": 1,
+# --------------------------------------------------------------------------- pointwise
+# Every op tagged pointwise costs 1 FLOP per output element (its family, in formula_for).
+# These cost otherwise, or are not tagged pointwise; each with its in-place variant.
+PER_ELEMENT: dict[str, int] = {
+    "addcmul": 2, "addcdiv": 2, "lerp": 2, "hardswish": 3, "hardsigmoid": 2, "silu": 2, "softplus": 3,
+    "elu": 3, "hardswish_backward": 3, "softplus_backward": 3, "elu_backward": 3,
+    "hardtanh": 1, "hardtanh_backward": 1, "leaky_relu_backward": 1, "relu": 1, "gelu": 1,
+    "native_dropout": 1, "native_dropout_backward": 1, "bernoulli": 1,
+    "floor_divide": 1, "remainder": 1, "fmod": 1,  # integer arithmetic is not tagged pointwise
 }
-for _name in ("floor_divide", "floor_divide_", "remainder", "fmod"):  # integer arithmetic not tagged pointwise
-    register(*_ops(_name))(_pointwise(1))
-# Pointwise-tagged ops that only move or select data.
-POINTWISE_DATA = {"clone", "where", "masked_fill", "_to_copy", "copy", "copy_", "fill", "fill_",
-                  "lift_fresh_copy", "zero", "zero_", "masked_fill_", "_conj", "alias_copy"}
-
-for _name, _k in (("hardswish", 3), ("hardswish_", 3), ("hardswish_backward", 3),
-                  ("hardtanh_backward", 1), ("native_dropout", 1), ("native_dropout_backward", 1),
-                  ("bernoulli", 1), ("bernoulli_", 1), ("softplus", 3), ("softplus_backward", 3),
-                  ("elu", 3), ("elu_backward", 3), ("leaky_relu_backward", 1), ("gelu_", 1),
-                  ("silu_", 2), ("relu_", 1), ("hardtanh", 1), ("hardtanh_", 1)):
-    register(*_ops(_name))(_pointwise(_k))
+for _name, _k in PER_ELEMENT.items():
+    register(*_with_inplace(_name))(pointwise(_k))
 
 
-@register(*_ops("sum", "mean", "amax", "amin", "max", "min", "prod", "argmax", "argmin", "histc", "bincount",
-                "logsumexp", "cumsum", "any", "all", "nansum", "linalg_vector_norm", "norm",
-                "_log_softmax_backward_data", "aminmax", "cumprod", "count_nonzero"))
-def _reduction(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """1 FLOP per input element."""
-    name = func._overloadpacket.__name__
-    if name == "_log_softmax_backward_data":
-        return _vector(3 * _numel(args[0]))
-    return _vector(_numel(args[0]))
+# --------------------------------------------------------------------------- reductions
+
+register(*_ops("sum", "mean", "amax", "amin", "max", "min", "prod", "argmax", "argmin", "histc", "bincount",
+               "logsumexp", "cumsum", "any", "all", "nansum", "linalg_vector_norm", "norm", "aminmax", "cumprod",
+               "count_nonzero"))(reduction(1))
+# mean, then squared deviations summed
+register(*_ops("var", "std", "var_mean", "std_mean"))(reduction(3))
+# max, subtract, exp, sum, divide
+register(*_ops("_softmax", "_log_softmax", "softmax", "_safe_softmax"))(reduction(5))
+# grad * y, row sum, subtract and multiply
+register(*_ops("_softmax_backward_data", "_log_softmax_backward_data"))(reduction(3))
 
 
-@register(*_ops("var", "std", "var_mean", "std_mean"))
-def _variance(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """Mean, then squared deviations summed: 3 FLOPs per input element."""
-    return _vector(3 * _numel(args[0]))
+@register(*_ops("linalg_vector_norm_backward"))
+def _norm_vec_bwd(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    return _vector(3 * _out_numel(out))
 
 
-@register(*_ops("_softmax", "_log_softmax", "softmax", "_safe_softmax"))
-def _softmax(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """max, subtract, exp, sum, divide: 5 FLOPs per element."""
-    return _vector(5 * _numel(args[0]))
-
-
-@register(*_ops("_softmax_backward_data"))
-def _softmax_bwd(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """grad * y, row sum, subtract and multiply: 3 FLOPs per element."""
-    return _vector(3 * _numel(args[0]))
-
+# --------------------------------------------------------------------------- normalisation
 
 def _norm_cost(numel: int, affine: bool, stats: bool) -> int:
     return numel * ((4 if affine else 2) + (3 if stats else 0))
 
 
-@register(*_ops("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-                "cudnn_batch_norm", "miopen_batch_norm", "_batch_norm_with_update",
-                "_batch_norm_with_update_functional"))
-def _batch_norm_train(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    a = named_args(func, args, kwargs)
-    x = args[0]
-    training = bool(a.get("training", True))
-    affine = a.get("weight") is not None
-    return _vector(_norm_cost(_numel(x), affine, training))
+def normalisation(stats: bool | None) -> Formula:
+    """Normalise and apply the affine transform; ``stats``: whether the statistics are
+    computed (None: as the op's ``training`` argument says)."""
+
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        a = named_args(func, args, kwargs)
+        computed = bool(a.get("training", True)) if stats is None else stats
+        return _vector(_norm_cost(_numel(args[0]), a.get("weight") is not None, computed))
+
+    return formula
 
 
-@register(*_ops("_native_batch_norm_legit_no_training", "_batch_norm_no_update"))
-def _batch_norm_eval(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    a = named_args(func, args, kwargs)
-    return _vector(_norm_cost(_numel(args[0]), a.get("weight") is not None, False))
+register(*_ops("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+               "cudnn_batch_norm", "miopen_batch_norm", "_batch_norm_with_update",
+               "_batch_norm_with_update_functional"))(normalisation(None))
+register(*_ops("_native_batch_norm_legit_no_training", "_batch_norm_no_update"))(normalisation(False))
+register(*_ops("native_layer_norm", "native_group_norm"))(normalisation(True))
 
 
-@register(*_ops("native_layer_norm", "native_group_norm", "_fused_rms_norm"))
-def _layer_norm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    a = named_args(func, args, kwargs)
-    name = func._overloadpacket.__name__
-    affine = a.get("weight") is not None
-    numel = _numel(args[0])
-    if name == "_fused_rms_norm":  # mean of squares (2), rsqrt and scale (1 + 1 with weight)
-        return _vector(numel * (3 + (1 if affine else 0)))
-    return _vector(_norm_cost(numel, affine, True))
+@register(*_ops("_fused_rms_norm"))
+def _rms_norm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Mean of squares (2), rsqrt and scale (1), times the weight (1) when there is one."""
+    affine = named_args(func, args, kwargs).get("weight") is not None
+    return _vector(_numel(args[0]) * (3 + (1 if affine else 0)))
 
 
 @register(*_ops("native_batch_norm_backward", "native_layer_norm_backward", "native_group_norm_backward",
                 "cudnn_batch_norm_backward", "batch_norm_backward", "_fused_rms_norm_backward"))
 def _norm_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """Twice the forward's training cost (two reductions and the elementwise chain)."""
-    # grad_out is args[0], input args[1]
+    """Twice the forward's training cost (two reductions and the elementwise chain);
+    grad_out is args[0], the input args[1]."""
     return _vector(2 * _norm_cost(_numel(args[1]), True, True))
 
 
+# --------------------------------------------------------------------------- pooling and resampling
+
 def _window(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> int:
-    a = named_args(func, args, kwargs)
-    k = a.get("kernel_size")
+    k = named_args(func, args, kwargs).get("kernel_size")
     if k is None:
         return 1
     return math.prod(k) if isinstance(k, (list, tuple)) else int(k)
@@ -385,124 +451,140 @@ def _pool_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: 
     return _vector(_window(func, args, kwargs) * _numel(args[0]))
 
 
-@register(*_ops("_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d",
-                "adaptive_max_pool3d", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward",
-                "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward", "adaptive_avg_pool1d"))
-def _adaptive_pool(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """Every input element is added (or compared) once; for backward every grad input once."""
-    name = func._overloadpacket.__name__
-    if name.endswith("backward"):
-        return _vector(max(_numel(args[0]), _out_numel(out)))
-    return _vector(_numel(args[0]))
+# every input element added (or compared) once
+register(*_ops("_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+               "adaptive_avg_pool1d"))(reduction(1))
 
 
-@register(*_ops("upsample_bilinear2d", "upsample_linear1d", "upsample_trilinear3d", "upsample_bicubic2d",
-                "_upsample_bilinear2d_aa", "upsample_bilinear2d_backward", "upsample_bicubic2d_backward"))
-def _interp(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """Linear interpolation: 2 FLOPs per lerp, 2^d - 1 lerps per output (bicubic 4x that)."""
-    name = func._overloadpacket.__name__
-    dims = 1 if "1d" in name else 3 if "3d" in name else 2
-    per = 2 * (2**dims - 1) * (4 if "bicubic" in name else 1)
-    n = _numel(args[0]) if name.endswith("backward") else _out_numel(out)
-    return _vector(per * n)
+@register(*_ops("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d_backward",
+                "adaptive_max_pool3d_backward"))
+def _adaptive_pool_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Every gradient element written once."""
+    return _vector(max(_numel(args[0]), _out_numel(out)))
 
 
-@register(*_ops("grid_sampler_2d", "grid_sampler_3d", "_grid_sampler_2d_cpu_fallback"))
-def _grid_sample(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+def interpolation(dims: int, cubic: bool = False, backward: bool = False) -> Formula:
+    """Linear interpolation: 2 FLOPs per lerp, 2^dims - 1 lerps per output element (bicubic
+    4x that); the backward per element of the incoming gradient."""
+    per = 2 * (2**dims - 1) * (4 if cubic else 1)
+    if backward:
+        return lambda func, args, kwargs, out: _vector(per * _numel(args[0]))
+    return pointwise(per)
+
+
+register(*_ops("upsample_linear1d"))(interpolation(1))
+register(*_ops("upsample_bilinear2d", "_upsample_bilinear2d_aa"))(interpolation(2))
+register(*_ops("upsample_trilinear3d"))(interpolation(3))
+register(*_ops("upsample_bicubic2d"))(interpolation(2, cubic=True))
+register(*_ops("upsample_bilinear2d_backward"))(interpolation(2, backward=True))
+register(*_ops("upsample_bicubic2d_backward"))(interpolation(2, cubic=True, backward=True))
+
+
+def grid_sample(three_d: bool) -> Formula:
     """Per output element: bilinear (trilinear) interpolation as lerps (6, or 14 in 3-D),
     nearest 0, bicubic 4x bilinear; plus 4 (6) per sampling point to unnormalise the grid."""
+
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        a = named_args(func, args, kwargs)
+        mode = int(a.get("interpolation_mode", 0))
+        per = (14 if three_d else 6) * (0, 1, 0, 4)[mode + 1] if mode in (0, 1, 2) else 6
+        grid = a.get("grid")
+        points = grid.numel() // grid.shape[-1] if isinstance(grid, torch.Tensor) else 0
+        return _vector(per * _out_numel(out) + (6 if three_d else 4) * points)
+
+    return formula
+
+
+register(*_ops("grid_sampler_2d", "_grid_sampler_2d_cpu_fallback"))(grid_sample(False))
+register(*_ops("grid_sampler_3d"))(grid_sample(True))
+
+
+# --------------------------------------------------------------------------- losses and scatter-accumulate
+
+# a difference or a pick, then the reduction: 2 FLOPs per input element
+register(*_ops("nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward", "nll_loss2d_backward", "mse_loss",
+               "mse_loss_backward", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
+               "binary_cross_entropy_with_logits", "huber_loss"))(reduction(2))
+# one add per gradient (or bag) element
+register(*_ops("embedding_dense_backward", "_embedding_bag", "embedding_bag", "_embedding_bag_backward",
+               "_embedding_bag_dense_backward"))(reduction(1))
+
+
+@register(*_ops("index_add", "index_add_", "scatter_add", "scatter_add_", "scatter_reduce"))
+def _scatter_add(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """One add per source element."""
     a = named_args(func, args, kwargs)
-    three_d = "3d" in func._overloadpacket.__name__
-    mode = int(a.get("interpolation_mode", 0))
-    per = (14 if three_d else 6) * (0, 1, 0, 4)[mode + 1] if mode in (0, 1, 2) else 6
-    grid = a.get("grid")
-    points = grid.numel() // grid.shape[-1] if isinstance(grid, torch.Tensor) else 0
-    return _vector(per * _out_numel(out) + (6 if three_d else 4) * points)
+    return _vector(_numel(a.get("source", a.get("src"))))
 
 
-@register(*_ops("nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward", "nll_loss2d_backward",
-                "mse_loss", "mse_loss_backward", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
-                "binary_cross_entropy_with_logits", "huber_loss"))
-def _loss(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """Losses: 2 FLOPs per input element (difference or pick, then reduce)."""
-    return _vector(2 * _numel(args[0]))
-
-
-@register(*_ops("embedding_dense_backward", "index_add", "index_add_", "scatter_add", "scatter_add_",
-                "index_put_", "_index_put_impl_", "index_put", "scatter_reduce", "_embedding_bag",
-                "embedding_bag", "_embedding_bag_backward", "_embedding_bag_dense_backward"))
-def _accumulate(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """Scatter-accumulate: 1 add per source element."""
-    name = func._overloadpacket.__name__
-    if name.startswith("embedding_dense_backward") or name.startswith("_embedding_bag"):
-        return _vector(_numel(args[0]))
+@register(*_ops("index_put", "index_put_", "_index_put_impl_"))
+def _index_put(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """One add per value when accumulating; otherwise a copy."""
     a = named_args(func, args, kwargs)
-    if name.startswith("index_put") or name.startswith("_index_put"):
-        return _vector(_numel(a.get("values"))) if a.get("accumulate") else ZERO_DATA
-    src = a.get("source", a.get("src"))
-    return _vector(_numel(src))
-
-
-@register(*_ops("linalg_vector_norm_backward"))
-def _norm_vec_bwd(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    return _vector(3 * _out_numel(out))
+    return _vector(_numel(a.get("values"))) if a.get("accumulate") else DATA
 
 
 # --------------------------------------------------------------------------- data movement
-
-DATA_OPS = (
-    "cat", "stack", "clone", "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "contiguous",
-    "index", "_unsafe_index", "index_select", "gather", "scatter", "scatter_", "embedding", "take",
-    "masked_select", "masked_scatter", "nonzero", "where", "masked_fill", "masked_fill_",
+# Ops that move, select or create bytes without arithmetic.
+register(*_ops(
+    # copies and conversions
+    "clone", "copy", "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "contiguous", "lift_fresh_copy",
+    "alias_copy", "_pin_memory", "_to_dense", "view_copy", "unfold_copy", "slice_copy", "narrow_copy",
+    "permute_copy", "transpose_copy", "t_copy", "expand_copy", "squeeze_copy", "unsqueeze_copy", "detach_copy",
+    "split_with_sizes_copy", "unbind_copy", "split_copy", "unsafe_split", "unsafe_chunk", "_reshape_alias",
+    "_unsafe_view", "tensor_split",
+    # joining, gathering, scattering, selecting
+    "cat", "stack", "index", "_unsafe_index", "index_select", "gather", "scatter", "scatter_", "embedding", "take",
+    "masked_select", "masked_scatter", "nonzero", "where", "masked_fill", "masked_fill_", "_index_put_impl",
+    "_unsafe_index_put", "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate", "index_fill",
+    "index_fill_", "index_copy", "index_copy_", "slice_scatter", "select_scatter", "diagonal_scatter",
+    "as_strided_scatter", "masked_fill_backward", "select_backward", "slice_backward", "diagonal_backward",
+    "unfold_backward", "index_select_backward",
+    # padding, repetition, reordering
     "constant_pad_nd", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d",
-    "replication_pad2d", "replication_pad3d", "reflection_pad2d_backward", "slice_scatter",
-    "select_scatter", "diagonal_scatter", "as_strided_scatter", "repeat", "repeat_interleave", "roll",
-    "flip", "tril", "triu", "tril_", "triu_", "sort", "topk", "argsort", "unique", "_unique2",
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "arange",
-    "linspace", "scalar_tensor", "fill", "fill_", "zero_", "zero", "rand", "rand_like", "randn",
-    "randn_like", "randint", "randperm", "normal_", "uniform_", "random_", "exponential_",
-    "_local_scalar_dense", "item", "lift_fresh_copy", "upsample_nearest1d", "upsample_nearest2d",
-    "upsample_nearest3d", "_upsample_nearest_exact2d", "upsample_nearest2d_backward", "col2im", "im2col",
-    "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle", "set_", "resize_",
-    "_reshape_alias", "_unsafe_view", "_index_put_impl", "split_with_sizes_copy", "unbind_copy",
-    "eye", "tensor_split", "_assert_async", "_assert_tensor_metadata", "sym_constrain_range_for_size",
-    "_functional_assert_async", "bucketize", "searchsorted", "one_hot", "detach_", "requires_grad_",
-    "_has_compatible_shallow_copy_type", "_pin_memory", "clamp_min_", "_efficientzerotensor",
-    "masked_fill_backward", "_to_dense", "view_copy", "unfold_copy", "slice_copy", "logical_and_",
-    "select_backward", "slice_backward", "as_strided_", "diagonal_backward", "unfold_backward",
-    "index_select_backward", "narrow_copy", "permute_copy", "transpose_copy", "t_copy", "expand_copy",
-    "squeeze_copy", "unsqueeze_copy", "alias_copy", "detach_copy", "resize_as_", "_unsafe_index_put",
-    "index_fill", "index_fill_", "index_copy", "index_copy_", "new_zeros", "_unsafe_masked_index",
-    "_unsafe_masked_index_put_accumulate", "split_copy", "unsafe_split", "unsafe_chunk",
-)
-for _name in DATA_OPS:
-    for _p in _ops(_name):
-        _REGISTRY.setdefault(_p, lambda func, args, kwargs, out: ZERO_DATA)
+    "replication_pad2d", "replication_pad3d", "reflection_pad2d_backward", "repeat", "repeat_interleave", "roll",
+    "flip", "tril", "triu", "tril_", "triu_", "sort", "topk", "argsort", "unique", "_unique2", "col2im", "im2col",
+    "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle", "upsample_nearest1d",
+    "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact2d", "upsample_nearest2d_backward",
+    "bucketize", "searchsorted", "one_hot",
+    # creation and filling
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+    "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "arange", "linspace", "scalar_tensor",
+    "fill", "fill_", "zero_", "zero", "rand", "rand_like", "randn", "randn_like", "randint", "randperm", "normal_",
+    "uniform_", "random_", "exponential_", "eye", "_efficientzerotensor",
+    # metadata, storage and checks
+    "set_", "resize_", "resize_as_", "as_strided_", "detach_", "requires_grad_", "_has_compatible_shallow_copy_type",
+    "_local_scalar_dense", "item", "_assert_async", "_assert_tensor_metadata", "sym_constrain_range_for_size",
+    "_functional_assert_async", "clamp_min_", "logical_and_",
+))(constant(DATA))
 
 
-# --------------------------------------------------------------------------- foreach (optimizers)
+# --------------------------------------------------------------------------- families and lookup
+
+_IGNORED_NAMESPACES = ("prim", "profiler")
+_FOREACH_DATA = ("copy", "zero", "fill")
+_FOREACH_REDUCTIONS = ("norm", "max")
+
 
 def _foreach(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """torch._foreach_X over a list: the per-element cost of X times the elements."""
     name = func._overloadpacket.__name__.removeprefix("_foreach_").rstrip("_")
+    if name in _FOREACH_DATA:
+        return DATA
     first = args[0]
     numel = sum(_numel(t) for t in first) if isinstance(first, (list, tuple)) else _numel(first)
-    if name in ("copy", "zero", "fill"):
-        return ZERO_DATA
-    if name in ("norm", "max"):
-        return _vector(numel)
-    return _vector(POINTWISE_COST.get(name, 1) * numel)
+    return _vector(numel if name in _FOREACH_REDUCTIONS else PER_ELEMENT.get(name, 1) * numel)
 
 
-# --------------------------------------------------------------------------- lookup
-
-_IGNORED_NAMESPACES = ("prim", "profiler")
-
-
-
-def _unknown(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    return Cost(0, 0, "unknown")
+def _family(func: Any) -> Formula:
+    """The formula of an op that has none of its own, from what the op says of itself."""
+    if func.is_view or func.namespace in _IGNORED_NAMESPACES:
+        return constant(VIEW)
+    if func._overloadpacket.__name__.startswith("_foreach_"):
+        return _foreach
+    if torch.Tag.pointwise in func.tags:
+        return pointwise(1)
+    return constant(UNKNOWN)
 
 
 _RESOLVED: dict[Any, Formula] = {}
@@ -511,30 +593,11 @@ _RESOLVED: dict[Any, Formula] = {}
 def formula_for(func: Any) -> Formula:
     """The formula that prices ``func`` (an OpOverload), resolved once and cached."""
     fn = _RESOLVED.get(func)
-    if fn is not None:
-        return fn
-    packet = func._overloadpacket
-    name = packet.__name__
-    if packet in _REGISTRY:
-        fn = _REGISTRY[packet]
-    elif packet in _torch_flop_registry:
-        fn = _torch_matrix
-    elif func.is_view or func.namespace in _IGNORED_NAMESPACES:
-        fn = lambda func, args, kwargs, out: VIEW  # noqa: E731
-    elif name.startswith("_foreach_"):
-        fn = _foreach
-    elif torch.Tag.pointwise in func.tags:
-        base = name.rstrip("_")
-        if name in POINTWISE_DATA or base in POINTWISE_DATA:
-            fn = lambda func, args, kwargs, out: ZERO_DATA  # noqa: E731
-        else:
-            fn = _pointwise(POINTWISE_COST.get(base, 1))
-    else:
-        fn = _unknown
-    _RESOLVED[func] = fn
+    if fn is None:
+        fn = _RESOLVED[func] = _REGISTRY.get(func._overloadpacket) or _family(func)
     return fn
 
 
-def cost_of(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """The cost of one aten op call (an op it cannot price is ``unknown``, never zero)."""
-    return formula_for(func)(func, args, kwargs, out)
+# torch.utils.flop_counter's formulas for every op it prices that this table does not:
+# the ones above override it for bias adds, causal attention and grouped matmuls.
+register(*[p for p in _torch_flop_registry if p not in _REGISTRY])(torch_matrix())

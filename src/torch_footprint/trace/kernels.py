@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .formulas import causal_pairs, causal_scope, enter_causal_scope, leave_causal_scope
+
 _FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
@@ -50,31 +52,17 @@ def cpu_flash_eligible(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dic
     return not (mask is not None and a.get("is_causal"))
 
 
-# (visible pairs, all pairs) of the causal attention call whose matmuls are running
-_CAUSAL: list[tuple[int, int]] = []
-
-
-def causal_fraction() -> tuple[int, int] | None:
-    """Inside a causal attention call on the math path: (visible pairs, all pairs)."""
-    return _CAUSAL[-1] if _CAUSAL else None
-
-
 def _count_math_causal(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any], q: torch.Tensor,
                        k: torch.Tensor, v: torch.Tensor) -> Any:
-    from .formulas import causal_pairs
-
     lq, lk = q.shape[-2], k.shape[-2]
     scope = (causal_pairs(lq, lk), lq * lk)
-    _CAUSAL.append(scope)
-    try:
+    with causal_scope(*scope):
         out = original(*args, **kwargs)
-    finally:
-        _CAUSAL.pop()
     if torch.is_grad_enabled() and isinstance(out, torch.Tensor) and out.requires_grad:
         ins = [t for t in (q, k, v) if isinstance(t, torch.Tensor) and t.requires_grad]
         if ins:  # the same scope while autograd runs this call's backward
-            torch.autograd.graph.register_multi_grad_hook([out], lambda _g: _CAUSAL.append(scope))
-            torch.autograd.graph.register_multi_grad_hook(ins, lambda _g: _CAUSAL.pop() if _CAUSAL else None)
+            torch.autograd.graph.register_multi_grad_hook([out], lambda _g: enter_causal_scope(*scope))
+            torch.autograd.graph.register_multi_grad_hook(ins, lambda _g: leave_causal_scope())
     return out
 
 
@@ -119,3 +107,52 @@ class CpuKernels:
 
     def __exit__(self, *exc: Any) -> None:
         F.scaled_dot_product_attention = self._saved
+
+
+# --------------------------------------------------------------------------- kernel scratch
+# Bytes a CPU kernel allocates for itself for the length of the call, seen in the CPU
+# allocator's records (the trace cannot see them: they never reach the dispatcher).
+
+def _blas_ready(t: torch.Tensor) -> bool:
+    """Whether a BLAS call can read this matrix operand in place (row- or column-major)."""
+    if t.dim() < 2 or 0 in t.stride():
+        return t.dim() < 2 or t.numel() == 0
+    rows, cols = t.shape[-2], t.shape[-1]
+    rs, cs = t.stride()[-2], t.stride()[-1]
+    return (cs == 1 and rs >= max(cols, 1)) or (rs == 1 and cs >= max(rows, 1))
+
+
+def _matmul_copies(first: int) -> Any:
+    """A matmul copies an operand it cannot hand to BLAS as it is (an expanded gradient, say);
+    its operands start at argument ``first`` (1 after addmm's bias)."""
+
+    def scratch(args: tuple[Any, ...]) -> int:
+        return sum(t.numel() * t.element_size() for t in args[first:first + 2]
+                   if isinstance(t, torch.Tensor) and not _blas_ready(t))
+
+    return scratch
+
+
+def _depthwise_reorder(args: tuple[Any, ...]) -> int:
+    """oneDNN's depthwise convolution reorders its input into a blocked layout."""
+    x, w = args[0], args[1]
+    groups = args[8] if len(args) > 8 else 1
+    transposed = bool(args[6]) if len(args) > 6 else False
+    if (isinstance(x, torch.Tensor) and x.dim() == 4 and not transposed and groups > 1
+            and groups == x.shape[1] and w.shape[1] == 1):
+        return x.numel() * x.element_size()
+    return 0
+
+
+_aten = torch.ops.aten
+CPU_SCRATCH = {
+    _aten.mm: _matmul_copies(0), _aten.bmm: _matmul_copies(0),
+    _aten.addmm: _matmul_copies(1), _aten.baddbmm: _matmul_copies(1),
+    _aten.convolution: _depthwise_reorder,
+}
+
+
+def kernel_scratch(func: Any, args: tuple[Any, ...], device: str) -> int:
+    """The scratch bytes ``func``'s kernel on ``device`` allocates for itself (CPU only, so far)."""
+    fn = CPU_SCRATCH.get(func._overloadpacket) if device == "cpu" else None
+    return fn(args) if fn is not None else 0

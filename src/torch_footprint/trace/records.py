@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PHASES = ("forward", "loss", "backward", "optimizer")
 # Kinds of operator cost: "matrix" (matmul, convolution, attention: tensor-core work),
 # "vector" (elementwise, reductions, norms, softmax), "data" (copies, gathers, creation:
 # no arithmetic, bytes only), "view" (metadata only: no kernel, no bytes), "unknown"

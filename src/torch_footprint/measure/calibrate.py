@@ -19,38 +19,26 @@ Each figure is the median of several timed calls after a warm-up.
 from __future__ import annotations
 
 import datetime
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from ..dtypes import torch_dtype_of_rate
 from ..errors import FootprintError
-from .local import cpu_name, cpu_threads, cuda_device_name, device_key
+from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key
+from .timer import CpuClock, CudaClock, measure
 
-_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
-
-def _time(fn: Callable[[], Any], device: str, reps: int, min_time: float = 0.0) -> float:
-    """Median seconds per call of ``fn`` after one warm-up call."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    fn()
-    sync()
-    times: list[float] = []
-    start_all = time.perf_counter()
-    while len(times) < reps or time.perf_counter() - start_all < min_time:
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= 10 * reps:
-            break
-    return statistics.median(times)
+def _time(fn: Callable[[], Any], device: str, reps: int) -> float:
+    """Median seconds per call of ``fn`` after one warm-up call (CUDA events on a GPU)."""
+    clock = CudaClock() if device == "cuda" else CpuClock()
+    return measure(fn, clock, min_reps=reps, max_reps=10 * reps, min_seconds=0.0, warmup=1).median
 
 
 def _matmul(device: str, name: str, n: int, reps: int) -> float | None:
-    dtype = _DTYPES[name]
+    dtype = torch_dtype_of_rate(name)
     old = torch.backends.cuda.matmul.allow_tf32
     try:
         a = torch.randn(n, n, device=device).to(dtype)

@@ -15,7 +15,9 @@ import torch
 from torch import nn
 
 from ..errors import FootprintError
-from .search import OutOfMemory, SearchResult, largest_batch, release_memory
+from ..hardware.local import proc_kib
+from ..trace.step import run_step
+from .search import OutOfMemory, SearchResult, largest_runnable_batch, release_memory
 from .timer import Clock, CpuClock, CudaClock, Stats, measure
 
 
@@ -58,6 +60,21 @@ class BenchResult:
     search: SearchResult | None = None
     profiler_table: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    def add_predictions(self, latency: dict[int, Any], accelerator: Any) -> None:
+        """Put the roofline latency (by batch) on the device's row beside each measured point."""
+        for pt in self.points:
+            pred = latency.get(pt.batch)
+            if pred is not None and accelerator is not None:
+                pt.predicted_s = pred.time_s
+                pt.peak_flops = accelerator.peak(pred.main_dtype) or accelerator.peak("fp32")
+        if accelerator is not None:
+            self.notes.append(f"predicted: roofline on '{accelerator.id}' ("
+                              f"{'calibrated' if accelerator.calibrated else 'datasheet'} ceilings); % of peak: "
+                              "achieved FLOP/s over its " + ("theoretical peak (cores x clock x FMA width)"
+                                                             if accelerator.kind == "cpu" else "datasheet peak"))
+        elif not self.device.startswith("cuda"):
+            self.notes.append("run `footprint calibrate` to see the roofline prediction and % of peak beside this")
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "mode": self.mode, "settings": self.settings,
@@ -102,22 +119,6 @@ def parse_batches(text: str | Sequence[int | str]) -> list[int | str]:
     return out
 
 
-def _proc_kib(path: str, field: str) -> int | None:
-    """A "Field:  1234 kB" line of a /proc file, in bytes (None where there is none)."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def available_ram() -> int | None:
-    return _proc_kib("/proc/meminfo", "MemAvailable")
-
-
 class RssSampler:
     """Peak resident set size of this process over a block.
 
@@ -139,7 +140,7 @@ class RssSampler:
 
     @staticmethod
     def _hwm() -> int | None:
-        return _proc_kib("/proc/self/status", "VmHWM")
+        return proc_kib("/proc/self/status", "VmHWM")
 
     @staticmethod
     def _reset_hwm() -> bool:
@@ -169,15 +170,6 @@ class RssSampler:
             return
         self._stop.set()
         self._thread.join()
-
-
-def _first_float(out: Any) -> torch.Tensor:
-    from ..trace.tracer import _tensors
-
-    for t in _tensors(out):
-        if t.is_floating_point() and t.requires_grad:
-            return t
-    raise FootprintError("training asked for, but the model returned no floating-point output that needs a gradient")
 
 
 def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ...], dict[str, Any]]], *,
@@ -213,25 +205,10 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
         return args, kwargs
 
     def step_fn(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
-        def amp() -> Any:
-            if autocast is None:
-                return contextlib.nullcontext()
-            return torch.autocast(device_type=torch.device(device).type, dtype=autocast)
-
-        if train:
-            def step() -> None:
-                opt.zero_grad(set_to_none=True)
-                with amp():
-                    out = run_model(*args, **kwargs)
-                _first_float(out).sum().backward()
-                opt.step()
-            return step
         grad = torch.inference_mode if inference_mode else torch.no_grad
-
-        def infer() -> Any:
-            with grad(), amp():
-                return run_model(*args, **kwargs)
-        return infer
+        device_type = torch.device(device).type
+        return lambda: run_step(run_model, args, kwargs, backward=train, optimizer=opt, autocast=autocast,
+                                device_type=device_type, no_grad=grad)
 
     result = BenchResult(model=name, device=device, mode="train" if train else "inference",
                          settings=dict(settings or {}, threads=torch.get_num_threads(), min_reps=min_reps,
@@ -258,7 +235,7 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             baseline = torch.cuda.memory_allocated() if cuda else None
-            result.search = largest_batch(try_batch, start=default_batch)
+            result.search = largest_runnable_batch(try_batch, start=default_batch)
             release_memory()
             if baseline is not None:
                 result.notes.append(f"after the batch search CUDA memory allocated is "

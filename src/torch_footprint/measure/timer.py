@@ -135,13 +135,21 @@ def warm_up(fn: Callable[[], Any], clock: Clock, *, window: int = 5, tolerance: 
 
 
 def measure(fn: Callable[[], Any], clock: Clock | None = None, *, min_reps: int = 30, max_reps: int = 10_000,
-            min_seconds: float = 2.0, warmup: bool = True, threads: int = 0,
+            min_seconds: float = 2.0, warmup: bool | int = True, threads: int = 0,
             on_progress: Callable[[float], None] | None = None) -> Stats:
     """Time ``fn`` call by call after the warm-up: at least ``min_reps`` calls and
-    ``min_seconds`` of timed work, at most ``max_reps`` calls. ``on_progress`` gets the
-    fraction done (0 to 1) after each timed call."""
+    ``min_seconds`` of timed work, at most ``max_reps`` calls. ``warmup``: True runs
+    :func:`warm_up` (until timings settle), a number that many untimed calls, False none.
+    ``on_progress`` gets the fraction done (0 to 1) after each timed call."""
     clock = clock or CpuClock()
-    warm = warm_up(fn, clock) if warmup else 0
+    if warmup is True:
+        warm = warm_up(fn, clock)
+    else:
+        warm = int(warmup)
+        for _ in range(warm):
+            fn()
+        if warm:
+            clock.stop(clock.start())  # a synchronisation: the warm-up calls are finished
     samples: list[float] = []
     t0 = os.times()
     wall0 = time.perf_counter()

@@ -8,23 +8,14 @@ from typing import Any
 
 import torch
 
+from ..trace.step import run_step
+
 
 def one_step(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
              optimizer: torch.optim.Optimizer | None, train: bool) -> None:
-    """One inference (no_grad) or one training step as footprint traces it: forward,
-    backward from the sum of the output (its logits for a Hugging Face output), the outputs
-    released, then the optimizer step."""
-    if not train:
-        with torch.no_grad():
-            model(*args, **kwargs)
-        return
-    out = model(*args, **kwargs)
-    logits = out if isinstance(out, torch.Tensor) else out.logits
-    loss = logits.sum()
-    loss.backward()
-    del loss, logits, out
-    if optimizer is not None:
-        optimizer.step()
+    """One inference (no_grad) or one training step, the very step footprint traces
+    (:func:`torch_footprint.trace.step.run_step`)."""
+    run_step(model, args, kwargs, backward=train, optimizer=optimizer)
 
 
 def allocator_peak(fn: Callable[[], Any]) -> int:

@@ -6,6 +6,8 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..search import largest_true
+
 
 class OutOfMemory(Exception):
     """A batch did not fit (a real allocator failure, or over a memory budget)."""
@@ -41,14 +43,14 @@ class SearchResult:
     tried: list[tuple[int, bool]] = field(default_factory=list)  # (batch, ran)
 
 
-def largest_batch(try_batch: Callable[[int], None], *, start: int = 1, limit: int = 1 << 16,
-                  release: Callable[[], None] = release_memory) -> SearchResult:
+def largest_runnable_batch(try_batch: Callable[[int], None], *, start: int = 1, limit: int = 1 << 16,
+                           release: Callable[[], None] = release_memory) -> SearchResult:
     """The largest batch for which ``try_batch`` does not run out of memory.
 
     Doubles from ``start`` until a batch fails (or ``limit``), then bisects between the
-    last that ran and the first that failed. After every failure ``release`` runs, so
-    memory is back to where it was before the next try. Errors other than out-of-memory
-    propagate.
+    last that ran and the first that failed (:func:`torch_footprint.search.largest_true`).
+    After every failure ``release`` runs, so memory is back to where it was before the next
+    try. Errors other than out-of-memory propagate.
     """
     tried: list[tuple[int, bool]] = []
 
@@ -65,22 +67,4 @@ def largest_batch(try_batch: Callable[[int], None], *, start: int = 1, limit: in
         tried.append((b, True))
         return True
 
-    if not runs(start):
-        return SearchResult(0, tried)
-    lo, hi = start, None
-    b = start
-    while hi is None:
-        nb = min(b * 2, limit)
-        if nb == b:
-            return SearchResult(b, tried)
-        if runs(nb):
-            lo = b = nb
-        else:
-            hi = nb
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if runs(mid):
-            lo = mid
-        else:
-            hi = mid
-    return SearchResult(lo, tried)
+    return SearchResult(largest_true(runs, start, limit=limit), tried)

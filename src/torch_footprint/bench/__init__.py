@@ -1,1 +1,0 @@
-"""Real measurement: timers, latency statistics, batch search, measured memory."""

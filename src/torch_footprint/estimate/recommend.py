@@ -1,0 +1,288 @@
+"""Which accelerator runs this workload: fits in memory, largest batch, predicted speed, the pick.
+
+Memory per rank comes from :mod:`.sharding`; latency from the roofline (:mod:`.roofline`)
+over the trace at the batch asked. The largest batch comes from two traces whose operators
+line up: the live bytes at every operator are affine in the batch, so the peak is known at
+any batch; throughput there from operator costs extrapolated from the same traces.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..analysis.memory import MemoryPeak, replay
+from ..errors import FootprintError
+from ..hardware import Accelerator, find, load
+from ..trace import Trace
+from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for, scaling_line
+from .roofline import Prediction, estimate_latency
+from .sharding import STRATEGIES, ModelStates, gather_bytes, model_states, rank_peak
+from .workload import StepSpec, first_batch, trace_step
+
+
+def aligned(a: Trace, b: Trace) -> bool:
+    """Whether two traces ran the same operators in the same order (batch sizes aside)."""
+    return len(a.events) == len(b.events) and all(x.op == y.op for x, y in zip(a.events, b.events, strict=True))
+
+
+def aligned_pair(traces: dict[int, Trace]) -> tuple[int, int] | None:
+    """Two batch sizes whose traces line up operator by operator (batch 1 often differs:
+    models squeeze or expand a batch of one), preferring the smallest."""
+    bs = sorted(traces)
+    for i, p in enumerate(bs):
+        for q in bs[i + 1:]:
+            if aligned(traces[p], traces[q]):
+                return p, q
+    return None
+
+
+def largest_fitting_batch(p: int, q: int, peak_p: MemoryPeak, peak_q: MemoryPeak, room: float) -> int | None:
+    """Largest batch whose peak fits in ``room`` bytes, from two aligned traces: the live
+    bytes at every operator are affine in the batch, so the peak (their maximum) is known
+    at any batch. None when no operator's memory grows with the batch."""
+    hp, hq = peak_p.highs, peak_q.highs
+    best: float = math.inf
+    for a, b in zip(hp, hq, strict=True):
+        slope = (b - a) / (q - p)
+        if slope > 0:
+            best = min(best, p + (room - a) / slope)
+    if best == math.inf:
+        return None
+    return max(0, math.floor(best))
+
+
+def peak_at(p: int, q: int, peak_p: MemoryPeak, peak_q: MemoryPeak, batch: int) -> float:
+    """The peak at ``batch`` from two aligned traces (see :func:`largest_fitting_batch`)."""
+    return max(a + (b - a) * (batch - p) / (q - p) for a, b in zip(peak_p.highs, peak_q.highs, strict=True))
+
+
+def extrapolate(a: Trace, b: Trace, batch_a: int, batch_b: int, batch: int) -> Trace | None:
+    """The trace at ``batch`` from traces at two batch sizes, every operator's FLOPs, MACs
+    and bytes linear in the batch; None when the two runs did not execute the same operators."""
+    if len(a.events) != len(b.events) or batch_a == batch_b:
+        return None
+    t = (batch - batch_a) / (batch_b - batch_a)
+    out = copy.copy(a)
+    events = []
+    for ea, eb in zip(a.events, b.events, strict=True):
+        if ea.op != eb.op:
+            return None
+        e = copy.copy(ea)
+        e.flops = max(0, round(ea.flops + t * (eb.flops - ea.flops)))
+        e.macs = max(0, round(ea.macs + t * (eb.macs - ea.macs)))
+        e.bytes_read = max(0, round(ea.bytes_read + t * (eb.bytes_read - ea.bytes_read)))
+        e.bytes_written = max(0, round(ea.bytes_written + t * (eb.bytes_written - ea.bytes_written)))
+        e.out_shapes = [list(s) for s in ea.out_shapes]
+        for sa, sb, s in zip(ea.out_shapes, eb.out_shapes, e.out_shapes, strict=False):
+            if sa and sb and sa[0] == batch_a and sb[0] == batch_b:
+                s[0] = batch
+        events.append(e)
+    out.events = events
+    return out
+
+
+@dataclass
+class FitRow:
+    """One accelerator's answer."""
+
+    accelerator: Accelerator
+    capacity: int
+    need: int  # provisioned bytes per rank at the batch asked (peak + overheads, / utilisation)
+    fits: bool
+    largest_batch: int | None
+    prediction: Prediction | None
+    throughput: float | None  # samples/s over all ranks at the largest batch
+    throughput_batch: int | None
+    meets_target: bool | None = None
+    reason: str = ""
+
+    @property
+    def latency_s(self) -> float | None:
+        return self.prediction.time_s if self.prediction else None
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.prediction
+        return {"accelerator": self.accelerator.id, "name": self.accelerator.name, "capacity_bytes": self.capacity,
+                "need_bytes": self.need, "fits": self.fits, "largest_batch": self.largest_batch,
+                "latency_s": self.latency_s, "lower_bound_s": p.lower_bound_s if p else None,
+                "bound": p.bound if p else None, "ceilings": p.ceilings.source if p else None,
+                "throughput_samples_per_s": self.throughput, "throughput_batch": self.throughput_batch,
+                "meets_target": self.meets_target, "reason": self.reason, "tdp_w": self.accelerator.tdp_w}
+
+
+@dataclass
+class FitResult:
+    rows: list[FitRow]
+    pick: str | None
+    why: str
+    batch: int
+    gpus: int
+    strategy: str
+    settings: dict[str, Any]
+    states: ModelStates | None = None
+    peak: MemoryPeak | None = None
+    notes: list[str] = field(default_factory=list)
+    target_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pick": self.pick, "why": self.why, "batch_per_rank": self.batch, "gpus": self.gpus,
+                "strategy": self.strategy, "settings": self.settings, "target_latency_s": self.target_s,
+                "model_states_per_rank": self.states.__dict__ if self.states else None,
+                "peak_per_rank": self.peak.to_dict() if self.peak else None,
+                "rows": [r.to_dict() for r in self.rows], "notes": self.notes}
+
+
+def rank(rows: list[FitRow], target_s: float | None) -> tuple[str | None, str]:
+    """The pick: with a latency target, the smallest accelerator (least power, then least
+    memory) that fits and meets it; without one, the fastest that fits."""
+    fitting = [r for r in rows if r.fits and r.latency_s is not None]
+    if not fitting:
+        return None, "no accelerator fits: " + _closest_miss(rows)
+    if target_s is not None:
+        ok = [r for r in fitting if r.latency_s is not None and r.latency_s <= target_s]
+        if not ok:
+            best = min(fitting, key=lambda r: r.latency_s or math.inf)
+            return None, (f"none meets {target_s * 1e3:.3g} ms: the fastest that fits is {best.accelerator.id} at "
+                          f"{(best.latency_s or 0) * 1e3:.3g} ms (predicted)")
+        best = min(ok, key=lambda r: (r.accelerator.tdp_w or math.inf, r.accelerator.memory_gb))
+        return best.accelerator.id, (f"the lowest-power accelerator that fits and meets {target_s * 1e3:.3g} ms "
+                                     f"({(best.latency_s or 0) * 1e3:.3g} ms predicted)")
+    best = min(fitting, key=lambda r: r.latency_s or math.inf)
+    return best.accelerator.id, "the fastest predicted latency among those that fit"
+
+
+def _closest_miss(rows: list[FitRow]) -> str:
+    if not rows:
+        return "none was considered"
+    big = max(rows, key=lambda r: r.capacity)
+    return (f"the largest, {big.accelerator.id} ({big.capacity / 2**30:.0f} GiB), has less than the "
+            f"{big.need / 2**30:.1f} GiB needed per rank")
+
+
+def affine_largest(batches: list[int], peaks: list[int], room: float) -> int | None:
+    """Largest batch whose peak (affine in the batch, fitted) fits in ``room`` bytes."""
+    f = scaling_line(batches, peaks)
+    if f.per_sample <= 0:
+        return None
+    b = math.floor((room - f.fixed) / f.per_sample)
+    return b if b >= 1 else 0
+
+
+def fixed_overheads(acc: Accelerator, n_allocations: int) -> dict[str, int]:
+    device = "cuda" if acc.kind == "gpu" else "cpu"
+    return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device])
+
+
+def arithmetic(dtype: str | None, precision: str | None) -> str:
+    """The arithmetic of a workload: ``dtype`` (inference) or ``precision`` (training), not both."""
+    if dtype and precision:
+        raise FootprintError("give --dtype (inference) or --precision (training), not both")
+    return precision or dtype or "fp32"
+
+
+def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = None, gpus: int = 1,
+              strategy: str = "ddp", target_s: float | None = None, utilisation: float = 0.8,
+              hardware: str | None = None, only: Sequence[str] | None = None, tf32: bool | None = None,
+              efficiency: Mapping[str, float] | None = None, bucket_view: bool = False,
+              weights: str | None = None, trust_remote_code: bool = False) -> FitResult:
+    """Every accelerator's answer for ``spec`` at ``batch`` per rank, and the pick (see the module docstring)."""
+    if strategy not in STRATEGIES:
+        raise FootprintError(f"unknown strategy '{strategy}': use {', '.join(STRATEGIES)}")
+    if gpus < 1:
+        raise FootprintError(f"--gpus must be at least 1, got {gpus}")
+    if not 0 < utilisation <= 1:
+        raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
+    if batch is not None and batch < 1:
+        raise FootprintError(f"batch must be at least 1, got {batch}")
+    rows_db = load(hardware)
+    if only:
+        rows_db = [find(rows_db, x) for x in only]
+    common = dict(weights=weights, trust_remote_code=trust_remote_code)
+    t1, notes = trace_step(model, inputs, spec, batch=batch, **common)
+    b1 = first_batch(t1, batch)
+    traces = {b1: t1, 2 * b1: trace_step(model, inputs, spec, batch=2 * b1, **common)[0],
+              3 * b1: trace_step(model, inputs, spec, batch=3 * b1, **common)[0]}
+    peaks = {b: rank_peak(t, strategy, gpus, bucket_view) for b, t in traces.items()}
+    n_allocs = allocation_count(t1)
+    states = None
+    if spec.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
+        persistent = peaks[b1].persistent if gpus == 1 else replay(t1).persistent
+        states = model_states(persistent, strategy, gpus, gather_bytes(t1), bucket_view)
+    pair = aligned_pair(traces)
+    if pair is not None:
+        p, q = pair
+        r = next(b for b in traces if b not in pair)
+        guess = peak_at(p, q, peaks[p], peaks[q], r)
+        if abs(guess - peaks[r].peak_bytes) > 0.01 * peaks[r].peak_bytes:
+            notes.append(f"the peak at batch {r} is {peaks[r].peak_bytes / 2**30:.3g} GiB, {guess / 2**30:.3g} GiB "
+                         f"from the traces at {p} and {q}: largest batches are approximate")
+        how = (f"largest batch: live bytes at every operator, affine in the batch, from traces at {p} and {q} "
+               f"(checked at {r}); throughput there: operator costs extrapolated from the same traces")
+    else:
+        notes.append("the traces at three batch sizes ran different operators: largest batch from a line through "
+                     "their peaks, throughput from a line through the predicted times")
+        how = ""
+    cache: dict[int, Any] = {}
+
+    def trace_at(b: int) -> Any:
+        if b in traces:
+            return traces[b]
+        if pair is None:
+            return None
+        if b not in cache:
+            cache[b] = extrapolate(traces[pair[0]], traces[pair[1]], pair[0], pair[1], b)
+        return cache[b]
+
+    def latency(tr: Trace, acc: Accelerator) -> Prediction:
+        return estimate_latency(tr, acc, tf32=tf32, efficiency=efficiency)
+
+    out_rows: list[FitRow] = []
+    for acc in rows_db:
+        fixed = sum(fixed_overheads(acc, n_allocs).values())
+        cap = acc.memory_bytes
+        need = math.ceil((peaks[b1].peak_bytes + fixed) / utilisation)
+        room = cap * utilisation - fixed
+        if pair is not None:
+            largest = largest_fitting_batch(pair[0], pair[1], peaks[pair[0]], peaks[pair[1]], room)
+        else:
+            largest = affine_largest(list(peaks), [x.peak_bytes for x in peaks.values()], room)
+        if largest is not None:  # the traced peak at the batch asked overrules the extrapolation there
+            largest = max(largest, b1) if need <= cap else min(largest, b1 - 1)
+        if acc.bandwidth is None and not acc.calibrated:
+            out_rows.append(FitRow(acc, cap, need, need <= cap, largest, None, None, None,
+                                   reason="no bandwidth figure: run `footprint calibrate` on it"))
+            continue
+        pred = latency(traces[b1], acc)
+        thr, thr_b = None, None
+        if largest:
+            tl = trace_at(largest)
+            if tl is not None:
+                t = latency(tl, acc).time_s
+            else:  # a line through the predicted times at the first two batch sizes
+                t2 = latency(traces[2 * b1], acc).time_s
+                t = pred.time_s + (t2 - pred.time_s) * (largest - b1) / b1
+            thr, thr_b = (largest * gpus / t if t > 0 else None), largest
+        row = FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b)
+        if target_s is not None:
+            row.meets_target = row.fits and pred.time_s <= target_s
+        out_rows.append(row)
+    pick, why = rank(out_rows, target_s)
+    missing: dict[str, list[str]] = {}
+    for row in out_rows:
+        for d in row.prediction.missing_dtypes if row.prediction else []:
+            missing.setdefault(d, []).append(row.accelerator.id)
+    for d, ids in missing.items():
+        notes.append(f"no published {d} rate for {', '.join(ids)}: their fp32 rate is used")
+    if gpus > 1:
+        notes.append(f"{gpus} ranks ({strategy}): memory per rank; throughput is {gpus} x one rank's "
+                     "(communication not modelled)")
+    if how:
+        notes.append(how)
+    settings = dict(t1.settings, precision=spec.precision, checkpointing=spec.checkpointing,
+                    utilisation=utilisation, model=t1.model, inputs=t1.inputs)
+    return FitResult(rows=out_rows, pick=pick, why=why, batch=b1, gpus=gpus, strategy=strategy, settings=settings,
+                     states=states, peak=peaks[b1], notes=notes, target_s=target_s)

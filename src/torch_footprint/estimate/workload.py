@@ -1,0 +1,102 @@
+"""A workload traced as it would run: an inference, or a training step with its optimizer,
+precision and checkpointing. ``memory``, ``predict`` and ``fit`` all start here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from ..dtypes import name_of
+from ..errors import FootprintError
+from ..sources import prepare
+from ..sources.inputs import InputsLike
+from ..trace import StepOptions, Trace, trace_model
+from . import training
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """What is traced: a forward, or one training step set up as asked."""
+
+    train: bool = False
+    optimizer: str | None = None
+    precision: str = "fp32"
+    checkpointing: bool = False
+    grads: str = "none"  # "none": gradients appear in the backward; "zero": kept between steps
+
+    def check(self) -> None:
+        training.precision(self.precision)
+        if self.optimizer is not None:
+            if not self.train:
+                raise FootprintError("--optimizer needs --train (an optimizer only runs in a training step)")
+            training.optimizer(self.optimizer)
+        if self.checkpointing and not self.train:
+            raise FootprintError("--checkpointing only changes training memory: add --train")
+        if self.grads not in ("none", "zero"):
+            raise FootprintError(f"grads must be 'none' or 'zero', got '{self.grads}'")
+
+
+def trace_step(model: nn.Module | str, inputs: InputsLike, spec: StepSpec, *, batch: int | None = None,
+               weights: str | None = None, trust_remote_code: bool = False) -> tuple[Trace, list[str]]:
+    """Trace ``spec`` on ``model`` at ``batch`` (the inputs' own when None); the trace and its notes."""
+    spec.check()
+    param_dtype, autocast = training.precision(spec.precision)
+    opt = training.optimizer(spec.optimizer) if spec.train else None
+    work = prepare(model, inputs, weights=weights, trust_remote_code=trust_remote_code).at_batch(batch)
+    built = work.built
+    notes = [n for n in built.notes if not (batch and n.startswith("default input"))]
+    if batch:
+        notes.append(f"batch {batch}: inputs " + ", ".join(str(x) for x in work.specs))
+    m = built.model
+    float_dtypes = {p.dtype for p in m.parameters() if p.is_floating_point()}
+    if float_dtypes and float_dtypes != {param_dtype}:
+        if built.source == "module":
+            raise FootprintError(f"precision '{spec.precision}' needs {name_of(param_dtype)} weights: give the "
+                                 "model by name, or cast your module to that dtype yourself")
+        m = built.model = m.to(param_dtype)
+        notes.append(f"weights cast to {name_of(param_dtype)} for precision {spec.precision}")
+        work = work.cast(param_dtype)
+    undo: Any = lambda: None  # noqa: E731
+    if spec.checkpointing:
+        what, undo = training.enable_checkpointing(m)
+        notes.append("activation checkpointing: " + what)
+    was_training = m.training
+    m.train(spec.train)
+    try:
+        with built.trace_context():
+            trace = trace_model(m, work.make_inputs(), name=built.name, backward=spec.train, device="cpu",
+                                inputs_meta=work.inputs_meta(),
+                                step=StepOptions(opt, autocast, grads_kept=spec.grads == "zero"))
+    finally:
+        m.train(was_training)
+        undo()
+    return trace, notes + trace.notes
+
+
+def first_batch(trace: Trace, batch: int | None) -> int:
+    """The batch a trace ran at: the one asked for, else its first input's first dimension."""
+    return batch or (int(trace.inputs[0]["shape"][0]) if trace.inputs and trace.inputs[0]["shape"] else 1)
+
+
+def trace_forward(model: nn.Module | str, inputs: InputsLike = None, *, backward: bool = False,
+                  dtype: str | Any = None, train: bool | None = None, device: str = "cpu",
+                  weights: str | None = None, trust_remote_code: bool = False,
+                  tensors: str = "auto") -> tuple[Trace, list[str]]:
+    """A forward (and, with ``backward``, a backward) pass as ``footprint profile`` traces it:
+    eval mode unless ``train`` (default: ``backward``), no optimizer; the trace and its notes."""
+    if device != "cpu":
+        raise FootprintError(f"profiling for device '{device}' is not supported yet: the trace follows the "
+                             "CPU's kernels (device='cpu'); FLOP and MAC counts do not depend on it")
+    work = prepare(model, inputs, dtype=dtype, weights=weights, trust_remote_code=trust_remote_code)
+    m = work.model
+    was_training = m.training
+    m.train(backward if train is None else train)
+    try:
+        with work.built.trace_context():
+            trace = trace_model(m, work.make_inputs(), name=work.built.name, backward=backward, device=device,
+                                inputs_meta=work.inputs_meta(), tensors=tensors)
+    finally:
+        m.train(was_training)
+    return trace, [*work.built.notes, *trace.notes]

@@ -1,0 +1,93 @@
+"""A model and its inputs, ready to trace or to run: the job every verb starts with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..dtypes import parse_dtype
+from ..errors import FootprintError
+from .inputs import InputsLike, InputSpec, cast_floating, materializer, normalize_inputs, spec_list, with_batch
+from .models import Built, resolve
+
+
+@dataclass
+class Workload:
+    """A built model (meta device unless weights were asked for) and its example inputs."""
+
+    built: Built
+    pos: list[Any]
+    kw: dict[str, Any]
+
+    @property
+    def model(self) -> nn.Module:
+        return self.built.model
+
+    @property
+    def specs(self) -> list[InputSpec]:
+        return spec_list(self.pos, self.kw)
+
+    def inputs_meta(self) -> list[dict[str, Any]]:
+        return [x.to_dict() for x in self.specs]
+
+    def make_inputs(self, batch: int | None = None) -> Any:
+        """``make(device) -> (args, kwargs)``, at ``batch`` when given."""
+        pos, kw = with_batch(self.pos, self.kw, batch)
+        return materializer(pos, kw, self.built.images_as_list)
+
+    def at_batch(self, batch: int | None) -> Workload:
+        """The same model with every input's first dimension set to ``batch``."""
+        pos, kw = with_batch(self.pos, self.kw, batch)
+        return Workload(self.built, pos, kw)
+
+    def cast(self, dtype: torch.dtype) -> Workload:
+        """Floating inputs in ``dtype`` (the model is cast by the caller)."""
+        return Workload(self.built, [cast_floating(x, dtype) for x in self.pos],
+                        {k: cast_floating(v, dtype) for k, v in self.kw.items()})
+
+    @property
+    def own_batch(self) -> int:
+        """The first dimension of the first tensor input (1 when there is none)."""
+        return next((x.shape[0] for x in self.specs if x.shape), 1)
+
+
+def prepare(model: nn.Module | str, inputs: InputsLike = None, *, dtype: str | torch.dtype | None = None,
+            weights: str | None = None, trust_remote_code: bool = False) -> Workload:
+    """Resolve the model and its inputs (meta device, no weights)."""
+    pos, kw = normalize_inputs(inputs)
+    if isinstance(model, str):
+        built = resolve(model, weights=weights, trust_remote_code=trust_remote_code)
+    elif isinstance(model, nn.Module):
+        built = Built(model, type(model).__name__, "module")
+    else:
+        raise FootprintError(f"expected a model name or an nn.Module, got {type(model).__name__}")
+    if not pos and not kw:
+        if not built.default_inputs:
+            raise FootprintError(
+                f"no default input is known for '{built.name}': give one, e.g. --input 1,3,224,224 "
+                "(or --input-ids 1,128 for a language model)"
+            )
+        pos, kw = normalize_inputs(built.default_inputs)
+        built.notes.append("default input " + ", ".join(str(s) for s in built.default_inputs))
+    # torchvision's vision transformers are built for one image size: follow the input's
+    if built.rebuild is not None and pos and isinstance(pos[0], InputSpec) and len(pos[0].shape) == 4:
+        h, w = pos[0].shape[2], pos[0].shape[3]
+        default = built.default_inputs[0].shape if built.default_inputs else None
+        if default is None or (h, w) != tuple(default[2:]):
+            if h != w:
+                raise FootprintError(f"'{built.name}' needs square images, got {h}x{w}")
+            built.model = built.rebuild({"image_size": h})
+            built.notes.append(f"built for {h}x{h} images, the input's size")
+    for k, v in built.call_kwargs.items():
+        kw.setdefault(k, v)
+    dt = parse_dtype(dtype) if isinstance(dtype, str) else dtype
+    work = Workload(built, pos, kw)
+    if dt is not None:
+        if not dt.is_floating_point:
+            raise FootprintError(f"--dtype must be a floating-point type, got {dtype}")
+        built.model = built.model.to(dt)
+        work = work.cast(dt)
+    return work

@@ -1,0 +1,126 @@
+"""The dispatch mode that records one event per aten operator, and storage allocations and frees."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..dtypes import name_of
+from .fastmeta import fast_meta
+from .formulas import formula_for, is_cast
+from .kernels import kernel_scratch
+from .modules import ModuleStack
+from .records import MemFree, OpEvent
+from .step import tensors_in
+
+
+def span_bytes(t: torch.Tensor) -> int:
+    """Bytes a kernel touches for ``t``: its elements, or fewer where strides repeat (expand)."""
+    n = t.numel()
+    if n == 0:
+        return 0
+    if 0 in t.stride():
+        span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
+        n = min(n, span)
+    return n * t.element_size()
+
+
+class Recorder(TorchDispatchMode):
+    """Records one :class:`OpEvent` per aten op, and storage allocations and frees."""
+
+    def __init__(self, stack: ModuleStack, device: str = "cpu") -> None:
+        super().__init__()
+        self.stack = stack
+        self.device = device
+        self.phase = "forward"
+        self.events: list[OpEvent] = []
+        self.frees: list[MemFree] = []
+        self.live: dict[int, tuple[int, int]] = {}  # storage address -> (uid, nbytes)
+        self._uid = 0
+        self._finalizers: list[weakref.finalize] = []
+        self._names: dict[Any, str] = {}
+        # parameter storages, and the storages made by casting one (autocast's cached
+        # low-precision weights): sharded training keeps these per unit, not per model
+        self.param_uids: set[int] = set()
+        self.param_casts: list[int] = []
+
+    def watch(self, t: torch.Tensor) -> tuple[int, int] | None:
+        """Start tracking ``t``'s storage; return (uid, nbytes) if it was not tracked yet.
+
+        Each storage gets a uid of its own (storage addresses are reused after a free)."""
+        st = t.untyped_storage()
+        key = st._cdata
+        if key in self.live:
+            return None
+        nbytes = st.nbytes()
+        self._uid += 1
+        self.live[key] = (self._uid, nbytes)
+        self._finalizers.append(weakref.finalize(st, self._freed, key))
+        return self._uid, nbytes
+
+    def uid_of(self, t: torch.Tensor) -> int | None:
+        entry = self.live.get(t.untyped_storage()._cdata)
+        return entry[0] if entry else None
+
+    def _freed(self, key: int) -> None:
+        uid, nbytes = self.live.pop(key, (0, 0))
+        if uid:
+            self.frees.append(MemFree(after=len(self.events) - 1, storage=uid, nbytes=nbytes))
+
+    def detach_finalizers(self) -> None:
+        for f in self._finalizers:
+            f.detach()
+        self._finalizers.clear()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        fast = fast_meta(func, args)
+        out = fast(*args, **kwargs) if fast is not None else func(*args, **kwargs)
+        if func.namespace == "prim":
+            return out
+        cost = formula_for(func)(func, args, kwargs, out)
+        scratch = kernel_scratch(func, args, self.device) if cost.macs else 0
+        outs = tensors_in(out)
+        if cost.kind == "view":
+            read = written = 0
+        else:
+            ins = tensors_in(args)
+            if kwargs:
+                ins += tensors_in(kwargs)
+            read = 0
+            seen: set[int] = set()
+            for t in ins:
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    read += span_bytes(t)
+            written = sum(span_bytes(t) for t in outs)
+        allocs = []
+        for t in outs:
+            new = self.watch(t)
+            if new is not None:
+                allocs.append(list(new))
+        if (allocs and self.param_uids and is_cast(func)
+                and isinstance(args[0], torch.Tensor) and self.uid_of(args[0]) in self.param_uids):
+            self.param_casts.extend(uid for uid, _ in allocs)
+        name = self._names.get(func)
+        if name is None:
+            name = self._names[func] = f"{func.namespace}.{func._overloadpacket.__name__.split('.')[-1]}." \
+                                       f"{func._overloadname}"
+        self.events.append(OpEvent(
+            op=name,
+            module=self.stack.current(self.phase),
+            phase=self.phase,
+            flops=cost.flops,
+            macs=cost.macs,
+            kind=cost.kind,
+            bytes_read=read,
+            bytes_written=written,
+            out_shapes=[list(t.shape) for t in outs],
+            out_dtypes=[name_of(t.dtype) for t in outs],
+            allocs=allocs,
+            scratch=scratch,
+        ))
+        return out

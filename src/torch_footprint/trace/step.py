@@ -1,0 +1,118 @@
+"""One step of a model: an inference, or a training step (forward, loss, backward,
+optimizer). The trace records it, ``bench`` times it and the measured-memory benchmark
+runs it under the allocator's profiler: the same function, so what is predicted and what
+is measured are the same step."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten
+
+from ..errors import FootprintError
+
+OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+
+
+def tensors_in(obj: Any) -> list[torch.Tensor]:
+    """The tensors in nested tuples, lists and dicts (a fast path for op arguments), or in
+    any pytree such as a Hugging Face ModelOutput."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        out: list[torch.Tensor] = []
+        for x in obj:
+            if isinstance(x, torch.Tensor):
+                out.append(x)
+            elif isinstance(x, (tuple, list, dict)):
+                out.extend(tensors_in(x))
+        return out
+    if isinstance(obj, dict):
+        return tensors_in(list(obj.values()))
+    leaves, _ = tree_flatten(obj)
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+def loss_of(output: Any) -> torch.Tensor:
+    """The scalar a step calls backward on: the sum of the first floating output that needs
+    a gradient (a Hugging Face output's logits)."""
+    for t in tensors_in(output):
+        if t.is_floating_point() and t.requires_grad:
+            return t.sum()
+    raise FootprintError(
+        "backward was asked for, but the model returned no floating-point tensor that requires "
+        "a gradient (are all parameters frozen?)"
+    )
+
+
+@dataclass
+class StepOptions:
+    """What a training step adds to a forward and backward."""
+
+    optimizer: OptimizerFactory | None = None
+    autocast: torch.dtype | None = None  # mixed precision: the forward under torch.autocast
+    # gradients kept from the previous step (zero_grad(set_to_none=False)): they exist before
+    # the forward and the backward accumulates into them
+    grads_kept: bool = False
+
+
+class StepHooks:
+    """What the caller of :func:`run_step` hears: the phase being entered, and the step's
+    outputs, gradients and optimizer as they appear. The default hears nothing."""
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def forward_done(self, output: Any) -> None:
+        pass
+
+    def backward_done(self) -> None:
+        pass
+
+    def optimizer_done(self, optimizer: torch.optim.Optimizer) -> None:
+        pass
+
+
+_SILENT = StepHooks()
+
+
+def run_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, backward: bool,
+             optimizer: torch.optim.Optimizer | None = None, autocast: torch.dtype | None = None,
+             device_type: str = "cpu", grads_kept: bool = False,
+             no_grad: Callable[[], contextlib.AbstractContextManager[Any]] = torch.no_grad,
+             hooks: StepHooks = _SILENT) -> Any:
+    """One step; returns the output of an inference, None after a training step.
+
+    Inference: the forward under ``no_grad()`` (``torch.no_grad``, or ``torch.inference_mode``
+    for a timed run) and autocast. Training: the gradients of the previous step dropped
+    (``zero_grad(set_to_none=True)``, unless ``grads_kept``), the forward under autocast,
+    backward from :func:`loss_of`, the outputs released, then ``optimizer.step()``."""
+    amp = (torch.autocast(device_type=device_type, dtype=autocast) if autocast is not None
+           else contextlib.nullcontext())
+    if not backward:
+        with no_grad(), hooks.phase("forward"), amp:
+            out = model(*args, **kwargs)
+        hooks.forward_done(out)
+        return out
+    if optimizer is not None and not grads_kept and any(
+            p.grad is not None for g in optimizer.param_groups for p in g["params"]):
+        optimizer.zero_grad(set_to_none=True)
+    with hooks.phase("forward"), amp:
+        out = model(*args, **kwargs)
+    hooks.forward_done(out)
+    with hooks.phase("loss"):
+        loss = loss_of(out)
+    with hooks.phase("backward"):
+        loss.backward()
+    del loss, out  # a training loop lets the outputs go before the optimizer step
+    hooks.backward_done()
+    if optimizer is not None:
+        with hooks.phase("optimizer"):
+            optimizer.step()
+        hooks.optimizer_done(optimizer)
+    return None
