@@ -208,3 +208,47 @@ def test_a_second_formula_for_an_operator_is_refused() -> None:
 
     with pytest.raises(ValueError, match="registered twice"):
         register(torch.ops.aten.relu)(pointwise(1))
+
+
+class _Seen(nn.Module):
+    """Operators seen on real architectures (ASR, wav2vec2, DETR, hybrid linear attention,
+    Llama-4, FNet) that once had no formula."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wn = nn.utils.weight_norm(nn.Linear(8, 8))
+        self.prelu = nn.PReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.glu(x, dim=-1)  # (4, 16) -> (4, 8)
+        y = self.prelu(self.wn(y))
+        values, _ = torch.cummax(y, dim=0)
+        z = values.squeeze_(0) if values.shape[0] == 1 else values
+        keep = torch.isin(z, torch.tensor([0.0], device=z.device))
+        z = torch.where(keep, z, z)
+        f = torch.fft.fft(z.to(torch.complex64), dim=-1).real
+        return f + torch.polar(z.abs(), z).real
+
+
+@pytest.mark.filterwarnings("ignore:.*weight_norm.*:FutureWarning")
+def test_operators_seen_on_real_architectures_have_formulas() -> None:
+    p = tfp.profile(_Seen(), "4,16", tensors="fake")
+    assert p.unknown_ops == {}
+    ops = {e.op: e for e in p.trace.events}
+    assert ops["aten.glu.default"].flops == 2 * 4 * 8  # a * sigmoid(b) per output element
+    assert ops["aten.cummax.default"].flops == 4 * 8  # one compare per element
+    assert ops["aten.polar.default"].flops == 4 * 4 * 8  # cos, sin and two multiplies
+    assert ops["aten._weight_norm_interface.default"].flops == 4 * 8 * 8  # norm (2) and scale (2) per weight
+    assert ops["aten._prelu_kernel.default"].flops == 2 * 4 * 8  # a compare and a multiply
+    # 4 transforms of 8 points, 5 N log2 N each
+    assert ops["aten._fft_c2c.default"].flops == 4 * 5 * 8 * 3
+
+
+def test_triangular_solve_by_hand() -> None:
+    class Solve(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.linalg.solve_triangular(a, b, upper=False)
+
+    p = tfp.profile(Solve(), ["3,6,6", "3,6,5"], tensors="fake")
+    # row i of the triangle: i + 1 multiply-adds per right-hand side; 5 columns; 3 batches
+    assert p.macs == 3 * 5 * (6 * 7 // 2)

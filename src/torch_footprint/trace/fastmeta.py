@@ -47,6 +47,29 @@ def _gelu(x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     return torch.empty_like(x)
 
 
+def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias: Any = None,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The CPU kernel's output of a grouped matmul (mixture-of-experts layers): torch's meta
+    kernel follows the CUDA rule and refuses float32, which the CPU kernel runs. Shapes:
+    (T, K) x (G, K, N) -> (T, N); (M, K) x (K, N) grouped over K -> (G, M, N);
+    (G, M, K) x (N, K)-shaped groups -> (M, N); (G, M, K) x (G, K, N) -> (G, M, N)."""
+    groups = offs.shape[0] if offs is not None else None
+    if a.dim() == 2 and b.dim() == 2:
+        shape = (groups or 1, a.shape[0], b.shape[1])
+    elif a.dim() == 2:
+        torch._check(groups is None or groups == b.shape[0], lambda: "matrix batch sizes have to match")
+        shape = (a.shape[0], b.shape[-1])
+    elif b.dim() == 2:
+        torch._check(groups is None or groups == a.shape[0], lambda: "matrix batch sizes have to match")
+        shape = (a.shape[1], b.shape[1])
+    else:
+        torch._check(a.shape[0] == b.shape[0], lambda: "batched dimension has to match")
+        shape = (a.shape[0], a.shape[1], b.shape[-1])
+    torch._check(a.shape[-1] == b.shape[-2] if b.dim() == 3 or a.dim() == 3 else True,
+                 lambda: "contraction dimension of mat_a and mat_b must match")
+    return torch.empty(shape, dtype=out_dtype or a.dtype, device=a.device)
+
+
 FAST_META: dict[Any, Callable[..., Any]] = {
     aten.native_batch_norm.default: _batch_norm,
     aten._native_batch_norm_legit_no_training.default: _batch_norm,
@@ -55,6 +78,8 @@ FAST_META: dict[Any, Callable[..., Any]] = {
     aten.addmm.default: _addmm,
     aten.gelu.default: _gelu,
 }
+if hasattr(aten, "_grouped_mm"):
+    FAST_META[aten._grouped_mm.default] = _grouped_mm
 
 
 # pointwise ops whose result is not of their inputs' dtype

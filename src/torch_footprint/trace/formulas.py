@@ -524,6 +524,57 @@ def _index_put(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any)
     return _vector(_numel(a.get("values"))) if a.get("accumulate") else DATA
 
 
+# --------------------------------------------------------------------------- seen on real architectures
+# gated linear unit: a * sigmoid(b), per output element; its backward per incoming gradient element
+register(*_ops("glu"))(pointwise(2))
+register(*_ops("glu_backward"))(reduction(4))
+# weight norm w = g * v / ||v||: squares and sum (2), divide and scale (2) per element of v; backward twice
+register(*_ops("_weight_norm_interface"))(reduction(4))
+register(*_ops("_weight_norm_interface_backward"))(reduction(8))
+# PReLU: a compare and a multiply per element, forward and backward
+register(*_ops("_prelu_kernel"))(pointwise(2))
+register(*_ops("_prelu_kernel_backward"))(reduction(2))
+# running maximum or minimum: one compare per element; sampling: a running sum of the weights
+register(*_ops("cummax", "cummin", "_cummax_helper", "_cummin_helper", "_is_all_true", "_is_any_true",
+               "multinomial"))(reduction(1))
+# polar form to complex: a cosine, a sine and two multiplies per element
+register(*_ops("polar"))(pointwise(4))
+# membership tests and searches: comparisons that select, no arithmetic on the values
+register(*_ops("isin"))(constant(DATA))
+
+
+@register(*_ops("linalg_solve_triangular", "triangular_solve"))
+def _triangular_solve(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Forward or back substitution: row i of an n x n triangle takes i + 1 multiply-adds per
+    right-hand side: n(n + 1)/2 MACs per column of B, per batch."""
+    a_mat, b_mat = args[0], args[1]
+    if func._overloadpacket.__name__ == "triangular_solve":  # triangular_solve(B, A)
+        a_mat, b_mat = b_mat, a_mat
+    n = a_mat.shape[-1]
+    columns = b_mat.numel() // max(1, b_mat.shape[-2])
+    macs = n * (n + 1) // 2 * columns
+    return Cost(2 * macs, macs, "matrix")
+
+
+def fft(scale: float) -> Formula:
+    """A fast Fourier transform: ``scale`` x N log2 N FLOPs per transform of N points over the
+    transformed dimensions (5 for complex-to-complex, the usual count; 2.5 with a real side)."""
+
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        x = args[0]
+        dims = named_args(func, args, kwargs).get("dim") or range(x.dim())
+        n = math.prod(x.shape[d] for d in dims) if x.dim() else 1
+        big = max(n, _out_numel(out) // max(1, x.numel() // max(n, 1)))  # c2r: the output's length
+        transforms = x.numel() // max(n, 1)
+        return _vector(round(scale * big * math.log2(big) * transforms) if big > 1 else 0)
+
+    return formula
+
+
+register(*_ops("_fft_c2c"))(fft(5.0))
+register(*_ops("_fft_r2c", "_fft_c2r"))(fft(2.5))
+
+
 # --------------------------------------------------------------------------- data movement
 # Ops that move, select or create bytes without arithmetic.
 register(*_ops(
@@ -577,13 +628,28 @@ def _foreach(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -
 
 
 def _family(func: Any) -> Formula:
-    """The formula of an op that has none of its own, from what the op says of itself."""
-    if func.is_view or func.namespace in _IGNORED_NAMESPACES:
+    """The formula of an op that has none of its own, from what the op says of itself: a view
+    (or an in-place change of a view's metadata, or an op of an ignored namespace) costs
+    nothing; a copy of a view (``view_copy``) moves bytes; ``_foreach_X`` costs X per element;
+    an in-place ``X_`` costs what X does; a pointwise op 1 FLOP per element, a reduction 1 per
+    input element; an op that draws random numbers (``nondeterministic_seeded``) moves bytes."""
+    name = func._overloadpacket.__name__
+    tags = func.tags
+    if func.is_view or func.namespace in _IGNORED_NAMESPACES or torch.Tag.inplace_view in tags:
         return constant(VIEW)
-    if func._overloadpacket.__name__.startswith("_foreach_"):
+    if torch.Tag.view_copy in tags:
+        return constant(DATA)
+    if name.startswith("_foreach_"):
         return _foreach
-    if torch.Tag.pointwise in func.tags:
+    base = getattr(aten, name[:-1], None) if name.endswith("_") and not name.endswith("__") else None
+    if base is not None and base in _REGISTRY:
+        return _REGISTRY[base]
+    if torch.Tag.pointwise in tags:
         return pointwise(1)
+    if torch.Tag.reduction in tags:
+        return reduction(1)
+    if torch.Tag.nondeterministic_seeded in tags:
+        return constant(DATA)
     return constant(UNKNOWN)
 
 
