@@ -78,8 +78,6 @@ FAST_META: dict[Any, Callable[..., Any]] = {
     aten.addmm.default: _addmm,
     aten.gelu.default: _gelu,
 }
-if hasattr(aten, "_grouped_mm"):
-    FAST_META[aten._grouped_mm.default] = _grouped_mm
 
 
 # pointwise ops whose result is not of their inputs' dtype
@@ -127,8 +125,33 @@ def _like_first(*args: Any, **kwargs: Any) -> torch.Tensor:
     return torch.empty_like(first)
 
 
+# ops whose meta kernel follows another device's rule than the CPU's: the CPU's output for
+# meta and fake tensors alike (real tensors run the real kernel)
+CPU_RULE: dict[Any, Callable[..., Any]] = {}
+if hasattr(aten, "_grouped_mm"):
+    CPU_RULE[aten._grouped_mm.default] = _grouped_mm
+
+
+def _cpu_rule(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    fn = CPU_RULE.get(func)
+    if fn is None:
+        return None
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            fake = isinstance(a, FakeTensor)
+            if not (a.device.type == "meta" or (fake and a.device.type == "cpu")):
+                return None
+    return fn
+
+
 def fast_meta(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
-    """The fast kernel for ``func`` when its tensors are plain meta tensors, else None."""
+    """The fast kernel for ``func`` when its tensors are plain meta tensors, else None; the
+    CPU's output rule (:data:`CPU_RULE`) for meta and fake CPU tensors."""
+    rule = _cpu_rule(func, args) if func in CPU_RULE else None
+    if rule is not None:
+        return rule
     fn = FAST_META.get(func)
     if fn is None:
         return _pointwise_same(func, args)
