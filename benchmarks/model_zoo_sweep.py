@@ -19,7 +19,8 @@ zoos once), two at a time at most, with a timeout. The table goes to
 models not run this time are kept from the previous file unless ``--fresh`` is given.
 
     python benchmarks/model_zoo_sweep.py [--only transformers|timm|torchvision]... [--limit N]
-        [--timm-sample N] [--models a,b,c] [--timeout S] [--workers N] [--out DIR] [--fresh]
+        [--timm-sample N] [--models a,b,c] [--timeout S] [--workers N] [--max-gb G] [--out DIR] [--fresh]
+    python benchmarks/model_zoo_sweep.py --report-only   # rewrite the report from the JSON file
 
 Target: footprint profiles 100% of the architectures whose real forward runs on CPU (at
 least FlopCounterMode's rate), with no unknown operator and exact parameter counts.
@@ -96,7 +97,10 @@ def normalise(text: str) -> str:
     s = re.sub(r"'[^']*'", "'…'", s)
     s = re.sub(r'"[^"]*"', '"…"', s)
     s = re.sub(r"`[^`]*`", "`…`", s)
+    s = re.sub(r"\(([A-Za-z_][\w.]*)\):", "(<Module>):", s)
     s = _CLASSY.sub("<Class>", s)
+    s = re.sub(r"\b(?!NoneType\b)[A-Z][a-z0-9]+(?:[A-Z_][A-Za-z0-9_]*[a-z][A-Za-z0-9_]*)\b(?<!Error)(?<!Exception)",
+               "<Class>", s)
     s = re.sub(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", "#", s)
     s = re.sub(r"#(?:\s*[,x×*]\s*#)+", "#…", s)
     return s[:240]
@@ -158,7 +162,11 @@ def _hidden_sizes(cfg: Any) -> set[int]:
     return out
 
 
-def shrink_config(cfg: Any, level: str, vocab: int | None = None, hiddens: set[int] | None = None) -> list[str]:
+MROPE_DEFAULT = [16, 24, 24]  # the section sizes multimodal-rotary models assume when the config has none
+
+
+def shrink_config(cfg: Any, level: str, vocab: int | None = None, hiddens: set[int] | None = None,
+                  mrope: bool = False) -> list[str]:
     """Shrink ``cfg`` in place. ``level`` "small": layers, widths, heads, vocabulary, experts;
     "layers": layers, vocabulary and experts only (the widths stay consistent). Returns what
     was changed."""
@@ -198,7 +206,11 @@ def shrink_config(cfg: Any, level: str, vocab: int | None = None, hiddens: set[i
     if old_layers and old_layers > LAYERS:
         for k, v in attrs.items():  # per-layer lists (layer_types, ...) follow the layer count
             if isinstance(v, (list, tuple)) and len(v) == old_layers and k not in ("depths",):
-                put(k, type(v)(v[:LAYERS]))
+                new = list(v[:LAYERS])
+                if all(isinstance(x, str) for x in v):  # keep one layer of each kind (hybrid models)
+                    missing = [x for x in dict.fromkeys(v) if x not in new][: LAYERS - 1]
+                    new = new[: LAYERS - len(missing)] + missing
+                put(k, type(v)(new))
     if level == "small":
         heads = next((attrs[k] for k in HEAD_KEYS if _is_int(attrs.get(k))), None)
         hidden = next((attrs[k] for k in HIDDEN_KEYS if _is_int(attrs.get(k))), None)
@@ -215,6 +227,14 @@ def shrink_config(cfg: Any, level: str, vocab: int | None = None, hiddens: set[i
                     put(k, HEADS if heads and v >= heads else KV_HEADS)
             if _is_int(attrs.get("head_dim")):
                 put("head_dim", HIDDEN // HEADS)
+            for k in ("rope_parameters", "rope_scaling"):  # multimodal rotary sections sum to head_dim / 2
+                rope = attrs.get(k)
+                sec = rope.get("mrope_section", MROPE_DEFAULT if mrope else None) if isinstance(rope, dict) else None
+                if isinstance(sec, list) and sec and all(_is_int(x) for x in sec) and sum(sec) > HIDDEN // HEADS // 2:
+                    half = HIDDEN // HEADS // 2
+                    new_sec = [max(1, x * half // sum(sec)) for x in sec]
+                    new_sec[0] += half - sum(new_sec)
+                    put(k, {**rope, "mrope_section": new_sec})
             for k in FFN_KEYS:
                 if _is_int(attrs.get(k)) and attrs[k] > FFN:
                     put(k, FFN)
@@ -223,7 +243,7 @@ def shrink_config(cfg: Any, level: str, vocab: int | None = None, hiddens: set[i
                     and not k.startswith(("max_", "vocab", "image", "patch", "intermediate")):
                 put(k, HIDDEN)
     for name, sub in _sub_configs(cfg):
-        changed += [f"{name}.{c}" for c in shrink_config(sub, level, vocab, hiddens)]
+        changed += [f"{name}.{c}" for c in shrink_config(sub, level, vocab, hiddens, mrope)]
     return changed
 
 
@@ -339,13 +359,24 @@ def hf_input_candidates(model: Any, cfg: Any) -> list[Inputs]:
     return [("kw", c) for c in cands]
 
 
+def _uses_mrope(cfg: Any) -> bool:
+    """Whether the model's code reads rotary sections (multimodal rotary position embeddings)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(type(cfg).__module__.replace(".configuration_", ".modeling_"))
+    try:
+        return bool(spec and spec.origin and "mrope_section" in Path(spec.origin).read_text())
+    except OSError:
+        return False
+
+
 def build_transformers(model_type: str, level: str) -> tuple[Any, list[Inputs], dict[str, Any]]:
     from transformers import AutoConfig, AutoModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     cfg = AutoConfig.for_model(model_type)
-    changed = shrink_config(cfg, level)
+    changed = shrink_config(cfg, level, mrope=_uses_mrope(cfg))
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
     model = AutoModel.from_config(cfg)
@@ -571,7 +602,13 @@ def run_model(lib: str, name: str, send: Callable[[Record], None]) -> Record:
     return rec
 
 
-def _child(lib: str, name: str, conn: Connection) -> None:
+def _child(lib: str, name: str, conn: Connection, max_gb: float) -> None:
+    if max_gb > 0:  # a model too big for the machine fails to allocate instead of swapping others out
+        import resource
+
+        limit = int(max_gb * 2**30)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -657,12 +694,13 @@ def footprint_source(path: str) -> str:
     return f"{path} (repository HEAD {head.stdout.strip()}, working tree {state})"
 
 
-def sweep(tasks: list[tuple[str, str]], workers: int, timeout: float) -> list[Record]:
+def sweep(tasks: list[tuple[str, str]], workers: int, timeout: float, max_gb: float = 0) -> list[Record]:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(preload_modules())
     pending = list(tasks)
     running: dict[Connection, dict[str, Any]] = {}
     results: list[Record] = []
+    retried: set[tuple[str, str]] = set()
     total = len(tasks)
     t_start = time.perf_counter()
 
@@ -681,7 +719,7 @@ def sweep(tasks: list[tuple[str, str]], workers: int, timeout: float) -> list[Re
         while pending and len(running) < workers:
             lib, name = pending.pop(0)
             parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(lib, name, child), daemon=True)
+            proc = ctx.Process(target=_child, args=(lib, name, child, max_gb), daemon=True)
             proc.start()
             child.close()
             running[parent] = {"proc": proc, "t0": time.perf_counter(), "last": {"lib": lib, "name": name,
@@ -694,6 +732,14 @@ def sweep(tasks: list[tuple[str, str]], workers: int, timeout: float) -> list[Re
             except (EOFError, OSError):
                 last = dict(job["last"])
                 job["proc"].join(5)
+                key = (last["lib"], last["name"])
+                if last.get("stage") == "start" and key not in retried:  # the process never started: again, once
+                    retried.add(key)
+                    running.pop(conn)
+                    conn.close()
+                    pending.insert(0, key)
+                    time.sleep(5)
+                    continue
                 last["crash"] = f"process died (exit code {job['proc'].exitcode}) during {last.get('stage')}"
                 finish(conn, _mark_stage_failed(last, last["crash"]))
                 continue
@@ -775,13 +821,15 @@ def summarise(records: list[Record]) -> dict[str, Any]:
             "macs_agree_flopcounter": sum(macs_agree(r) for r in fwd),
             "footprint_where_forward_fails": sum(bool(r.get("fp_ok")) for r in rs if not r.get("forward_ok")),
             "timeouts": sum(bool(r.get("timeout")) for r in rs),
+            "configs_of_forward": dict(Counter(str(r.get("config")) for r in fwd)),
             "seconds": {k: round(sum(r.get(k) or 0 for r in rs), 1)
                         for k in ("build_s", "forward_s", "fc_s", "fp_s", "seconds")},
         }
         causes: dict[str, dict[str, Any]] = {}
+        row["footprint_not_reached"] = [r["name"] for r in rs if r.get("built") and "fp_ok" not in r]
         for r in rs:
-            if r.get("built") and not r.get("fp_ok"):
-                err = r.get("fp_error") or r.get("crash") or "footprint did not run"
+            if r.get("built") and r.get("fp_ok") is False:
+                err = r.get("fp_error") or "?"
                 c = causes.setdefault(normalise(err), {"models": [], "forward_ok": 0, "example": err,
                                                        "where": r.get("fp_where", "")})
                 c["models"].append(r["name"])
@@ -842,6 +890,8 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         n = s["forward_runs"]
         out.append(f"| {lib} | {n} | {_pct(s['flopcounter_of_forward'], n)} | {_pct(s['footprint_of_forward'], n)} | "
                    f"{_pct(s['no_unknown_of_forward'], n)} | {_pct(s['params_exact_of_forward'], n)} |")
+    out += ["", "Configs of the models whose real forward runs: "
+            + "; ".join(f"{lib} {s['configs_of_forward']}" for lib, s in summary.items())]
     out += ["", "Seconds summed over models (build, real forward, FlopCounterMode, footprint, whole process):", ""]
     out += [f"- {lib}: {s['seconds']}" for lib, s in summary.items()]
     for lib, s in summary.items():
@@ -852,6 +902,8 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
             out += [f"- **{len(c['models'])}** ({c['forward_ok']} with a working real forward): `{cause}`",
                     f"  - e.g. `{c['example'][:300]}`" + (f" at `{c['where']}`" if c["where"] else ""),
                     f"  - models: {', '.join(c['models'])}"]
+        if s["footprint_not_reached"]:
+            out.append(f"- not reached (timeout or crash in an earlier step): {', '.join(s['footprint_not_reached'])}")
         out += ["", "### unknown operators (models hitting each)", ""]
         out += [f"- `{op}`: {len(ms)} ({', '.join(ms[:8])}{', …' if len(ms) > 8 else ''})"
                 for op, ms in s["unknown_ops"].items()] or ["none"]
@@ -867,11 +919,32 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def static_meta() -> dict[str, str]:
+    """How the sweep builds and counts (the same for every run of this script)."""
+    return {
+        "transformers configs": f"AutoModel of every model type in MODEL_MAPPING_NAMES; defaults of each config "
+                                f"class, shrunk to {LAYERS} layers, hidden {HIDDEN}, {HEADS} heads, FFN {FFN}, vocab "
+                                f"{VOCAB} (or the largest special token id + 1), {EXPERTS} experts (config 'small'); "
+                                "where that fails to build or run, layers/vocab/experts only (config 'layers')",
+        "timm": "a stratified sample over the architecture families (--timm-sample N in the runs; 0: all), at the "
+                "default input size from pretrained_cfg",
+        "torchvision": "every model of list_models() for classification (smallest crop of its weights; vit_ and "
+                       "maxvit at 224), detection (a list of one 3x320x320 image), segmentation (224), video "
+                       "(weights' crop, max(8, min_temporal_size) frames), optical flow (two 1x3x128x128 images)",
+        "counted": "footprint rows count models it profiled (with or without a working real forward); the 'of the "
+                   "forward runs' figures count only models whose real forward runs; a later run of a model replaces "
+                   "its earlier record; '2×MACs = FlopCounterMode' is informational: FlopCounterMode counts no FLOPs "
+                   "for some ops (grouped_mm of MoE experts, _native_multi_head_attention), and footprint's MACs "
+                   "are matrix ops only",
+    }
+
+
 def write_whole(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -908,9 +981,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=None, help="comma-separated names (model types for transformers)")
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds per model (default 180)")
     ap.add_argument("--workers", type=int, default=2, help="models at once (default 2)")
+    ap.add_argument("--max-gb", type=float, default=8.0, help="memory limit of each model's process (RLIMIT_DATA, "
+                    "GiB; 0: none; default 8)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output folder")
     ap.add_argument("--fresh", action="store_true", help="do not keep the previous file's other records")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the report from the JSON file, run nothing")
     args = ap.parse_args(argv)
+    if args.report_only:
+        json_path = args.out / "model_zoo_sweep.json"
+        old = json.loads(json_path.read_text())
+        summary = summarise(old["records"])
+        meta = {**old["meta"], **static_meta()}
+        write_whole(json_path, json.dumps({**old, "meta": meta, "summary": summary}, indent=1, default=str))
+        write_whole(args.out / "model_zoo_sweep.md", markdown(summary, meta))
+        print_report(summary)
+        return 0
     libs = args.only or list(LIBS)
     only_models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     tasks = list_tasks(libs, args.timm_sample, only_models)
@@ -927,8 +1012,11 @@ def main(argv: list[str] | None = None) -> int:
     fp_path = footprint_ready()
     print(f"torch_footprint from {fp_path}", flush=True)
     t0 = time.perf_counter()
-    records = sweep(tasks, max(1, args.workers), args.timeout)
+    records = sweep(tasks, max(1, args.workers), args.timeout, args.max_gb)
     wall = time.perf_counter() - t0
+    source = footprint_source(fp_path)
+    for r in records:
+        r["footprint_source"] = source
 
     args.out.mkdir(parents=True, exist_ok=True)
     json_path = args.out / "model_zoo_sweep.json"
@@ -947,22 +1035,19 @@ def main(argv: list[str] | None = None) -> int:
     import torchvision
     import transformers
 
-    runs.append({"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if argv is None else str(argv),
-                 "models": len(tasks), "wall_s": round(wall, 1), "workers": args.workers, "timeout_s": args.timeout,
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if argv is None else str(argv)
+    runs.append({"timm_sample": args.timm_sample if "timm" in libs and not only_models else None, "command": command,
+                 "models": len(tasks), "footprint": source, "wall_s": round(wall, 1), "workers": args.workers,
+                 "timeout_s": args.timeout,
                  "date": time.strftime("%Y-%m-%d %H:%M:%S")})
     meta = {"versions": f"torch {torch.__version__}, transformers {transformers.__version__}, timm {timm.__version__}, "
                         f"torchvision {torchvision.__version__}, python {sys.version.split()[0]}",
-            "footprint": footprint_source(fp_path),
-            "machine": f"{os.cpu_count()} CPU cores, {args.workers} models at once, 1 torch thread each",
-            "runs": "; ".join(f"`{r['command']}` ({r['models']} models, {r['wall_s'] / 60:.1f} min, {r['date']})"
-                              for r in runs),
-            "transformers configs": f"defaults of each config class, shrunk to {LAYERS} layers, hidden {HIDDEN}, "
-                                    f"{HEADS} heads, FFN {FFN}, vocab {VOCAB} (or the largest special token id + 1), "
-                                    f"{EXPERTS} experts; where that fails to build or run, layers/vocab/experts only",
-            "timm": f"stratified sample by family (--timm-sample {args.timm_sample}) unless stated; default input "
-                    "size from pretrained_cfg",
-            "counted": "footprint rows count models it profiled (with or without a working real forward); the "
-                       "'of the forward runs' figures count only models whose real forward runs"}
+            "footprint (this run)": source,
+            "machine": f"{os.cpu_count()} CPU cores, {args.workers} models at once, 1 torch thread each, "
+                       f"{args.max_gb:g} GiB of memory each (RLIMIT_DATA)",
+            "runs": "; ".join(f"`{r['command']}` ({r['models']} models, {r['wall_s'] / 60:.1f} min, {r['date']}, "
+                              f"footprint {r.get('footprint', '?')})" for r in runs),
+            **static_meta()}
     summary = summarise(records)
     write_whole(json_path, json.dumps({"meta": meta, "runs": runs, "summary": summary, "records": records},
                                       indent=1, default=str))
