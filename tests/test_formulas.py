@@ -252,3 +252,30 @@ def test_triangular_solve_by_hand() -> None:
     p = tfp.profile(Solve(), ["3,6,6", "3,6,5"], tensors="fake")
     # row i of the triangle: i + 1 multiply-adds per right-hand side; 5 columns; 3 batches
     assert p.macs == 3 * 5 * (6 * 7 // 2)
+
+
+def test_torchvision_detection_operators_by_hand() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    from torch_footprint.trace.formulas import formula_for
+
+    boxes = torch.tensor([[0.0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60], [2, 2, 9, 9]])
+    nms = torch.ops.torchvision.nms.default
+    keep = nms(boxes, torch.tensor([0.9, 0.8, 0.7, 0.6]), 0.5)
+    assert formula_for(nms)(nms, (boxes, None, 0.5), {}, keep).flops == 12 * (4 * 3 // 2)  # 6 pairs
+    roi = torch.ops.torchvision.roi_align.default
+    x = torch.randn(1, 3, 16, 16)
+    rois = torch.tensor([[0.0, 0, 0, 8, 8], [0, 4, 4, 12, 12]])
+    out = roi(x, rois, 1.0, 2, 2, 2, False)  # 2 boxes x 3 channels x 2 x 2 bins, 2 x 2 samples each
+    assert formula_for(roi)(roi, (x, rois, 1.0, 2, 2, 2, False), {}, out).flops == 11 * 4 * (2 * 3 * 2 * 2)
+    assert torchvision.ops.nms is not None
+
+
+def test_distances_by_hand() -> None:
+    class Dist(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.cdist(a, b)
+
+    p = tfp.profile(Dist(), ["2,30,8", "2,40,8"], tensors="real")
+    assert p.unknown_ops == {}
+    # cdist runs as _euclidean_dist (a matmul) for these sizes: 2 x 30 x 40 distances of 8 coordinates
+    assert p.macs == 2 * 30 * 40 * 8

@@ -25,13 +25,23 @@ class InputSpec:
     name: str | None = None
 
     def make(self, device: str | torch.device) -> torch.Tensor:
-        """An example tensor: empty on meta; elsewhere zeros (integers) or a normal sample, so a
-        real run never indexes out of range nor reads uninitialised memory."""
+        """An example tensor: empty on meta; elsewhere a normal sample (floating point), ones
+        (an integer mask) or zeros (other integers), so a real run never indexes out of range
+        nor reads uninitialised memory."""
         if torch.device(device).type == "meta":
             return torch.empty(self.shape, dtype=self.dtype, device=device)
         if self.dtype.is_floating_point:
             return torch.randn(self.shape, dtype=self.dtype, device=device)
+        if self.is_integer_mask:  # an attention or feature mask: every position present
+            return torch.ones(self.shape, dtype=self.dtype, device=device)
         return torch.zeros(self.shape, dtype=self.dtype, device=device)
+
+    @property
+    def is_integer_mask(self) -> bool:
+        """An integer keyword input named as a mask (``attention_mask``, ``input_features_mask``):
+        1 marks a present position. Boolean masks stay False (PyTorch's ``key_padding_mask``:
+        True marks padding)."""
+        return bool(self.name) and self.name.endswith("mask") and self.dtype != torch.bool
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"shape": list(self.shape), "dtype": name_of(self.dtype)}

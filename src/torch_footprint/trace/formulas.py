@@ -575,6 +575,27 @@ register(*_ops("_fft_c2c"))(fft(5.0))
 register(*_ops("_fft_r2c", "_fft_c2r"))(fft(2.5))
 
 
+# log(1 + exp(-x)) with the sign trick: exp, add, log per element; its backward likewise
+register(*_ops("log_sigmoid_forward"))(pointwise(3))
+register(*_ops("log_sigmoid_backward"))(reduction(3))
+
+
+@register(*_ops("_euclidean_dist"))
+def _euclidean_dist(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Distances between rows of x1 (P x M) and x2 (R x M) through a matmul: P x R x M MACs,
+    plus the squared norms (2 per element of each input) and 3 per distance (add, add, sqrt)."""
+    x1, x2 = args[0], args[1]
+    macs = _out_numel(out) * x1.shape[-1]
+    return Cost(2 * macs + 2 * (x1.numel() + x2.numel()) + 3 * _out_numel(out), macs, "matrix")
+
+
+@register(*_ops("_cdist_forward"))
+def _cdist(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """p-norm distances computed pairwise: a difference, a power and an add per coordinate of
+    each pair (3 FLOPs), then the root per distance."""
+    return _vector(3 * _out_numel(out) * args[0].shape[-1] + _out_numel(out))
+
+
 # --------------------------------------------------------------------------- data movement
 # Ops that move, select or create bytes without arithmetic.
 register(*_ops(
@@ -608,6 +629,43 @@ register(*_ops(
     "_local_scalar_dense", "item", "_assert_async", "_assert_tensor_metadata", "sym_constrain_range_for_size",
     "_functional_assert_async", "clamp_min_", "logical_and_",
 ))(constant(DATA))
+
+
+# --------------------------------------------------------------------------- other namespaces
+# Operators that libraries register under their own namespace, looked up by (namespace, name)
+# when the op is first seen (the library may be imported after this module).
+_EXTERNAL: dict[tuple[str, str], Formula] = {}
+
+
+def register_external(namespace: str, name: str) -> Callable[[Formula], Formula]:
+    """Register a formula for ``namespace::name`` (refused twice, as :func:`register`)."""
+
+    def deco(fn: Formula) -> Formula:
+        if (namespace, name) in _EXTERNAL:
+            raise ValueError(f"a FLOP formula for {namespace}::{name} is registered twice")
+        _EXTERNAL[(namespace, name)] = fn
+        return fn
+
+    return deco
+
+
+@register_external("torchvision", "nms")
+def _nms(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Non-maximum suppression, at most: every pair of N boxes compared once, 12 FLOPs per
+    intersection-over-union (4 min/max, 2 differences, 3 products, the union's 2 adds, a
+    divide); the sort moves data. Fewer pairs run when boxes are suppressed early."""
+    n = args[0].shape[0]
+    return _vector(12 * n * (n - 1) // 2)
+
+
+@register_external("torchvision", "roi_align")
+def _roi_align(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Each output element averages sampling_ratio^2 bilinear samples (4 weights applied:
+    4 multiplies, 3 adds, plus 3 for the weights, 10 FLOPs) and adds each to the mean. An
+    adaptive ratio (-1) depends on the boxes' sizes: counted as 2 x 2 samples."""
+    ratio = int(args[5]) if len(args) > 5 else -1
+    samples = ratio * ratio if ratio > 0 else 4
+    return _vector(11 * samples * _out_numel(out))
 
 
 # --------------------------------------------------------------------------- families and lookup
@@ -660,7 +718,8 @@ def formula_for(func: Any) -> Formula:
     """The formula that prices ``func`` (an OpOverload), resolved once and cached."""
     fn = _RESOLVED.get(func)
     if fn is None:
-        fn = _RESOLVED[func] = _REGISTRY.get(func._overloadpacket) or _family(func)
+        fn = _RESOLVED[func] = (_REGISTRY.get(func._overloadpacket)
+                                or _EXTERNAL.get((func.namespace, func._overloadpacket.__name__)) or _family(func))
     return fn
 
 

@@ -66,10 +66,15 @@ def param_infos(model: nn.Module) -> tuple[list[TensorInfo], list[TensorInfo]]:
 
 
 def materialize(model: nn.Module, device: str) -> Callable[[], None]:
-    """Give the model real storage with small random values (for the real fallback)."""
+    """Give the model real storage (for the real fallback): parameters get small random
+    values; buffers keep their own values where they have any (buffers are state that a
+    forward may read: a convolution's stride kept as an int64 buffer, say), else zeros."""
     gen = torch.Generator().manual_seed(0)
+    buffers = {id(b) for b in model.buffers()}
 
     def make(t: torch.Tensor) -> torch.Tensor:
+        if id(t) in buffers and t.device.type != "meta":
+            return t.detach().to(device, copy=True)
         out = torch.empty(t.shape, dtype=t.dtype, device=device)
         if out.is_floating_point():
             out.normal_(0.0, 0.02, generator=gen)

@@ -90,10 +90,12 @@ def trace_model(
                        f"({type(first.original).__name__} in '{first.where}')"]
         return trace
     except _ModelRaised as err:
-        if not _is_data_dependent(err.original):
-            raise err.user_error() from err.original
         second = err
     total = sum(p.nbytes for p in params) + sum(b.nbytes for b in buffers)
+    if not _is_data_dependent(second.original) and total > real_fallback_limit:
+        # fake tensors failed for a reason of their own (a parameter swap they refuse, say):
+        # too large to try real tensors, so the error stands
+        raise second.user_error() from second.original
     if total > real_fallback_limit:
         raise FootprintError(
             f"the model's forward depends on tensor values ({type(second.original).__name__} in "
@@ -103,12 +105,12 @@ def trace_model(
     gc.collect()
     try:
         trace = _run(model, make_inputs, tensors="real", **common)
-    except _ModelRaised as err:
+    except _ModelRaised as err:  # real tensors fail too: the model's own error, as PyTorch raises it
         raise err.user_error() from err.original
-    trace.notes = [
-        f"ran on real {device} tensors with random values: the forward depends on tensor values "
-        f"({type(second.original).__name__} in '{second.where}'), which fake tensors cannot answer"
-    ]
+    why = ("the forward depends on tensor values, which fake tensors cannot answer"
+           if _is_data_dependent(second.original) else "fake tensors failed")
+    trace.notes = [f"ran on real {device} tensors with random values: {why} "
+                   f"({type(second.original).__name__} in '{second.where}')"]
     return trace
 
 
