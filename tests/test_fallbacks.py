@@ -65,3 +65,28 @@ def test_a_failure_of_fake_tensors_falls_back_to_real_ones() -> None:
     p = tfp.profile(CastsItsRouter(), "8,16")
     assert p.macs == 8 * 16 * 4
     assert any("real cpu tensors" in n and "fake tensors failed" in n for n in p.notes)
+
+
+class TextClassifier(nn.Module):
+    """The everyday pattern: nn.TransformerEncoder in eval mode with a key padding mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.enc(x, src_key_padding_mask=mask)
+
+
+def test_transformer_encoder_with_a_padding_mask_counts_the_dense_bound() -> None:
+    m = TextClassifier()
+    p = tfp.profile(m, ["2,10,64", "mask=2,10:bool"])
+    tokens, d, ff, heads = 2 * 10, 64, 128, 4
+    per_layer = (tokens * 3 * d * d  # q, k, v projections
+                 + tokens * d * d  # output projection
+                 + 2 * heads * 10 * 10 * 2 * (d // heads)  # scores and weighted sum over all 10 x 10 pairs
+                 + tokens * 2 * d * ff)  # feed-forward
+    assert p.macs == 2 * per_layer
+    assert any("dense bound" in n for n in p.notes)
+    assert m.enc.use_nested_tensor  # the model is left as it was

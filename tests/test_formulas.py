@@ -279,3 +279,17 @@ def test_distances_by_hand() -> None:
     assert p.unknown_ops == {}
     # cdist runs as _euclidean_dist (a matmul) for these sizes: 2 x 30 x 40 distances of 8 coordinates
     assert p.macs == 2 * 30 * 40 * 8
+
+
+def test_multi_query_attention_runs_the_cpu_flash_kernel() -> None:
+    # k and v with one head and no enable_gqa: the CPU's flash kernel broadcasts them (checked
+    # with a real run), reading the one head once rather than a copy per query head
+    class MQA(nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    p = tfp.profile(MQA(), [f"{B},{H},{L},{E}", f"{B},1,{L},{E}", f"{B},1,{L},{E}"])
+    [attn] = [e for e in p.trace.events if e.macs]
+    assert attn.op == "aten._scaled_dot_product_flash_attention_for_cpu.default"
+    assert p.macs == B * H * (L * (L + 1) // 2) * E * 2
+    assert attn.bytes_read == 4 * (B * H * L * E + 2 * B * L * E)  # q, and one head of k and of v

@@ -42,7 +42,9 @@ def cpu_flash_eligible(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dic
         return False
     if q.shape[0] != k.shape[0] or k.shape[1] != v.shape[1]:
         return False
-    if q.shape[1] != k.shape[1] and not (a.get("enable_gqa") and q.shape[1] % k.shape[1] == 0):
+    # one key/value head broadcasts over the query heads (multi-query attention) without
+    # enable_gqa; other head counts need it
+    if q.shape[1] != k.shape[1] and k.shape[1] != 1 and not (a.get("enable_gqa") and q.shape[1] % k.shape[1] == 0):
         return False
     if min(q.shape[-2], k.shape[-2]) == 0:
         return False
@@ -89,7 +91,7 @@ class CpuKernels:
                 return original(*args, **kwargs)
             eligible = cpu_flash_eligible(q, k, v, a)
             if self.reroute and q.device.type == "meta" and eligible:
-                if q.shape[1] != k.shape[1]:  # grouped-query attention: heads repeated for the kernel
+                if k.shape[1] not in (1, q.shape[1]):  # grouped-query attention: heads repeated for the kernel
                     rep = q.shape[1] // k.shape[1]
                     k = k.repeat_interleave(rep, dim=1)
                     v = v.repeat_interleave(rep, dim=1)
@@ -156,3 +158,25 @@ def kernel_scratch(func: Any, args: tuple[Any, ...], device: str) -> int:
     """The scratch bytes ``func``'s kernel on ``device`` allocates for itself (CPU only, so far)."""
     fn = CPU_SCRATCH.get(func._overloadpacket) if device == "cpu" else None
     return fn(args) if fn is not None else 0
+
+
+# --------------------------------------------------------------------------- nested tensors
+NESTED_NOTE = ("nn.TransformerEncoder's nested-tensor path is off for the trace: in eval mode with a "
+               "src_key_padding_mask PyTorch packs the unpadded tokens, which needs the mask's values; the "
+               "FLOPs and bytes are the dense bound over every token (exact when nothing is padded)")
+
+
+def dense_encoders(model: torch.nn.Module) -> tuple[Any, bool]:
+    """Turn off ``nn.TransformerEncoder``'s conversion to nested tensors (its eval-mode fast
+    path for padded batches), whose sizes depend on the mask's values; returns a function
+    that turns it back on, and whether any encoder had it on."""
+    changed = [m for m in model.modules() if isinstance(m, torch.nn.TransformerEncoder)
+               and getattr(m, "use_nested_tensor", False) and not m.training]
+    for m in changed:
+        m.use_nested_tensor = False
+
+    def restore() -> None:
+        for m in changed:
+            m.use_nested_tensor = True
+
+    return restore, bool(changed)

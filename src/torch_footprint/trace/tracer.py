@@ -23,7 +23,7 @@ from torch import nn
 
 from ..dtypes import name_of
 from ..errors import FootprintError
-from .kernels import CpuKernels
+from .kernels import NESTED_NOTE, CpuKernels, dense_encoders
 from .modules import ModuleStack, module_infos
 from .recorder import Recorder
 from .records import TensorInfo, Trace
@@ -36,6 +36,28 @@ __all__ = ["REAL_FALLBACK_LIMIT", "StepOptions", "trace_model"]
 
 
 def trace_model(
+    model: nn.Module,
+    make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]],
+    **options: Any,
+) -> Trace:
+    """Trace one forward (and optionally backward) pass of ``model``.
+
+    ``model`` may live on the meta device (the usual case) or on a real device.
+    ``make_inputs(device)`` returns ``(args, kwargs)`` built on the device it is given.
+    Options: ``name``, ``backward``, ``device`` ("cpu"), ``inputs_meta``,
+    ``real_fallback_limit``, ``tensors`` and ``step`` (see :func:`_trace_model`).
+    """
+    restore, dense = dense_encoders(model)
+    try:
+        trace = _trace_model(model, make_inputs, **options)
+    finally:
+        restore()
+    if dense:
+        trace.notes.append(NESTED_NOTE)
+    return trace
+
+
+def _trace_model(
     model: nn.Module,
     make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]],
     *,
