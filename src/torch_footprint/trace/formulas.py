@@ -421,7 +421,8 @@ def _rms_norm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) 
 
 
 @register(*_ops("native_batch_norm_backward", "native_layer_norm_backward", "native_group_norm_backward",
-                "cudnn_batch_norm_backward", "batch_norm_backward", "_fused_rms_norm_backward"))
+                "cudnn_batch_norm_backward", "miopen_batch_norm_backward", "batch_norm_backward",
+                "_fused_rms_norm_backward"))
 def _norm_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Twice the forward's training cost (two reductions and the elementwise chain);
     grad_out is args[0], the input args[1]."""
@@ -596,6 +597,423 @@ def _cdist(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> 
     return _vector(3 * _out_numel(out) * args[0].shape[-1] + _out_numel(out))
 
 
+# --------------------------------------------------------------------------- the rest of the operator set
+# Every aten operator that can reach a dispatch mode (not decomposed above it) was gone
+# through; what no family rule prices is here.
+
+def matmul_like(bias: str | None = None) -> Formula:
+    """A product whose output element is a dot product over the first input's last
+    dimension: out elements x K MACs (mv, dot, integer and packed-weight matmuls), plus the
+    bias add when argument ``bias`` is a tensor."""
+
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        macs = max(1, _out_numel(out)) * args[0].shape[-1] if args[0].dim() else 0
+        extra = _out_numel(out) if bias and isinstance(named_args(func, args, kwargs).get(bias), torch.Tensor) else 0
+        return Cost(2 * macs + extra, macs, "matrix")
+
+    return formula
+
+
+register(*_ops("mv", "dot", "vdot", "_int_mm", "_weight_int8pack_mm", "_weight_int4pack_mm",
+               "_weight_int4pack_mm_for_cpu", "_weight_int4pack_mm_with_scales_and_zeros", "_dyn_quant_matmul_4bit",
+               "_scaled_mm_v2"))(matmul_like())
+register(*_ops("addmv", "addmv_"))(matmul_like("self"))
+
+
+@register(*_ops("_addmm_activation"))
+def _addmm_activation(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """addmm (bias add included) followed by ReLU or GELU: 1 more FLOP per output element."""
+    macs = args[1].shape[0] * args[1].shape[1] * args[2].shape[1]
+    return Cost(2 * macs + 2 * _out_numel(out), macs, "matrix")
+
+
+@register(*_ops("addbmm", "addbmm_"))
+def _addbmm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """A batch of (n x m)(m x p) products summed into one n x p: b x n x m x p MACs, plus the
+    sum over the batch and the add of ``self`` (b per output element)."""
+    b1, b2 = args[1], args[2]
+    macs = b1.shape[0] * b1.shape[1] * b1.shape[2] * b2.shape[2]
+    return Cost(2 * macs + b1.shape[0] * _out_numel(out), macs, "matrix")
+
+
+@register(*_ops("addr", "addr_"))
+def _addr(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Outer product added to ``self``: one multiply-add per output element."""
+    n = _out_numel(out)
+    return Cost(2 * n, n, "matrix")
+
+
+@register(*_ops("_scaled_grouped_mm_v2"))
+def _grouped_v2(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    return _grouped_mm(func, args, kwargs, out)
+
+
+@register(*_ops("_transformer_encoder_layer_fwd"))
+def _encoder_layer(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """nn.TransformerEncoderLayer's fused inference path on (B, T, E): the projections and the
+    feed-forward (every weight once per token), attention over T x T pairs per head;
+    vector work: bias adds, two layer norms (7 per element), softmax (5 per score), the
+    activation and two residual adds."""
+    a = named_args(func, args, kwargs)
+    x = a["src"]
+    e, heads = int(a["embed_dim"]), int(a["num_heads"])
+    t = x.shape[-2]
+    tokens = x.numel() // e
+    weights = sum(_numel(a[k]) for k in ("qkv_weight", "proj_weight", "ffn_weight_1", "ffn_weight_2"))
+    biases = sum(_numel(a[k]) for k in ("qkv_bias", "proj_bias", "ffn_bias_1", "ffn_bias_2"))
+    pairs = (tokens // t) * heads * t * t
+    macs = tokens * weights + pairs * 2 * (e // heads)
+    ffn = _numel(a["ffn_bias_1"]) or e
+    vector = tokens * (biases + 2 * 7 * e + ffn + 2 * e) + 5 * pairs
+    return Cost(2 * macs + vector, macs, "matrix")
+
+
+# fused optimizer steps over lists of parameters, per element: Adam 13 FLOPs (two moment
+# updates 3 + 4, the denominator 3, the update 3), AdamW 2 more for the decoupled decay
+def fused_optimizer(per_element: int) -> Formula:
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        return _vector(per_element * sum(_numel(t) for t in args[0]))
+
+    return formula
+
+
+register(*_ops("_fused_adam", "_fused_adam_"))(fused_optimizer(13))
+register(*_ops("_fused_adamw", "_fused_adamw_"))(fused_optimizer(15))
+register(*_ops("_fused_sgd", "_fused_sgd_"))(fused_optimizer(2))
+# a finiteness check and a multiply per gradient element
+register(*_ops("_amp_foreach_non_finite_check_and_unscale_"))(fused_optimizer(2))
+register(*_ops("_add_relu", "_add_relu_"))(pointwise(2))
+register(*_ops("hardsigmoid_backward"))(pointwise(2))
+register(*_ops("__irshift__", "__ilshift__"))(pointwise(1))
+register(*_ops("_fused_moving_avg_obs_fq_helper"))(reduction(4))  # min, max, then scale and round each element
+register(*_ops("linear"))(matmul_like("bias"))
+
+
+@register(*_ops("linear_backward"))
+def _linear_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """The input's and the weight's gradients: two products of tokens x N x K, and the bias's
+    gradient, a sum over tokens (as asked by ``output_mask``)."""
+    x, grad = args[0], args[1]
+    mask = named_args(func, args, kwargs).get("output_mask") or (True, True, True)
+    k, n = x.shape[-1], grad.shape[-1]
+    tokens = x.numel() // max(1, k)
+    macs = tokens * n * k * (int(bool(mask[0])) + int(bool(mask[1])))
+    return Cost(2 * macs + (grad.numel() if len(mask) > 2 and mask[2] else 0), macs, "matrix")
+
+
+def semi_structured(arg: int, dim: int) -> Formula:
+    """2:4 sparse matmuls, counted as the dense product they stand for (as the dense peak
+    figures of the hardware database are): output elements x the dense reduction length,
+    ``args[arg].shape[dim]``."""
+
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        macs = _out_numel(out) * args[arg].shape[dim]
+        return Cost(2 * macs, macs, "matrix")
+
+    return formula
+
+
+register(*_ops("_sparse_semi_structured_mm"))(semi_structured(2, 0))
+register(*_ops("_sparse_semi_structured_addmm"))(semi_structured(3, 0))
+register(*_ops("_sparse_semi_structured_linear"))(semi_structured(0, -1))
+register(*_ops("_masked_scale"))(pointwise(1))
+# gates already multiplied: 4 bias adds, 4 nonlinearities and 5 for the cell, per hidden unit
+register(*_ops("_thnn_fused_lstm_cell"))(lambda func, args, kwargs, out: _vector(13 * _numel(args[2])))
+register(*_ops("_thnn_fused_lstm_cell_backward_impl"))(lambda func, args, kwargs, out: _vector(26 * _numel(args[2])))
+register(*_ops("linalg_cross"))(pointwise(3))  # a x b - c x d per component
+register(*_ops("hann_window"))(pointwise(3))  # a cosine, a multiply and a subtract per point
+register(*_ops("logspace"))(pointwise(2))
+register(*_ops("quantize_per_tensor"))(pointwise(3))  # scale, round, clamp
+register(*_ops("trace"))(lambda func, args, kwargs, out: _vector(min(args[0].shape[-2:])))
+# each output point: a 2 x 3 (3 x 4) affine matrix times its coordinates, 6 (12) FLOPs per coordinate
+register(*_ops("affine_grid_generator"))(pointwise(6))
+# selections over a dimension: a compare per element
+register(*_ops("kthvalue", "median", "nanmedian", "mode", "segment_reduce", "_segment_reduce_backward",
+               "index_reduce", "index_reduce_", "_embedding_bag_forward_only",
+               "_embedding_bag_per_sample_weights_backward"))(reduction(1))
+register(*_ops("logcumsumexp", "dist", "renorm", "renorm_"))(reduction(3))  # exp/sub, add/pow, log/scale
+# losses and their backwards: a difference and a reduction per element (as the forward losses)
+register(*_ops("binary_cross_entropy_backward", "huber_loss_backward", "smooth_l1_loss_backward",
+               "soft_margin_loss", "soft_margin_loss_backward", "multi_margin_loss",
+               "multilabel_margin_loss_forward", "rrelu_with_noise_backward"))(reduction(2))
+# padding backwards: the gradient of each padded element added back once
+register(*_ops("reflection_pad1d_backward", "reflection_pad3d_backward", "replication_pad1d_backward",
+               "replication_pad2d_backward", "replication_pad3d_backward"))(reduction(1))
+register(*_ops("_upsample_bicubic2d_aa"))(interpolation(2, cubic=True))
+register(*_ops("_upsample_lanczos2d_aa"))(interpolation(2, cubic=True))
+register(*_ops("_upsample_bilinear2d_aa_backward"))(interpolation(2, backward=True))
+register(*_ops("_upsample_lanczos2d_aa_backward"))(interpolation(2, cubic=True, backward=True))
+register(*_ops("fractional_max_pool2d"))(reduction(1))
+
+
+def grid_sample_backward(three_d: bool) -> Formula:
+    """Twice the forward: the input's and the grid's gradients."""
+    forward = grid_sample(three_d)
+
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        return _vector(2 * forward(func, args[1:], kwargs, args[0]).flops)
+
+    return formula
+
+
+register(*_ops("grid_sampler_2d_backward", "_grid_sampler_2d_cpu_fallback_backward"))(grid_sample_backward(False))
+register(*_ops("grid_sampler_3d_backward"))(grid_sample_backward(True))
+
+
+@register(*_ops("_pdist_forward"))
+def _pdist(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """N(N-1)/2 pairs of M coordinates: a difference, a power and an add each, a root per pair."""
+    n, m = args[0].shape[-2], args[0].shape[-1]
+    return _vector((3 * m + 1) * n * (n - 1) // 2)
+
+
+@register(*_ops("_pdist_backward", "_cdist_backward"))
+def _dist_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Every pair's gradient spread over its coordinates: 3 FLOPs per (pair, coordinate),
+    over the output gradient's distances times the coordinates."""
+    return _vector(3 * _numel(args[0]) * args[1].shape[-1])
+
+
+# Dense linear algebra, the standard LAPACK counts for an n x n matrix (m x n where it
+# differs), per matrix of the batch, as vector FLOPs (no MACs: not the matmul figure other
+# tools report): Cholesky n^3/3; LU 2n^3/3; inverse 2n^3; QR 2mn^2 - 2n^3/3 (plus the same
+# to form Q); symmetric eigenvalues 4n^3/3, with vectors 9n^3; general eigenvalues 10n^3,
+# with vectors 25n^3; SVD 4mn^2 + 8n^3 with vectors, 4mn^2 - 4n^3/3 without; determinant as
+# LU; a solve LU plus 2n^2 per right-hand side; a triangular or Cholesky solve 2n^2 per
+# right-hand side.
+
+def lapack(count: Callable[[int, int], float], rhs: int | None = None) -> Formula:
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        a = args[0]
+        m, n = a.shape[-2], a.shape[-1]
+        batch = a.numel() // max(1, m * n)
+        total = count(m, n)
+        if rhs is not None and len(args) > rhs and isinstance(args[rhs], torch.Tensor):
+            b = args[rhs]
+            total += 2 * n * n * (b.shape[-1] if b.dim() > 1 else 1)
+        return _vector(round(batch * total))
+
+    return formula
+
+
+register(*_ops("linalg_cholesky_ex", "cholesky"))(lapack(lambda m, n: n**3 / 3))
+register(*_ops("linalg_lu_factor_ex", "linalg_lu", "_linalg_det", "_linalg_slogdet", "linalg_ldl_factor_ex"))(
+    lapack(lambda m, n: 2 * n**3 / 3))
+register(*_ops("linalg_inv_ex", "cholesky_inverse"))(lapack(lambda m, n: 2 * n**3))
+register(*_ops("linalg_qr", "linalg_householder_product", "ormqr"))(
+    lapack(lambda m, n: 2 * (2 * m * n * n - 2 * n**3 / 3)))
+register(*_ops("_linalg_eigh"))(lapack(lambda m, n: 9 * n**3))
+register(*_ops("_linalg_eigvals", "linalg_eigvals"))(lapack(lambda m, n: 10 * n**3))
+register(*_ops("linalg_eig"))(lapack(lambda m, n: 25 * n**3))
+register(*_ops("_linalg_svd"))(lapack(lambda m, n: 4 * m * n * n + 8 * min(m, n) ** 3))
+register(*_ops("_linalg_solve_ex"))(lapack(lambda m, n: 2 * n**3 / 3, rhs=1))
+register(*_ops("linalg_lu_solve", "linalg_ldl_solve", "cholesky_solve", "_cholesky_solve_helper"))(
+    lapack(lambda m, n: 0.0, rhs=1))
+register(*_ops("linalg_matrix_exp"))(lapack(lambda m, n: 8 * 2 * n**3))  # a degree-13 Pade: 6 products and a solve
+
+# moving, packing, selecting or describing bytes, without arithmetic
+register(*_ops(
+    "block_diag", "diag_embed", "rot90", "tril_indices", "triu_indices", "empty_permuted", "_chunk_cat",
+    "_reshape_copy", "unsafe_split_with_sizes", "nonzero_static", "unique_consecutive", "unique_dim", "_unique",
+    "lift", "resize", "resize_as", "_resize_output", "_resize_output_", "shallow_copy_data_",
+    "_nested_tensor_from_tensor_list", "_pack_padded_sequence", "_jagged_to_padded_dense_forward",
+    "_padded_dense_to_jagged_forward", "_sparse_coo_tensor_with_dims_and_tensors", "_spdiags", "to_mkldnn",
+    "max_unpool2d", "max_unpool3d", "_upsample_nearest_exact1d", "_upsample_nearest_exact3d",
+    "_upsample_nearest_exact2d_backward", "masked_scatter_backward", "complex", "lu_unpack",
+    "_convert_weight_to_int4pack", "_convert_weight_to_int4pack_for_cpu", "_dyn_quant_pack_4bit_weight",
+    "_philox_key_fold_in", "_philox_key_split", "_philox_normal_", "_philox_uniform_", "_make_dep_token",
+    "_functional_sym_constrain_range", "_functional_sym_constrain_range_for_size",
+))(constant(DATA))
+register(*_ops("is_coalesced", "is_pinned", "is_same_size", "dense_dim", "sparse_dim"))(constant(VIEW))
+
+
+# --------------------------------------------------------------------------- other kernels of the same work
+# Convolutions, pools, norms and softmaxes that other backends (MKL-DNN, cuDNN, MIOpen, MPS,
+# the slow reference kernels) or quantized and sparse layouts run under their own names.
+
+def convolution(transposed: bool) -> Formula:
+    """Every output element of a convolution takes C_in/groups x kernel MACs, i.e. the
+    weight's elements per output channel; a transposed one scatters every input element
+    over the weight's elements per input channel. A bias adds 1 per output element."""
+
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        x, w = args[0], args[1]
+        per = w.numel() // max(1, w.shape[0])
+        macs = (x.numel() if transposed else _out_numel(out)) * per
+        bias = named_args(func, args, kwargs).get("bias")
+        return Cost(2 * macs + (_out_numel(out) if isinstance(bias, torch.Tensor) else 0), macs, "matrix")
+
+    return formula
+
+
+register(*_ops("slow_conv3d_forward", "slow_conv_dilated2d", "slow_conv_dilated3d", "conv_depthwise3d",
+               "mkldnn_convolution", "_nnpack_spatial_convolution", "miopen_convolution",
+               "miopen_depthwise_convolution", "cudnn_convolution_relu", "cudnn_convolution_add_relu",
+               "_mps_convolution"))(convolution(False))
+register(*_ops("slow_conv_transpose2d", "slow_conv_transpose3d", "miopen_convolution_transpose",
+               "cudnn_convolution_transpose", "_mps_convolution_transpose"))(convolution(True))
+
+
+@register(*_ops("conv_tbc"))
+def _conv_tbc(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Time-batch-channel convolution, weight (kernel, C_in, C_out): kernel x C_in MACs per output element."""
+    w = args[1]
+    macs = _out_numel(out) * w.shape[0] * w.shape[1]
+    return Cost(2 * macs + _out_numel(out), macs, "matrix")
+
+
+@register(*_ops("convolution_backward_overrideable", "_slow_conv2d_backward", "mps_convolution_backward",
+                "mps_convolution_transpose_backward"))
+def _conv_backward_other(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """The input's and the weight's gradients: each the forward's MACs (grad_output elements x
+    the weight's elements per output channel)."""
+    w = args[2]
+    macs = 2 * _numel(args[0]) * (w.numel() // max(1, w.shape[0]))
+    return Cost(2 * macs, macs, "matrix")
+
+
+register(*_ops("mkldnn_linear"))(matmul_like("bias"))
+register(*_ops("mkldnn_linear_backward"))(_linear_backward)
+
+
+@register(*_ops("mkldnn_linear_backward_input", "mkldnn_linear_backward_weights"))
+def _mkldnn_linear_half(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """One of a linear layer's two gradient products: the output's elements x the other
+    operand's reduction length (the grad_output's last dimension, or the tokens)."""
+    grad = args[1] if isinstance(args[0], (list, tuple)) else args[0]
+    first = _first_tensor(out)
+    reduce = grad.shape[-1] if first is not None and first.dim() > 1 and first.shape[-1] != grad.shape[-1] \
+        else grad.numel() // max(1, grad.shape[-1])
+    macs = _out_numel(out) * reduce
+    return Cost(2 * macs, macs, "matrix")
+
+
+@register(*_ops("matmul_backward"))
+def _matmul_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """Both gradients of a matmul: each grad elements x the reduction length."""
+    grad, a = args[0], args[1]
+    macs = 2 * grad.numel() * a.shape[-1]
+    return Cost(2 * macs, macs, "matrix")
+
+
+@register(*_ops("_trilinear"))
+def _trilinear(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """nn.Bilinear's product: i1 x i2 x i3 over their broadcast shape, summed over sumdim:
+    one MAC per element of that shape (two multiplies and an add counted as 2 + 1 FLOPs)."""
+    i1, i2, i3, e1, e2, e3 = args[:6]
+    full: list[int] = []
+    for t, expand in ((i1, e1), (i2, e2), (i3, e3)):
+        shape = list(t.shape)
+        for d in sorted(expand):
+            shape.insert(d, 1)
+        full = [max(a, b) for a, b in zip(full, shape)] if full else shape
+    macs = math.prod(full)
+    return Cost(3 * macs, macs, "matrix")
+
+
+@register(*_ops("_compute_linear_combination"))
+def _linear_combination(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """out[i] = sum_j coefficients[i, j] input[j]: output elements x the number of inputs."""
+    macs = _out_numel(out) * args[1].shape[-1]
+    return Cost(2 * macs, macs, "matrix")
+
+
+register(*_ops("adaptive_avg_pool2d", "adaptive_avg_pool3d", "mkldnn_adaptive_avg_pool2d_backward",
+               "adaptive_avg_pool3d_backward", "fractional_max_pool3d", "fractional_max_pool2d_backward",
+               "fractional_max_pool3d_backward"))(reduction(1))
+register(*_ops("mkldnn_max_pool2d", "mkldnn_max_pool3d", "quantized_max_pool1d", "quantized_max_pool2d",
+               "quantized_max_pool3d"))(_pool)
+register(*_ops("max_pool2d_backward", "mkldnn_max_pool2d_backward", "mkldnn_max_pool3d_backward"))(_pool_backward)
+register(*_ops("upsample_linear1d_backward"))(interpolation(1, backward=True))
+register(*_ops("upsample_trilinear3d_backward"))(interpolation(3, backward=True))
+register(*_ops("_upsample_bicubic2d_aa_backward"))(interpolation(2, cubic=True, backward=True))
+# nearest-neighbour backward: each gradient element added once into its source
+register(*_ops("upsample_nearest1d_backward", "upsample_nearest3d_backward", "_upsample_nearest_exact1d_backward",
+               "_upsample_nearest_exact3d_backward"))(reduction(1))
+register(*_ops("cudnn_grid_sampler"))(grid_sample(False))
+register(*_ops("cudnn_grid_sampler_backward"))(grid_sample_backward(False))
+register(*_ops("cudnn_affine_grid_generator", "cudnn_affine_grid_generator_backward"))(pointwise(6))
+register(*_ops("log_softmax", "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax"))(reduction(5))
+register(*_ops("_masked_softmax_backward", "_sparse_softmax_backward_data",
+               "_sparse_log_softmax_backward_data"))(reduction(3))
+# batch-norm statistics kernels (SyncBatchNorm's pieces): mean and variance 3 per element,
+# gathering per-device statistics 1, the backward's reductions 3 and its elementwise part 3
+register(*_ops("batch_norm_stats", "batch_norm_update_stats", "batch_norm_backward_reduce",
+               "batch_norm_backward_elemt", "embedding_renorm", "embedding_renorm_"))(reduction(3))
+register(*_ops("batch_norm_gather_stats", "batch_norm_gather_stats_with_counts", "native_norm", "_aminmax",
+               "histogram", "_histogramdd_from_bin_cts", "_histogramdd_from_bin_tensors", "_histogramdd_bin_edges",
+               "hash_tensor", "_logcumsumexp"))(reduction(1))
+register(*_ops("allclose"))(reduction(3))  # difference, tolerance, compare
+register(*_ops("quantized_batch_norm"))(normalisation(False))
+register(*_ops("multi_margin_loss_backward", "multilabel_margin_loss_backward"))(reduction(2))
+register(*_ops("hardshrink_backward", "softshrink_backward"))(pointwise(1))
+register(*_ops("glu_jvp"))(pointwise(4))
+register(*_ops("glu_backward_jvp"))(pointwise(6))
+register(*_ops("_transform_bias_rescale_qkv"))(pointwise(2))  # a bias add and a scale
+register(*_ops("bartlett_window", "blackman_window", "hamming_window", "kaiser_window"))(pointwise(3))
+register(*_ops("dequantize", "quantize_per_channel", "fake_quantize_per_channel_affine_cachemask",
+               "fake_quantize_per_tensor_affine_cachemask",
+               "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams",
+               "_fake_quantize_learnable_per_channel_affine",
+               "_fake_quantize_learnable_per_tensor_affine"))(pointwise(3))  # scale, round, clamp
+register(*_ops("_fake_quantize_learnable_per_channel_affine_backward",
+               "_fake_quantize_learnable_per_tensor_affine_backward", "quantize_per_tensor_dynamic",
+               "_fused_moving_avg_obs_fq_helper_functional"))(reduction(4))
+register(*_ops("_fused_adagrad", "_fused_adagrad_"))(fused_optimizer(5))  # sum of squares, root, divide, update
+register(*_ops("_amp_foreach_non_finite_check_and_unscale"))(fused_optimizer(2))
+register(*_ops("_amp_update_scale", "_amp_update_scale_"))(pointwise(1))
+# special functions' gradients (digamma-like series): about 10 FLOPs per element, an estimate
+register(*_ops("_dirichlet_grad", "_standard_gamma_grad"))(pointwise(10))
+# a GRU cell on gates already multiplied: 3 gates of bias adds and nonlinearities, the update 5
+register(*_ops("_thnn_fused_gru_cell"))(lambda func, args, kwargs, out: _vector(14 * _numel(args[2])))
+register(*_ops("_thnn_fused_gru_cell_backward"))(lambda func, args, kwargs, out: _vector(28 * _numel(args[0])))
+
+
+def ctc(first: int) -> Formula:
+    """The CTC forward (or backward) recursion: for every time step, batch row and state of
+    the extended target (2S + 1), a log-sum-exp of up to three terms, about 5 FLOPs; the
+    log-probabilities and targets start at argument ``first``."""
+
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        log_probs, targets = args[first], args[first + 1]
+        t, n = log_probs.shape[0], log_probs.shape[1] if log_probs.dim() > 2 else 1
+        s = targets.shape[-1] if targets.dim() > 1 else max(1, targets.numel() // max(1, n))
+        return _vector(5 * t * n * (2 * s + 1))
+
+    return formula
+
+
+register(*_ops("_ctc_loss", "_cudnn_ctc_loss", "miopen_ctc_loss"))(ctc(0))
+register(*_ops("_ctc_loss_backward"))(ctc(1))
+
+
+register(*_ops("geqrf"))(lapack(lambda m, n: 2 * m * n * n - 2 * n**3 / 3))
+register(*_ops("linalg_lstsq"))(lapack(lambda m, n: 2 * m * n * n - 2 * n**3 / 3, rhs=1))
+register(*_ops("linalg_pinv"))(lapack(lambda m, n: 4 * m * n * n + 8 * min(m, n) ** 3 + m * n * min(m, n)))
+
+# moving, packing, converting or describing bytes, without arithmetic
+register(*_ops(
+    "_stack", "_lazy_clone", "_coalesce", "_coalesced", "_coalesced_", "_to_sparse", "_to_sparse_bsc",
+    "_to_sparse_bsr", "_to_sparse_csc", "_to_sparse_csr", "sparse_coo_tensor", "sparse_compressed_tensor",
+    "_sparse_coo_tensor_with_dims", "_sparse_compressed_tensor_with_dims", "sparse_resize", "sparse_resize_",
+    "sparse_resize_and_clear", "sparse_resize_and_clear_", "copy_sparse_to_sparse", "copy_sparse_to_sparse_",
+    "resize_as_sparse", "resize_as_sparse_", "sparse_mask", "_sparse_mask_projection",
+    "_convert_indices_from_coo_to_csr", "_convert_indices_from_csr_to_coo", "int_repr", "q_per_channel_scales",
+    "q_per_channel_zero_points", "_make_per_channel_quantized_tensor", "_make_per_tensor_quantized_tensor",
+    "_empty_affine_quantized", "_empty_per_channel_affine_quantized", "empty_quantized", "put", "put_", "set",
+    "from_file", "to_padded_tensor", "_nested_from_padded", "_nested_from_padded_and_nested_example",
+    "_nested_tensor_from_mask", "_nested_tensor_from_mask_left_aligned", "_mkldnn_reshape", "_mkldnn_transpose",
+    "_mkldnn_transpose_", "mkldnn_reorder_conv2d_weight", "mkldnn_reorder_conv3d_weight",
+    "_cudnn_rnn_flatten_weight", "_new_zeros_with_same_feature_meta", "unique_dim_consecutive", "fft_fftfreq",
+    "fft_rfftfreq", "range", "_philox_normal", "_philox_uniform",
+))(constant(DATA))
+register(*_ops(
+    "is_set_to", "_has_same_storage_numel", "_validate_compressed_sparse_indices", "_functional_assert_scalar",
+    "_linalg_check_errors", "_nested_tensor_size", "_nested_tensor_storage_offsets", "_nested_tensor_strides",
+    "_nested_compute_contiguous_strides_offsets",
+))(constant(VIEW))
+
+
 # --------------------------------------------------------------------------- data movement
 # Ops that move, select or create bytes without arithmetic.
 register(*_ops(
@@ -702,7 +1120,8 @@ def _family(func: Any) -> Formula:
     base = getattr(aten, name[:-1], None) if name.endswith("_") and not name.endswith("__") else None
     if base is not None and base in _REGISTRY:
         return _REGISTRY[base]
-    if torch.Tag.pointwise in tags:
+    if torch.Tag.pointwise in tags or _pointwise_family(func._overloadpacket) or (
+            base is not None and _pointwise_family(base)):
         return pointwise(1)
     if torch.Tag.reduction in tags:
         return reduction(1)
@@ -711,6 +1130,16 @@ def _family(func: Any) -> Formula:
     return constant(UNKNOWN)
 
 
+def _pointwise_family(packet: Any) -> bool:
+    """Whether any overload of ``packet`` is tagged pointwise (its ``out=`` and scalar forms
+    often are not, though they run the same kernel)."""
+    if packet not in _POINTWISE_PACKETS:
+        _POINTWISE_PACKETS[packet] = any(torch.Tag.pointwise in getattr(packet, o).tags
+                                         for o in packet.overloads())
+    return _POINTWISE_PACKETS[packet]
+
+
+_POINTWISE_PACKETS: dict[Any, bool] = {}
 _RESOLVED: dict[Any, Formula] = {}
 
 
