@@ -3,6 +3,7 @@ case stands for a cause, with its MACs worked by hand."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -90,3 +91,29 @@ def test_transformer_encoder_with_a_padding_mask_counts_the_dense_bound() -> Non
     assert p.macs == 2 * per_layer
     assert any("dense bound" in n for n in p.notes)
     assert m.enc.use_nested_tensor  # the model is left as it was
+
+
+class MetaRuleDiffers(nn.Module):
+    """A meta kernel that follows another device's rule, with a message that names neither
+    meta nor a device (as torch._grouped_mm's did for float32)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 4, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "meta":
+            raise RuntimeError("Expected mat_a to be BFloat16 or supported Float16 matrix")
+        return self.proj(x)
+
+
+class RaisesEverywhere(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("the model's own complaint")
+
+
+def test_an_error_only_meta_tensors_raise_falls_back_and_the_models_own_error_stands() -> None:
+    p = tfp.profile(MetaRuleDiffers(), "8,16")
+    assert p.macs == 8 * 16 * 4 and p.trace.settings["tensors"] == "fake"
+    with pytest.raises(tfp.FootprintError, match="ValueError during the forward pass.*the model's own complaint"):
+        tfp.profile(RaisesEverywhere(), "8,16")

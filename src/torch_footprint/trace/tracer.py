@@ -101,8 +101,8 @@ def _trace_model(
         trace.notes = notes
         return trace
     except _ModelRaised as err:
-        if not _meta_specific(err.original):
-            raise err.user_error() from err.original
+        # a meta kernel may follow another device's rule and say nothing of meta (the grouped
+        # matmul's did): fake tensors on the device settle whether the error is the model's
         first = err
     gc.collect()
     try:
@@ -113,6 +113,8 @@ def _trace_model(
         return trace
     except _ModelRaised as err:
         second = err
+    if not _meta_specific(first.original) and _same_error(first, second):
+        raise second.user_error() from second.original  # meta and fake tensors agree: the model's own
     total = sum(p.nbytes for p in params) + sum(b.nbytes for b in buffers)
     if not _is_data_dependent(second.original) and total > real_fallback_limit:
         # fake tensors failed for a reason of their own (a parameter swap they refuse, say):
@@ -168,6 +170,12 @@ def _is_data_dependent(exc: BaseException) -> bool:
             return True
         e = e.__cause__ or e.__context__
     return False
+
+
+def _same_error(a: _ModelRaised, b: _ModelRaised) -> bool:
+    """Two runs raised the same error in the same place."""
+    return (type(a.original) is type(b.original) and str(a.original) == str(b.original)
+            and a.where == b.where and a.phase == b.phase)
 
 
 def _meta_specific(exc: BaseException) -> bool:
