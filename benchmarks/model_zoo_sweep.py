@@ -688,6 +688,9 @@ def footprint_ready(tries: int = 10, pause: float = 60.0) -> str:
 def footprint_source(path: str) -> str:
     import subprocess
 
+    if not Path(path).resolve().is_relative_to(ROOT.resolve()):
+        return f"{path} (outside this repository: its commit is not known here)"
+
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "src"], capture_output=True, text=True)
     state = "with uncommitted changes in src/" if dirty.stdout.strip() else "clean"
