@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import time
 import warnings
@@ -113,6 +114,9 @@ TOOLS: dict[str, tuple[Callable[[str], nn.Module], Callable[[nn.Module, int], tu
 }
 
 
+PEER_PACKAGES = {"thop": "thop", "fvcore": "fvcore", "ptflops": "ptflops", "torchinfo": "torchinfo"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", help="comma-separated subset (default: all 80)")
@@ -122,6 +126,9 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     names = args.models.split(",") if args.models else torchvision.models.list_models(module=torchvision.models)
     tools = {k: v for k, v in TOOLS.items() if not (args.skip_real and v[0] is build_real)}
+    for tool in [t for t in tools if t in PEER_PACKAGES and importlib.util.find_spec(PEER_PACKAGES[t]) is None]:
+        print(f"{tool}: not installed (pip install 'torch-footprint[bench]'), left out of this run")
+        del tools[tool]
     tallies = {t: Tally() for t in tools}
     tfp.profile("resnet18")  # first-call imports and caches, for every tool alike
     for i, name in enumerate(names, 1):
