@@ -10,7 +10,7 @@ from torch import nn
 
 from ..dtypes import name_of
 from ..errors import FootprintError
-from ..sources import prepare
+from ..sources import Workload, prepare
 from ..sources.inputs import InputsLike
 from ..trace import StepOptions, Trace, trace_model
 from . import training
@@ -62,17 +62,26 @@ def trace_step(model: nn.Module | str, inputs: InputsLike, spec: StepSpec, *, ba
     if spec.checkpointing:
         what, undo = training.enable_checkpointing(m)
         notes.append("activation checkpointing: " + what)
-    was_training = m.training
-    m.train(spec.train)
     try:
-        with built.trace_context():
-            trace = trace_model(m, work.make_inputs(), name=built.name, backward=spec.train, device="cpu",
-                                inputs_meta=work.inputs_meta(),
-                                step=StepOptions(opt, autocast, grads_kept=spec.grads == "zero"))
+        trace = _trace(work, train=spec.train, backward=spec.train,
+                       step=StepOptions(opt, autocast, grads_kept=spec.grads == "zero"))
     finally:
-        m.train(was_training)
         undo()
     return trace, notes + trace.notes
+
+
+def _trace(work: Workload, *, train: bool, backward: bool, **options: Any) -> Trace:
+    """Trace ``work``'s model in train or eval mode, inside its source's trace context; the
+    model's mode is put back afterwards."""
+    m = work.model
+    was_training = m.training
+    m.train(train)
+    try:
+        with work.built.trace_context():
+            return trace_model(m, work.make_inputs(), name=work.built.name, backward=backward,
+                               inputs_meta=work.inputs_meta(), **options)
+    finally:
+        m.train(was_training)
 
 
 def first_batch(trace: Trace, batch: int | None) -> int:
@@ -90,13 +99,6 @@ def trace_forward(model: nn.Module | str, inputs: InputsLike = None, *, backward
         raise FootprintError(f"profiling for device '{device}' is not supported yet: the trace follows the "
                              "CPU's kernels (device='cpu'); FLOP and MAC counts do not depend on it")
     work = prepare(model, inputs, dtype=dtype, weights=weights, trust_remote_code=trust_remote_code)
-    m = work.model
-    was_training = m.training
-    m.train(backward if train is None else train)
-    try:
-        with work.built.trace_context():
-            trace = trace_model(m, work.make_inputs(), name=work.built.name, backward=backward, device=device,
-                                inputs_meta=work.inputs_meta(), tensors=tensors)
-    finally:
-        m.train(was_training)
+    trace = _trace(work, train=backward if train is None else train, backward=backward, device=device,
+                   tensors=tensors)
     return trace, [*work.built.notes, *trace.notes]

@@ -133,25 +133,21 @@ if hasattr(aten, "_grouped_mm"):
 
 
 def _cpu_rule(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
+    """``CPU_RULE[func]`` when every tensor argument is a meta or a fake CPU tensor."""
     from torch._subclasses.fake_tensor import FakeTensor
 
-    fn = CPU_RULE.get(func)
-    if fn is None:
-        return None
     for a in args:
-        if isinstance(a, torch.Tensor):
-            fake = isinstance(a, FakeTensor)
-            if not (a.device.type == "meta" or (fake and a.device.type == "cpu")):
-                return None
-    return fn
+        if isinstance(a, torch.Tensor) and not (
+                a.device.type == "meta" or (a.device.type == "cpu" and isinstance(a, FakeTensor))):
+            return None
+    return CPU_RULE[func]
 
 
 def fast_meta(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
     """The fast kernel for ``func`` when its tensors are plain meta tensors, else None; the
     CPU's output rule (:data:`CPU_RULE`) for meta and fake CPU tensors."""
-    rule = _cpu_rule(func, args) if func in CPU_RULE else None
-    if rule is not None:
-        return rule
+    if func in CPU_RULE:
+        return _cpu_rule(func, args)
     fn = FAST_META.get(func)
     if fn is None:
         return _pointwise_same(func, args)

@@ -162,11 +162,11 @@ _CAUSAL: list[tuple[int, int]] = []
 @contextmanager
 def causal_scope(visible: int, total: int) -> Iterator[None]:
     """Within: batched matmuls belong to a causal attention and count its visible pairs only."""
-    _CAUSAL.append((visible, total))
+    enter_causal_scope(visible, total)
     try:
         yield
     finally:
-        _CAUSAL.pop()
+        leave_causal_scope()
 
 
 def enter_causal_scope(visible: int, total: int) -> None:
@@ -294,7 +294,7 @@ def _bmm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Co
     return Cost(2 * macs, macs, "matrix")
 
 
-@register(*_ops("_grouped_mm", "_scaled_grouped_mm"))
+@register(*_ops("_grouped_mm", "_scaled_grouped_mm", "_scaled_grouped_mm_v2"))
 def _grouped_mm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Mixture-of-experts matmuls, each group of rows against its own matrix.
 
@@ -544,17 +544,22 @@ register(*_ops("polar"))(pointwise(4))
 register(*_ops("isin"))(constant(DATA))
 
 
-@register(*_ops("linalg_solve_triangular", "triangular_solve"))
-def _triangular_solve(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """Forward or back substitution: row i of an n x n triangle takes i + 1 multiply-adds per
-    right-hand side: n(n + 1)/2 MACs per column of B, per batch."""
-    a_mat, b_mat = args[0], args[1]
-    if func._overloadpacket.__name__ == "triangular_solve":  # triangular_solve(B, A)
-        a_mat, b_mat = b_mat, a_mat
-    n = a_mat.shape[-1]
-    columns = b_mat.numel() // max(1, b_mat.shape[-2])
-    macs = n * (n + 1) // 2 * columns
-    return Cost(2 * macs, macs, "matrix")
+def triangular_solve(triangle: int, rhs: int) -> Formula:
+    """Forward or back substitution: row i of an n x n triangle (argument ``triangle``) takes
+    i + 1 multiply-adds per right-hand side: n(n + 1)/2 MACs per column of B (argument
+    ``rhs``), per batch."""
+
+    def formula(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+        a_mat, b_mat = args[triangle], args[rhs]
+        n = a_mat.shape[-1]
+        macs = n * (n + 1) // 2 * (b_mat.numel() // max(1, b_mat.shape[-2]))
+        return Cost(2 * macs, macs, "matrix")
+
+    return formula
+
+
+register(*_ops("linalg_solve_triangular"))(triangular_solve(0, 1))
+register(*_ops("triangular_solve"))(triangular_solve(1, 0))  # triangular_solve(B, A)
 
 
 def fft(scale: float) -> Formula:
@@ -641,11 +646,6 @@ def _addr(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> C
     """Outer product added to ``self``: one multiply-add per output element."""
     n = _out_numel(out)
     return Cost(2 * n, n, "matrix")
-
-
-@register(*_ops("_scaled_grouped_mm_v2"))
-def _grouped_v2(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    return _grouped_mm(func, args, kwargs, out)
 
 
 @register(*_ops("_transformer_encoder_layer_fwd"))
@@ -876,16 +876,22 @@ register(*_ops("mkldnn_linear"))(matmul_like("bias"))
 register(*_ops("mkldnn_linear_backward"))(_linear_backward)
 
 
-@register(*_ops("mkldnn_linear_backward_input", "mkldnn_linear_backward_weights"))
-def _mkldnn_linear_half(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """One of a linear layer's two gradient products: the output's elements x the other
-    operand's reduction length (the grad_output's last dimension, or the tokens)."""
-    grad = args[1] if isinstance(args[0], (list, tuple)) else args[0]
-    first = _first_tensor(out)
-    reduce = grad.shape[-1] if first is not None and first.dim() > 1 and first.shape[-1] != grad.shape[-1] \
-        else grad.numel() // max(1, grad.shape[-1])
-    macs = _out_numel(out) * reduce
+@register(*_ops("mkldnn_linear_backward_input"))
+def _mkldnn_linear_grad_input(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """A linear layer's input gradient, grad_output (args[1]) times the weight: each input
+    gradient element reduces over the N outputs."""
+    macs = _out_numel(out) * args[1].shape[-1]
     return Cost(2 * macs, macs, "matrix")
+
+
+@register(*_ops("mkldnn_linear_backward_weights"))
+def _mkldnn_linear_grad_weight(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
+    """A linear layer's weight gradient, grad_output (args[0]) transposed times the input:
+    each of the N x K weight gradients reduces over the tokens; the bias gradient sums them."""
+    grad = args[0]
+    tokens = grad.numel() // max(1, grad.shape[-1])
+    macs = _out_numel(out) * tokens
+    return Cost(2 * macs + (grad.numel() if args[3] else 0), macs, "matrix")
 
 
 @register(*_ops("matmul_backward"))

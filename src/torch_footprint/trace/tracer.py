@@ -38,28 +38,6 @@ __all__ = ["REAL_FALLBACK_LIMIT", "StepOptions", "trace_model"]
 def trace_model(
     model: nn.Module,
     make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]],
-    **options: Any,
-) -> Trace:
-    """Trace one forward (and optionally backward) pass of ``model``.
-
-    ``model`` may live on the meta device (the usual case) or on a real device.
-    ``make_inputs(device)`` returns ``(args, kwargs)`` built on the device it is given.
-    Options: ``name``, ``backward``, ``device`` ("cpu"), ``inputs_meta``,
-    ``real_fallback_limit``, ``tensors`` and ``step`` (see :func:`_trace_model`).
-    """
-    restore, dense = dense_encoders(model)
-    try:
-        trace = _trace_model(model, make_inputs, **options)
-    finally:
-        restore()
-    if dense:
-        trace.notes.append(NESTED_NOTE)
-    return trace
-
-
-def _trace_model(
-    model: nn.Module,
-    make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]],
     *,
     name: str = "model",
     backward: bool = False,
@@ -75,16 +53,31 @@ def _trace_model(
     ``make_inputs(device)`` returns ``(args, kwargs)`` built on the device it is given.
 
     Tensors: meta first (fastest; attention routed to the kernel ``device`` would run);
-    where the model cannot run on meta (it mixes in tensors of another device, say),
-    fake tensors on ``device``; where the forward depends on tensor values, real tensors
-    with random values if the parameters fit ``real_fallback_limit``. Each fallback is
-    stated in ``Trace.notes``. ``tensors`` forces one kind ("meta", "fake" or "real")
-    instead of that order ("auto"). The model's own tensors are swapped only for the run
-    and put back afterwards.
+    after a failure on meta, fake tensors on ``device`` (the same error from both is the
+    model's own); where the forward depends on tensor values, or fake tensors fail for a
+    reason of their own, real tensors with random values if the parameters fit
+    ``real_fallback_limit``. Each fallback is stated in ``Trace.notes``. ``tensors`` forces
+    one kind ("meta", "fake" or "real") instead of that order ("auto"). The model's own
+    tensors are swapped only for the run and put back afterwards.
     """
+    restore, dense = dense_encoders(model)
+    try:
+        trace = _traced(model, make_inputs, tensors, real_fallback_limit, name=name, backward=backward,
+                        device=device, inputs_meta=inputs_meta or [], step=step)
+    finally:
+        restore()
+    if dense:
+        trace.notes.append(NESTED_NOTE)
+    return trace
+
+
+def _traced(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]], tensors: str,
+            real_fallback_limit: int, **common: Any) -> Trace:
+    """:func:`trace_model`'s order of tensor kinds."""
+    device = common["device"]
+    step = common["step"]
     params, buffers = param_infos(model)
-    common = dict(name=name, backward=backward, device=device, params=params, buffers=buffers,
-                  inputs_meta=inputs_meta or [], step=step)
+    common.update(params=params, buffers=buffers)
     if tensors == "auto" and step is not None and step.autocast is not None:
         tensors = "fake"  # autocast acts on a device's tensors, not on meta ones
     if tensors != "auto":
@@ -95,11 +88,8 @@ def _trace_model(
                 return _run(model, make_inputs, tensors=tensors, **common)
         except _ModelRaised as err:
             raise err.user_error() from err.original
-    notes: list[str] = []
     try:
-        trace = _run(model, make_inputs, tensors="meta", **common)
-        trace.notes = notes
-        return trace
+        return _run(model, make_inputs, tensors="meta", **common)
     except _ModelRaised as err:
         # a meta kernel may follow another device's rule and say nothing of meta (the grouped
         # matmul's did): fake tensors on the device settle whether the error is the model's
@@ -116,11 +106,11 @@ def _trace_model(
     if not _meta_specific(first.original) and _same_error(first, second):
         raise second.user_error() from second.original  # meta and fake tensors agree: the model's own
     total = sum(p.nbytes for p in params) + sum(b.nbytes for b in buffers)
-    if not _is_data_dependent(second.original) and total > real_fallback_limit:
-        # fake tensors failed for a reason of their own (a parameter swap they refuse, say):
-        # too large to try real tensors, so the error stands
-        raise second.user_error() from second.original
     if total > real_fallback_limit:
+        if not _is_data_dependent(second.original):
+            # fake tensors failed for a reason of their own (a parameter swap they refuse, say):
+            # too large to try real tensors, so the error stands
+            raise second.user_error() from second.original
         raise FootprintError(
             f"the model's forward depends on tensor values ({type(second.original).__name__} in "
             f"'{second.where}'), which fake tensors cannot answer, and at {total / 2**30:.1f} GiB of "
@@ -205,12 +195,12 @@ class _TraceHooks(StepHooks):
     """The trace's ears on the step: the recorder's phase, the module stack's backward
     flag, and the storages of the outputs, gradients and optimizer state."""
 
-    def __init__(self, rec: Recorder, stack: ModuleStack) -> None:
+    def __init__(self, rec: Recorder, stack: ModuleStack, model: nn.Module) -> None:
         self.rec = rec
+        self.model = model  # its parameters are the swapped ones while the step runs
         self.stack = stack
         self.current = "inputs"  # where an error happened
         self.tags: dict[str, list[int]] = {"output": [], "gradients": [], "optimizer": []}
-        self.model_params: list[nn.Parameter] = []
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -232,7 +222,7 @@ class _TraceHooks(StepHooks):
         self.tag("output", tensors_in(output))
 
     def backward_done(self) -> None:
-        self.tag("gradients", [p.grad for p in self.model_params if p.grad is not None])
+        self.tag("gradients", [p.grad for p in self.model.parameters() if p.grad is not None])
 
     def optimizer_done(self, optimizer: torch.optim.Optimizer) -> None:
         self.tag("optimizer", [v for st in optimizer.state.values() for v in st.values()
@@ -246,7 +236,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     stack = ModuleStack(model)
     stack.track_backward = backward
     rec = Recorder(stack, device)
-    hooks = _TraceHooks(rec, stack)
+    hooks = _TraceHooks(rec, stack, model)
     types = stack.types
     restore: Callable[[], None] = lambda: None  # noqa: E731
     pre: list[list[Any]] = []
@@ -276,7 +266,6 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                         if new is not None:
                             pre.append([new[0], new[1], kind])
                 rec.param_uids = {uid for uid, _, kind in pre if kind == "weights"}
-                hooks.model_params = list(model.parameters())
                 opt = (step.optimizer([p for p in model.parameters() if p.requires_grad])
                        if backward and step.optimizer is not None else None)
                 with rec:
