@@ -107,14 +107,8 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
         return replay(tr, keep_timeline=timeline), tr, nt
 
     peak, trace, notes = at(batch, timeline=True)
-    fixed = overheads_for(device, allocation_count(trace), ALLOCATOR_ROUNDING[device])
-    for name, value in (overheads or {}).items():
-        fixed[name] = parse_bytes(value)
-    kept = {k: v for k, v in fixed.items() if v}
-    settings = dict(trace.settings, precision=spec.precision, checkpointing=spec.checkpointing, target=device,
-                    inputs=trace.inputs, model=trace.model)
-    est = MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes)
-    fixed_costs = sum(kept.values())
+    est = memory_of(trace, spec, notes, peak=peak, device=device, utilisation=utilisation, overheads=overheads)
+    fixed_costs = sum(est.overheads.values())
     budget_b = None
     if budget is not None:
         budget_b = parse_bytes(budget)
@@ -159,6 +153,22 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
         raise FootprintError("the peak does not grow with the batch size: no largest batch to find")
     line.max_batch, line.max_batch_checked = best, True
     return est
+
+
+def memory_of(trace: Trace, spec: StepSpec, notes: list[str], *, peak: MemoryPeak | None = None,
+              device: str = "cpu", utilisation: float = 0.8,
+              overheads: Mapping[str, int | str] | None = None) -> MemoryEstimate:
+    """The estimate of one traced step: its peak (replayed here unless given) plus the fixed
+    overheads of ``device``, ``overheads`` replacing or adding some by name."""
+    if peak is None:
+        peak = replay(trace, keep_timeline=True)
+    fixed = overheads_for(device, allocation_count(trace), ALLOCATOR_ROUNDING[device])
+    for name, value in (overheads or {}).items():
+        fixed[name] = parse_bytes(value)
+    kept = {k: v for k, v in fixed.items() if v}
+    settings = dict(trace.settings, precision=spec.precision, checkpointing=spec.checkpointing, target=device,
+                    inputs=trace.inputs, model=trace.model)
+    return MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes)
 
 
 def allocation_count(trace: Trace) -> int:

@@ -222,6 +222,27 @@ class Prediction:
             out[o.phase] = out.get(o.phase, 0.0) + o.time_s
         return out
 
+    def roofline_points(self) -> list[dict[str, Any]]:
+        """Operators as points of a roofline plot: arithmetic intensity (FLOP per byte) and
+        the FLOP/s they reach in their predicted time. Calls of one operator with the same
+        FLOPs, bytes, dtype and phase land on the same spot and are merged (``calls``, their
+        summed ``time_s``, the first one's ``module``). Operators without FLOPs or bytes
+        have no place on log axes and are left out."""
+        merged: dict[tuple[str, str, str, str, int, int], dict[str, Any]] = {}
+        for o in self.ops:
+            if o.kind == "view" or o.flops <= 0 or o.bytes <= 0:
+                continue
+            key = (o.op, o.kind, o.phase, o.dtype, o.flops, o.bytes)
+            pt = merged.get(key)
+            if pt is None:
+                merged[key] = {"op": o.op, "kind": o.kind, "phase": o.phase, "dtype": o.dtype, "module": o.module,
+                               "calls": 1, "flops": o.flops, "bytes": o.bytes, "time_s": o.time_s,
+                               "intensity": o.flops / o.bytes, "flop_per_s": o.flops / o.time_s, "bound": o.bound}
+            else:
+                pt["calls"] += 1
+                pt["time_s"] += o.time_s
+        return list(merged.values())
+
     def to_dict(self, ops: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {
             "accelerator": self.accelerator.id, "time_s": self.time_s, "lower_bound_s": self.lower_bound_s,
