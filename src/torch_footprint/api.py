@@ -17,7 +17,8 @@ from .analysis import Profile
 from .errors import FootprintError
 from .sources.inputs import InputsLike
 
-__all__ = ["Profile", "bench", "calibrate", "fit", "gpus", "memory", "predict", "profile"]
+__all__ = ["Profile", "bench", "calibrate", "check", "diff", "fit", "gpus", "memory", "predict", "profile",
+           "report"]
 
 
 def profile(model: nn.Module | str, inputs: InputsLike = None, *, backward: bool = False,
@@ -202,3 +203,78 @@ def calibrate(device: str = "cpu", *, quick: bool = False, save: bool = True,
 
     res = run(device, quick=quick, on_step=on_step)
     return res, save_calibration(device, res) if save else None
+
+
+def report(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None = None, train: bool = False,
+           optimizer: str | None = None, precision: str | None = None, dtype: str | None = None,
+           checkpointing: bool = False, gpu: Any = None, fit: bool = False, bench: bool = False,
+           utilisation: float = 0.8, hardware: str | None = None, weights: str | None = None,
+           trust_remote_code: bool = False) -> Any:
+    """Everything about one workload, from one trace, for the HTML report: the profile, the
+    memory estimate and its timeline by category, and on accelerator ``gpu`` (an id or an
+    :class:`~torch_footprint.hardware.Accelerator`) the roofline prediction; with ``fit``
+    every accelerator's answer, with ``bench`` a measurement on this machine (the model is
+    built with random weights and run). Returns a :class:`~torch_footprint.bundle.Report`:
+    ``to_dict()`` is what ``--json`` saves, and it renders itself in a notebook.
+    """
+    from .bundle import report_of
+    from .estimate.memory import memory_of
+    from .estimate.recommend import arithmetic, recommend
+    from .estimate.workload import StepSpec, trace_step
+    from .hardware import Accelerator, get
+
+    spec = StepSpec(train, optimizer, arithmetic(dtype, precision), checkpointing)
+    acc = gpu if isinstance(gpu, Accelerator) or gpu is None else get(str(gpu), hardware)
+    trace, notes = trace_step(model, inputs, spec, batch=batch, weights=weights, trust_remote_code=trust_remote_code)
+    device = "cuda" if acc is not None and acc.kind == "gpu" else "cpu"
+    mem = memory_of(trace, spec, notes, device=device, utilisation=utilisation)
+    fitted = recommend(model, inputs, spec, batch=batch, utilisation=utilisation, hardware=hardware,
+                       weights=weights, trust_remote_code=trust_remote_code) if fit else None
+    measured = globals()["bench"](model, inputs, batch_sizes=[batch] if batch else None, dtype=dtype, train=train,
+                                  optimizer=optimizer or "sgd", weights=weights,
+                                  trust_remote_code=trust_remote_code) if bench else None
+    return report_of(Profile(trace, notes), mem, acc, fit=fitted, bench=measured)
+
+
+def diff(before: str, after: str, *, force: bool = False, depth: int | None = 2) -> Any:
+    """What changed from saved result ``before`` to ``after`` (file paths), by metric and by
+    module down to ``depth``. Results of different models, inputs or settings are refused
+    unless ``force``. Returns a :class:`~torch_footprint.analysis.diff.Diff`."""
+    from .analysis.diff import diff as compare
+    from .report.schema import load
+
+    return compare(load(before), load(after), force=force, depth=depth, names=(f"'{before}'", f"'{after}'"))
+
+
+def check(target: str, budget: str, *, trust_remote_code: bool = False) -> Any:
+    """``target`` (a saved result, or a model run as the budget's [workload] says) against the
+    caps of budget file ``budget``. Returns a :class:`~torch_footprint.analysis.budget.CheckResult`."""
+    import os
+
+    from .analysis.budget import CheckResult, parse_budget
+    from .analysis.budget import check as against
+    from .analysis.metrics import metrics_of
+    from .report.schema import envelope, load
+    from .sources.inputs import parse_input_ids, parse_shape
+
+    b = parse_budget(budget)
+    baseline = metrics_of(load(b.baseline)) if b.baseline else None
+    if target.endswith(".json") or os.path.isfile(target):
+        doc = load(target)
+        return CheckResult(against(b, metrics_of(doc), baseline), doc["fingerprint"], b.path)
+    w = b.workload
+    shapes = w.get("input", [])
+    specs = [parse_shape(str(x)) for x in ([shapes] if isinstance(shapes, str) else shapes)]
+    if w.get("input-ids"):
+        specs.append(parse_input_ids(str(w["input-ids"])))
+    accs = b.accelerators
+    rep = report(target, specs or None, batch=w.get("batch"), train=bool(w.get("train")), optimizer=w.get("optimizer"),
+                 precision=w.get("precision"), dtype=w.get("dtype"), checkpointing=bool(w.get("checkpointing")),
+                 gpu=accs[0] if accs else None, utilisation=float(w.get("utilisation", 0.8)),
+                 weights=w.get("weights"), trust_remote_code=trust_remote_code)
+    doc = envelope("report", rep.to_dict())
+    metrics = metrics_of(doc)
+    for acc in accs:  # under the budget's own spelling of each accelerator (an id or a name)
+        (latency,) = metrics_of({"kind": "predict", **predict(rep.profile, acc).to_dict()}).values()
+        metrics[f"latency_ms on {acc}"] = latency
+    return CheckResult(against(b, metrics, baseline), doc["fingerprint"], b.path)

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .errors import FootprintError
 
@@ -164,7 +165,54 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--depth", type=int, default=2)
     show.add_argument("--by", choices=("module", "operator"), default="module")
     show.add_argument("--debug", action="store_true", help="show tracebacks")
+    show.add_argument("--html", metavar="FILE", help="write the HTML report of a saved profile or report instead")
+    _report_parsers(sub)
     return p
+
+
+REPORT_EXAMPLES = """examples:
+  footprint report resnet50 --train --optimizer adamw --gpu a100-sxm-80gb -o resnet50.html
+  footprint report hf:gpt2 --input-ids 8,1024 --train --precision bf16-mixed -o gpt2.html
+  footprint profile vit_b_16 --json vit.json && footprint show vit.json --html vit.html
+  footprint diff before.json after.json
+  footprint check resnet50 --budget budget.toml
+  footprint profile resnet50 --csv modules.csv
+  footprint schema > footprint-schema.json
+"""
+
+
+def _report_parsers(sub: Any) -> None:
+    """``report``, ``diff``, ``check`` and ``schema``: results people look at and CI acts on."""
+    rep = sub.add_parser("report", help="a self-contained HTML report with plots: memory timeline, roofline, "
+                                        "modules, accelerators", epilog=REPORT_EXAMPLES,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _model_args(rep)
+    _workload_args(rep)
+    rep.add_argument("--gpu", metavar="ID", help="the accelerator of the roofline and the memory capacity line")
+    rep.add_argument("--fit", action="store_true", help="add every accelerator's answer (traces 2 more batches)")
+    rep.add_argument("--bench", action="store_true", help="add a measurement on this machine (runs the model)")
+    rep.add_argument("--utilisation", type=float, default=0.8, help="usable fraction of memory (default 0.8)")
+    rep.add_argument("-o", "--output", metavar="FILE.html", help="the HTML file to write")
+    _output_args(rep, "also write the report's data as JSON (`footprint show FILE --html` re-renders it)")
+
+    df = sub.add_parser("diff", help="what changed between two saved results, by metric and by module",
+                        epilog=REPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    df.add_argument("before", help="a result saved with --json")
+    df.add_argument("after", help="a result saved with --json")
+    df.add_argument("--force", action="store_true", help="compare results of different models or settings")
+    df.add_argument("--depth", type=int, default=2, help="module depth to compare (default 2)")
+    _output_args(df, "also write the diff as JSON")
+
+    ck = sub.add_parser("check", help="a model or saved result against a budget file; exit 1 when over budget",
+                        epilog=REPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ck.add_argument("target", help="a result saved with --json, or a model run as the budget's [workload] says")
+    ck.add_argument("--budget", required=True, metavar="FILE.toml", help="the caps (see README: budgets)")
+    ck.add_argument("--trust-remote-code", action="store_true",
+                    help="allow a Hugging Face config to run code from its repository (off by default)")
+    _output_args(ck, "also write every cap's outcome as JSON (for bots)")
+
+    sch = sub.add_parser("schema", help="print the JSON Schema of every file footprint writes")
+    sch.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
@@ -257,8 +305,9 @@ def _write(args: argparse.Namespace, data: dict) -> None:
     """``--json FILE``: the result, written whole or not at all."""
     if args.json:
         from .files import write_json
+        from .report.schema import envelope
 
-        write_json(args.json, data)
+        write_json(args.json, envelope(args.command, data))
         print(f"wrote {args.json}")
 
 
@@ -340,10 +389,81 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     from .analysis import Profile
-    from .files import read_json
+    from .report.schema import load
     from .report.terminal import render_profile
 
-    render_profile(Profile.from_dict(read_json(args.file)), by=args.by, depth=args.depth)
+    doc = load(args.file, ("profile", "report") if args.html else ("profile",))
+    if args.html:
+        if doc["kind"] == "profile":
+            from .bundle import report_of
+            from .estimate.memory import memory_of
+            from .estimate.workload import StepSpec
+            from .report.schema import envelope
+
+            prof = Profile.from_dict(doc)
+            doc = envelope("report", report_of(prof, memory_of(prof.trace, StepSpec(), prof.notes)).to_dict())
+        _write_html(args.html, doc)
+        return 0
+    render_profile(Profile.from_dict(doc), by=args.by, depth=args.depth)
+    return 0
+
+
+def _write_html(path: str, doc: dict[str, Any]) -> None:
+    from .files import write_text
+    from .report.html import render_html
+
+    write_text(path, render_html(doc))
+    print(f"wrote {path}")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from . import api
+    from .report.schema import envelope
+
+    if not args.output and not args.json:
+        raise FootprintError("say where the report goes: -o FILE.html (and/or --json FILE.json)")
+    rep = api.report(args.model, _specs(args) or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
+                     precision=args.precision, dtype=args.dtype, checkpointing=args.checkpointing, gpu=args.gpu,
+                     fit=args.fit, bench=args.bench, utilisation=args.utilisation, hardware=args.hardware,
+                     weights=args.weights, trust_remote_code=args.trust_remote_code)
+    data = rep.to_dict()
+    if args.output:
+        _write_html(args.output, envelope("report", data))
+    _write(args, data)
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from . import api
+    from .report.terminal import make_console
+    from .report.verdicts import render_diff
+
+    if args.depth < 0:
+        raise FootprintError("--depth cannot be negative")
+    data = api.diff(args.before, args.after, force=args.force, depth=args.depth).to_dict()
+    render_diff(data, make_console())
+    _write(args, data)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from . import api
+    from .report.terminal import make_console
+    from .report.verdicts import render_check
+
+    res = api.check(args.target, args.budget, trust_remote_code=args.trust_remote_code)
+    data = res.to_dict()
+    render_check(data["results"], res.passed, make_console())
+    _write(args, data)
+    return 0 if res.passed else 1
+
+
+def _schema(args: argparse.Namespace) -> int:
+    import json
+
+    from .report.schema import schema
+
+    print(json.dumps(schema(), indent=1))
     return 0
 
 
@@ -359,7 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     handlers = {"profile": _profile, "memory": _memory, "bench": _bench, "show": _show, "gpus": _gpus, "fit": _fit,
-                "predict": _predict, "calibrate": _calibrate}
+                "predict": _predict, "calibrate": _calibrate, "report": _report, "schema": _schema,
+                "diff": _diff, "check": _check}
     debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
     try:
         return handlers[args.command](args)
