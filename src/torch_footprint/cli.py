@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--depth", type=int, default=2, help="module tree depth to show (default 2)")
     prof.add_argument("--by", choices=("module", "operator"), default="module", help="table to show")
     _output_args(prof, "also write the profile, with its trace, as JSON")
+    prof.add_argument("--csv", metavar="FILE", help="also write the table shown (--by module: every module) as CSV")
 
     mem = sub.add_parser("memory", help="peak memory of inference or a training step, by category",
                          epilog=MEMORY_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -332,7 +333,18 @@ def _profile(args: argparse.Namespace) -> int:
                        trust_remote_code=args.trust_remote_code)
     render_profile(prof, by=args.by, depth=args.depth)
     _write(args, prof.to_dict(depth=None, include_trace=True))
+    if args.csv:
+        _write_csv(args.csv, prof, args.by)
     return 0
+
+
+def _write_csv(path: str, prof: Any, by: str) -> None:
+    from .files import write_text
+    from .report.csv import MODULE_COLUMNS, OPERATOR_COLUMNS, table_csv
+
+    rows = prof.by_module(None) if by == "module" else prof.by_operator()
+    write_text(path, table_csv([r.to_dict() for r in rows], MODULE_COLUMNS if by == "module" else OPERATOR_COLUMNS))
+    print(f"wrote {path}")
 
 
 def _memory(args: argparse.Namespace) -> int:
@@ -426,10 +438,14 @@ def _report(args: argparse.Namespace) -> int:
                      precision=args.precision, dtype=args.dtype, checkpointing=args.checkpointing, gpu=args.gpu,
                      fit=args.fit, bench=args.bench, utilisation=args.utilisation, hardware=args.hardware,
                      weights=args.weights, trust_remote_code=args.trust_remote_code)
-    data = rep.to_dict()
+    doc = envelope("report", rep.to_dict())  # one envelope: the HTML and the JSON carry the same time
     if args.output:
-        _write_html(args.output, envelope("report", data))
-    _write(args, data)
+        _write_html(args.output, doc)
+    if args.json:
+        from .files import write_json
+
+        write_json(args.json, doc)
+        print(f"wrote {args.json}")
     return 0
 
 

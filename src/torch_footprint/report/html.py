@@ -54,11 +54,13 @@ border-radius:6px;padding:6px 8px;font-size:12px;white-space:pre;display:none;z-
 table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:6px 0}
 td,th{padding:2px 10px;border-bottom:1px solid var(--grid);text-align:right}
 td:first-child,th:first-child{text-align:left}th{cursor:default}
-details.m{margin-left:14px}details.m>summary{cursor:pointer;list-style:none;display:grid;
-grid-template-columns:minmax(240px,2fr) 1fr 1fr 1fr 1fr 1fr;gap:6px}details.m>summary::before{content:"▸ ";}
-details.m[open]>summary::before{content:"▾ "}details.m.leaf>summary::before{content:"· "}
-.mh{display:grid;grid-template-columns:minmax(240px,2fr) 1fr 1fr 1fr 1fr 1fr;gap:6px;font-weight:600;
-margin-left:14px}.num{text-align:right}.note{color:var(--muted);font-size:12px}
+details.m>summary{cursor:pointer;list-style:none;display:grid;
+grid-template-columns:minmax(260px,2.4fr) 1fr 1fr 1fr 1fr 1fr;gap:6px}
+details.m>summary::-webkit-details-marker{display:none}details.m>summary>span:first-child::before{content:"▸ "}
+details.m[open]>summary>span:first-child::before{content:"▾ "}
+details.m.leaf>summary>span:first-child::before{content:"· "}details.m>summary:hover{background:var(--card)}
+.mh{display:grid;grid-template-columns:minmax(260px,2.4fr) 1fr 1fr 1fr 1fr 1fr;gap:6px;font-weight:600}
+.num{text-align:right}.note{color:var(--muted);font-size:12px}
 .grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:8px}
 button{background:var(--card);color:var(--fg);border:1px solid var(--line);border-radius:6px;padding:3px 9px}
 """
@@ -129,7 +131,7 @@ def timeline(doc: dict[str, Any]) -> str:
     tl = mem.get("timeline")
     if not tl:
         return ""
-    W, H, L, R, T, B = 1000, 360, 80, 20, 40, 50
+    W, H, L, R, T, B = 1000, 380, 100, 20, 56, 50
     events = max(tl["events"], 1)
     xs = Linear(-1, events - 1, L, W - R)
     peak = tl["peak_bytes"]
@@ -167,6 +169,7 @@ def timeline(doc: dict[str, Any]) -> str:
                  f'data-tip="peak {esc(binary(peak))} after operator {tl["peak_event"]}"/>'
                  f'<text class="tl" x="{num(min(at + 6, W - R - 120))}" y="{num(py - 6)}">peak '
                  f'{esc(binary(peak))}</text>')
+    off_scale = ""
     if cap is not None:
         if cap_shown:
             yc = ys(cap)
@@ -174,14 +177,14 @@ def timeline(doc: dict[str, Any]) -> str:
                          f'<text class="tl" x="{W - R - 4}" y="{num(yc - 5)}" text-anchor="end">{esc(acc["name"])} '
                          f'capacity {esc(binary(cap))}</text>')
         else:
-            parts.append(f'<text class="tl" x="{W - R - 4}" y="{T + 12}" text-anchor="end">{esc(acc["name"])} '
-                         f'capacity {esc(binary(cap))}: above this scale</text>')
+            off_scale = f"; {acc['name']}'s capacity, {binary(cap)}, is above this scale"
     parts.append(x_axis(xs, H - B, lambda v: f"{int(v)}", "operator (in execution order)",
                         ticks=[t for t in xs.ticks(8) if t >= 0]))
-    parts.append(legend([(_cat_class(c), c) for c in cats], L, 16))
+    parts.append(legend([(_cat_class(c), c) for c in cats], L, 16, step=112))
     parts.append("</svg>")
-    note = (f'<p class="note">{esc(tl["method"])}; each point is an operator\'s high point (its outputs and scratch '
-            f"allocated, nothing freed yet). Categories and colours as torch.profiler's memory timeline.</p>")
+    note = (f'<p class="note">{esc(tl["method"] + off_scale)}; each point is an operator\'s high point (its '
+            "outputs and scratch allocated, nothing freed yet). Categories and colours as torch.profiler's memory "
+            "timeline.</p>")
     return "".join(parts) + note
 
 
@@ -194,7 +197,7 @@ def roofline(doc: dict[str, Any]) -> str:
     c = pred["ceilings"]
     matrix = c["matrix_flops"].get(pred["main_dtype"]) or max(c["matrix_flops"].values())
     vector, bw = c["vector_flops"], c["bandwidth_bytes_per_s"]
-    W, H, L, R, T, B = 1000, 420, 80, 20, 30, 50
+    W, H, L, R, T, B = 1000, 420, 100, 20, 30, 50
     ilo = min(min(p["intensity"] for p in pts), vector / bw) / 3
     ihi = max(max(p["intensity"] for p in pts), matrix / bw) * 3
     flo = min(p["flop_per_s"] for p in pts) / 3
@@ -210,7 +213,8 @@ def roofline(doc: dict[str, Any]) -> str:
         parts.append(f'<path class="ceil" d="M{num(xs(ilo))} {num(ys(bw * ilo))}L{num(x0)} {num(ys(rate))}'
                      f'L{num(xs(ihi))} {num(ys(rate))}"/><text class="tl" x="{W - R - 4}" y="{num(ys(rate) - 5)}" '
                      f'text-anchor="end">{esc(label)}</text>')
-    parts.append(f'<text class="tl" x="{num(xs(ilo) + 6)}" y="{num(ys(bw * ilo) - 8)}">'
+    im = (ilo * matrix / bw) ** 0.5  # halfway (in log) along the bandwidth slope
+    parts.append(f'<text class="tl" x="{num(xs(im) - 4)}" y="{num(ys(bw * im) - 6)}" text-anchor="end">'
                  f'memory {esc(si(bw, "B/s"))}</text>')
     longest = max(p["time_s"] for p in pts) or 1
     for p in sorted(pts, key=lambda p: -p["time_s"]):
@@ -337,7 +341,8 @@ def module_tree(doc: dict[str, Any]) -> str:
         name = (m["path"].rpartition(".")[2] or doc.get("model") or "model") + f" ({m['type']})"
         calls = f" x{m['calls']}" if m["calls"] > 1 else ""
         out.append(f'<details class="m{" leaf" if leaf else ""}"{" open" if m["depth"] < 1 else ""}'
-                   f' data-path="{esc(m["path"])}"><summary><span>{esc(name + calls)}</span>'
+                   f' data-path="{esc(m["path"])}"><summary><span style="padding-left:{14 * m["depth"]}px">'
+                   f'{esc(name + calls)}</span>'
                    f'<span class="num">{count(m["params"])}</span><span class="num">{si(m["flops"], "FLOP")}</span>'
                    f'<span class="num">{si(m["backward_flops"], "FLOP")}</span>'
                    f'<span class="num">{duration(m["time_s"]) if m["time_s"] else ""}</span>'

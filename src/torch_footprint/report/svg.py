@@ -60,7 +60,7 @@ class Log:
 
 def open_svg(width: int, height: int, label: str, cls: str) -> str:
     return (f'<svg class="plot {cls}" viewBox="0 0 {width} {height}" width="100%" role="img" '
-            f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">')
+            f'aria-label="{esc(label)}">')
 
 
 def x_axis(scale: Linear | Log, y: float, fmt: Fmt, title: str, ticks: Sequence[float] | None = None) -> str:
@@ -83,7 +83,7 @@ def y_axis(scale: Linear | Log, x: float, x2: float, fmt: Fmt, title: str) -> st
         parts.append(f'<line class="grid" x1="{num(x)}" x2="{num(x2)}" y1="{num(y)}" y2="{num(y)}"/>'
                      f'<text class="tl" x="{num(x - 6)}" y="{num(y + 4)}" text-anchor="end">{esc(fmt(t))}</text>')
     mid = (scale.a + scale.b) / 2
-    parts.append(f'<text class="at" transform="translate({num(x - 58)},{num(mid)}) rotate(-90)" '
+    parts.append(f'<text class="at" transform="translate({num(x - 84)},{num(mid)}) rotate(-90)" '
                  f'text-anchor="middle">{esc(title)}</text>')
     return "".join(parts)
 
