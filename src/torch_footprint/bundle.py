@@ -66,6 +66,11 @@ class Report:
             d["bench"] = self.bench.to_dict()
         return d
 
+    def __repr__(self) -> str:
+        sections = [k for k in ("prediction", "fit", "bench") if getattr(self, k) is not None]
+        return (f"Report(model={self.profile.trace.model!r}, params={self.profile.params}, "
+                f"peak_bytes={self.memory.peak.peak_bytes}, sections={['profile', 'memory', *sections]})")
+
     def _repr_html_(self) -> str:
         from .report.html import render_html
         from .report.schema import envelope

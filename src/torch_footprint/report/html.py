@@ -250,7 +250,7 @@ def module_bars(doc: dict[str, Any], depth: int | None = None, top: int = 24) ->
     metrics = [("params", "parameters", count, ""), ("flops", "forward FLOPs", lambda v: si(v, "FLOP"), "alt")]
     if doc.get("predict"):
         metrics.append(("time_s", "predicted time (all phases)", duration, ""))
-    if any(m["activation_bytes"] for m in level):
+    if any(m.get("activation_bytes") for m in level):
         metrics.append(("activation_bytes", "activations saved for the backward", binary, "alt"))
     out = [f'<p class="note">modules at depth {d} ({len(level)}'
            + (f"; the {top} largest of each figure shown" if len(level) > top else "") + ')</p><div class="grid2">']
@@ -344,9 +344,9 @@ def module_tree(doc: dict[str, Any]) -> str:
                    f' data-path="{esc(m["path"])}"><summary><span style="padding-left:{14 * m["depth"]}px">'
                    f'{esc(name + calls)}</span>'
                    f'<span class="num">{count(m["params"])}</span><span class="num">{si(m["flops"], "FLOP")}</span>'
-                   f'<span class="num">{si(m["backward_flops"], "FLOP")}</span>'
-                   f'<span class="num">{duration(m["time_s"]) if m["time_s"] else ""}</span>'
-                   f'<span class="num">{binary(m["activation_bytes"]) if m["activation_bytes"] else ""}</span>'
+                   f'<span class="num">{si(m.get("backward_flops", 0), "FLOP")}</span>'
+                   f'<span class="num">{duration(m["time_s"]) if m.get("time_s") else ""}</span>'
+                   f'<span class="num">{binary(m["activation_bytes"]) if m.get("activation_bytes") else ""}</span>'
                    "</summary>")
         stack.append(m["depth"])
     out.extend("</details>" for _ in stack)
@@ -383,6 +383,15 @@ SECTIONS: list[tuple[str, str, Section]] = [
     ("Operators (forward)", "profile", operators),
     ("Notes", "profile", notes),
 ]
+
+
+def render_profile_html(profile: dict[str, Any]) -> str:
+    """A notebook fragment for a profile alone (``Profile.to_dict()``): its cards, module bars
+    and tree, and operators."""
+    from .schema import envelope
+
+    doc = envelope("profile", profile)
+    return render_html({**doc, "profile": profile, "modules": profile["by_module"]}, fragment=True)
 
 
 def embedded_json(doc: dict[str, Any]) -> str:
