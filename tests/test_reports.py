@@ -66,7 +66,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "fit": ["fit", "resnet18", "--gpu", "l4", "--gpu", "a100-sxm-80gb"],
         "gpus": ["gpus"],
         "bench": ["bench", GPT2_TINY, "--input-ids", "1,8", "--device", "cpu", "--min-reps", "1", "--min-time", "0"],
-        "report": ["report", "resnet18", "--train", "--optimizer", "sgd", "--gpu", "l4", "-o", str(d / "r.html")],
+        "report": ["report", "resnet18", "--train", "--optimizer", "sgd", "--gpu", "l4", "-o", str(d / "r.html"),
+                   "--chrome-trace", str(d / "trace.json")],
         "gpt2_b1": ["profile", GPT2_TINY, "--input-ids", "1,32"],
         "gpt2_b2": ["profile", GPT2_TINY, "--input-ids", "2,32"],
     }
@@ -75,12 +76,13 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out[name] = d / f"{name}.json"
         assert main([*argv, "--json", str(out[name])]) == 0, name
     out["html"] = d / "r.html"
+    out["chrome"] = d / "trace.json"
     return out
 
 
 def test_every_file_we_write_validates_and_carries_the_envelope(written: dict[str, Path]) -> None:
     for name, path in written.items():
-        if path.suffix != ".json":
+        if path.suffix != ".json" or name == "chrome":
             continue
         doc = valid(path)
         assert list(doc)[:7] == list(ENVELOPE), name
@@ -314,6 +316,28 @@ def test_a_profile_renders_as_html_and_in_a_notebook(capsys: pytest.CaptureFixtu
     frag = rep._repr_html_()
     assert frag.startswith('<div class="footprint">') and "<html" not in frag and "<svg" in frag
     assert "body{" not in frag  # a notebook page keeps its own body style
+    prof = torch_footprint.profile(nn.Linear(4, 3), "2,4")
+    # addmm of 2x4 by 4x3: 24 MACs = 48 FLOPs, plus 2x3 bias adds
+    assert repr(prof) == "Profile(model='Linear', params=15, flops=54, macs=24, events=2)"
+    assert "<svg" in prof._repr_html_() and "15" in prof._repr_html_()
+
+
+def test_the_chrome_trace_has_one_slice_per_operator_and_memory_counters(written: dict[str, Path]) -> None:
+    trace = json.loads(written["chrome"].read_text())
+    report = json.loads(written["report"].read_text())
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C"]
+    root = next(m for m in report["predict"]["by_module"] if m["module"] == "")
+    assert len(slices) == root["ops"]  # every operator but views (which launch nothing)
+    starts = [e["ts"] for e in slices]
+    assert starts == sorted(starts) and starts[0] == 0
+    end = slices[-1]["ts"] + slices[-1]["dur"]
+    assert end == pytest.approx(report["predict"]["time_s"] * 1e6, rel=1e-9)  # back to back: the predicted step
+    assert sum(e["dur"] for e in slices) == pytest.approx(end, rel=1e-9)
+    assert {e["cat"] for e in slices} == {"forward", "loss", "backward", "optimizer"}
+    tl = report["memory"]["timeline"]
+    assert set(counters[0]["args"]) == set(tl["categories"])
+    assert max(sum(c["args"].values()) for c in counters) == tl["peak_bytes"]
 
 
 def test_a_70b_training_step_report_stays_under_3_mb() -> None:

@@ -194,6 +194,8 @@ def _report_parsers(sub: Any) -> None:
     rep.add_argument("--bench", action="store_true", help="add a measurement on this machine (runs the model)")
     rep.add_argument("--utilisation", type=float, default=0.8, help="usable fraction of memory (default 0.8)")
     rep.add_argument("-o", "--output", metavar="FILE.html", help="the HTML file to write")
+    rep.add_argument("--chrome-trace", metavar="FILE.json", help="also write the predicted timeline on --gpu as a "
+                                                                  "Chrome trace (Perfetto, chrome://tracing)")
     _output_args(rep, "also write the report's data as JSON (`footprint show FILE --html` re-renders it)")
 
     df = sub.add_parser("diff", help="what changed between two saved results, by metric and by module",
@@ -432,8 +434,10 @@ def _report(args: argparse.Namespace) -> int:
     from . import api
     from .report.schema import envelope
 
-    if not args.output and not args.json:
+    if not (args.output or args.json or args.chrome_trace):
         raise FootprintError("say where the report goes: -o FILE.html (and/or --json FILE.json)")
+    if args.chrome_trace and not args.gpu:
+        raise FootprintError("--chrome-trace times the operators on an accelerator: add --gpu ID")
     rep = api.report(args.model, _specs(args) or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
                      precision=args.precision, dtype=args.dtype, checkpointing=args.checkpointing, gpu=args.gpu,
                      fit=args.fit, bench=args.bench, utilisation=args.utilisation, hardware=args.hardware,
@@ -446,6 +450,12 @@ def _report(args: argparse.Namespace) -> int:
 
         write_json(args.json, doc)
         print(f"wrote {args.json}")
+    if args.chrome_trace:
+        from .files import write_json
+        from .report.chrome_trace import chrome_trace
+
+        write_json(args.chrome_trace, chrome_trace(rep.prediction, rep.timeline))
+        print(f"wrote {args.chrome_trace}")
     return 0
 
 

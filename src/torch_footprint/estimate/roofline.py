@@ -222,6 +222,14 @@ class Prediction:
             out[o.phase] = out.get(o.phase, 0.0) + o.time_s
         return out
 
+    def starts(self) -> list[float]:
+        """When each operator starts (seconds) if they run back to back, in trace order."""
+        out, t = [], 0.0
+        for o in self.ops:
+            out.append(t)
+            t += o.time_s
+        return out
+
     def roofline_points(self) -> list[dict[str, Any]]:
         """Operators as points of a roofline plot: arithmetic intensity (FLOP per byte) and
         the FLOP/s they reach in their predicted time. Calls of one operator with the same
