@@ -253,15 +253,25 @@ def check(target: str, budget: str, *, trust_remote_code: bool = False) -> Any:
 
     from .analysis.budget import CheckResult, parse_budget
     from .analysis.budget import check as against
+    from .analysis.diff import what_differs
     from .analysis.metrics import metrics_of
     from .report.schema import envelope, load
     from .sources.inputs import parse_input_ids, parse_shape
 
     b = parse_budget(budget)
-    baseline = metrics_of(load(b.baseline)) if b.baseline else None
+    base = load(b.baseline) if b.baseline else None
+    baseline = metrics_of(base) if base else None
+
+    def result(doc: dict[str, Any], metrics: dict[str, Any]) -> CheckResult:
+        notes = []
+        if base is not None and base["fingerprint"]["sha256"] != doc["fingerprint"]["sha256"]:
+            differs = what_differs(base["fingerprint"], doc["fingerprint"])
+            notes.append("the baseline is of a different workload (" + "; ".join(differs[:4]) + ")")
+        return CheckResult(against(b, metrics, baseline), doc["fingerprint"], b.path, notes)
+
     if target.endswith(".json") or os.path.isfile(target):
         doc = load(target)
-        return CheckResult(against(b, metrics_of(doc), baseline), doc["fingerprint"], b.path)
+        return result(doc, metrics_of(doc))
     w = b.workload
     shapes = w.get("input", [])
     specs = [parse_shape(str(x)) for x in ([shapes] if isinstance(shapes, str) else shapes)]
@@ -277,4 +287,4 @@ def check(target: str, budget: str, *, trust_remote_code: bool = False) -> Any:
     for acc in accs:  # under the budget's own spelling of each accelerator (an id or a name)
         (latency,) = metrics_of({"kind": "predict", **predict(rep.profile, acc).to_dict()}).values()
         metrics[f"latency_ms on {acc}"] = latency
-    return CheckResult(against(b, metrics, baseline), doc["fingerprint"], b.path)
+    return result(doc, metrics)

@@ -479,7 +479,7 @@ def _check(args: argparse.Namespace) -> int:
 
     res = api.check(args.target, args.budget, trust_remote_code=args.trust_remote_code)
     data = res.to_dict()
-    render_check(data["results"], res.passed, make_console())
+    render_check(data["results"], res.passed, make_console(), res.notes)
     _write(args, data)
     return 0 if res.passed else 1
 

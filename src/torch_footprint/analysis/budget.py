@@ -227,6 +227,7 @@ class CheckResult:
     outcomes: list[Outcome]
     subject: dict[str, Any]  # the checked result's fingerprint
     budget: str
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -234,5 +235,6 @@ class CheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "budget": self.budget, "results": [o.to_dict() for o in self.outcomes],
+                "notes": self.notes,
                 "model": self.subject.get("model"), "inputs": self.subject.get("inputs"),
                 "settings": self.subject.get("settings")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -70,7 +71,7 @@ def render_diff(d: dict[str, Any], console: Console, top: int = 30) -> None:
         console.print(Text(f"note: {n}", style="dim"))
 
 
-def render_check(results: list[dict[str, Any]], passed: bool, console: Console) -> None:
+def render_check(results: list[dict[str, Any]], passed: bool, console: Console, notes: Sequence[str] = ()) -> None:
     """Every cap, its value and limit; the failures in red; the verdict last."""
     t = Table(header_style="bold", pad_edge=False)
     for col, just in (("metric", "left"), ("rule", "left"), ("value", "right"), ("limit", "right"), ("", "left")):
@@ -83,6 +84,8 @@ def render_check(results: list[dict[str, Any]], passed: bool, console: Console) 
     for r in results:
         if r["reason"]:
             console.print(Text(f"{r['metric']}: {r['reason']}", style="yellow"))
+    for n in notes:
+        console.print(Text(f"note: {n}", style="yellow"))
     failed = sum(1 for r in results if not r["passed"])
     console.print(Text(f"budget met: {len(results)} caps" if passed else f"over budget: {failed} of "
                        f"{len(results)} caps failed", style="bold green" if passed else "bold red"))
