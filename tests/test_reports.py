@@ -449,3 +449,39 @@ def test_profile_csv_has_every_module(capsys: pytest.CaptureFixture[str], tmp_pa
     assert root["path"] == "" and int(root["params"]) == 11_689_512 and root["out_shapes"] == "1x1000"
     fc = next(r for r in rows if r["path"] == "fc")
     assert int(fc["macs"]) == 512 * 1000 and int(fc["params"]) == 512 * 1000 + 1000
+
+
+def test_fit_and_bench_sections_draw_their_results(written: dict[str, Path]) -> None:
+    """The accelerator comparison and predicted-beside-measured, from saved fit and bench results."""
+    report = json.loads(written["report"].read_text())
+    fit = _strip(json.loads(written["fit"].read_text()))
+    bench = _strip(json.loads(written["bench"].read_text()))
+    page, data = check_self_contained(render_html({**report, "fit": fit, "bench": bench}))
+    assert data["fit"] == fit
+    rows = fit["rows"]
+    assert [r["accelerator"] for r in rows] == ["l4", "a100-sxm-80gb"] and fit["pick"] in ("l4", "a100-sxm-80gb")
+    assert page.count("svg", "fit") == 1
+    # per accelerator: a memory bar, a latency bar, a throughput bar
+    assert page.count("rect", "bar") >= 3 * len(rows)
+    points = bench["points"]
+    bars = len(points) + sum(1 for p in points if p["predicted_s"])
+    page, _ = check_self_contained(render_html({**report, "bench": bench}))
+    # a bar per measured median, and one per prediction where this machine's row gave one
+    assert page.count("rect", "bench") == bars >= len(points) >= 1
+
+
+def test_every_result_renders_itself_in_a_notebook(written: dict[str, Path]) -> None:
+    from torch_footprint.report.html import render_result_html
+
+    mem = _strip(json.loads(written["memory"].read_text()))
+    frag = render_result_html("memory", mem)
+    assert frag.startswith('<div class="footprint">') and "at the peak" in frag
+    for cat in mem["peak"]["breakdown"]:
+        assert f"{cat}: " in frag
+    est = torch_footprint.memory(nn.Linear(4, 3), "2,4", train=True, optimizer="momentum")
+    assert repr(est) == ("MemoryEstimate(model='Linear', peak_bytes=212, phase='optimizer', total_bytes=212, "
+                         "provision_bytes=265)")  # 212 / 0.8 = 265
+    assert "212 B" in est._repr_html_()
+    pred = torch_footprint.predict(nn.Linear(4, 3), "l4", "2,4")
+    assert repr(pred).startswith("Prediction(accelerator='l4', time_s=") and repr(pred).endswith("ops=2)")
+    assert pred._repr_html_().count('class="pt b-') == len(pred.roofline_points()) == 1

@@ -62,6 +62,15 @@ class MemoryEstimate:
         """What to provision: the total divided by the utilisation (the seed's /0.8)."""
         return math.ceil(self.total / self.utilisation)
 
+    def __repr__(self) -> str:
+        return (f"MemoryEstimate(model={self.settings.get('model')!r}, peak_bytes={self.peak.peak_bytes}, "
+                f"phase={self.peak.phase!r}, total_bytes={self.total}, provision_bytes={self.provision})")
+
+    def _repr_html_(self) -> str:
+        from ..report.html import render_result_html
+
+        return render_result_html("memory", self.to_dict())
+
     def to_dict(self) -> dict[str, Any]:
         d = {"peak": self.peak.to_dict(), "settings": self.settings, "overheads": self.overheads,
              "total_bytes": self.total, "utilisation": self.utilisation, "provision_bytes": self.provision,

@@ -128,6 +128,15 @@ class FitResult:
     notes: list[str] = field(default_factory=list)
     target_s: float | None = None
 
+    def __repr__(self) -> str:
+        return (f"FitResult(model={self.settings.get('model')!r}, pick={self.pick!r}, "
+                f"fits={[r.accelerator.id for r in self.rows if r.fits]})")
+
+    def _repr_html_(self) -> str:
+        from ..report.html import render_result_html
+
+        return render_result_html("fit", self.to_dict())
+
     def to_dict(self) -> dict[str, Any]:
         return {"pick": self.pick, "why": self.why, "batch_per_rank": self.batch, "gpus": self.gpus,
                 "strategy": self.strategy, "settings": self.settings, "target_latency_s": self.target_s,

@@ -222,6 +222,16 @@ class Prediction:
             out[o.phase] = out.get(o.phase, 0.0) + o.time_s
         return out
 
+    def __repr__(self) -> str:
+        return (f"Prediction(accelerator={self.accelerator.id!r}, time_s={self.time_s:.6g}, "
+                f"lower_bound_s={self.lower_bound_s:.6g}, bound={self.bound!r}, ops={len(self.ops)})")
+
+    def _repr_html_(self) -> str:
+        from ..report.html import render_result_html
+
+        acc = {**self.accelerator.to_dict(), "memory_bytes": self.accelerator.memory_bytes}
+        return render_result_html("predict", {**self.to_dict(), "roofline": self.roofline_points()}, accelerator=acc)
+
     def starts(self) -> list[float]:
         """When each operator starts (seconds) if they run back to back, in trace order."""
         out, t = [], 0.0

@@ -100,19 +100,22 @@ def _card(value: str, label: str) -> str:
 
 def cards(doc: dict[str, Any]) -> str:
     """The summary on top: one card per headline figure, each with its unit."""
-    p = doc["profile"]
-    out = [_card(f"{count(p['params'])}", f"parameters ({binary(p['param_bytes'])})"),
-           _card(si(p["forward"]["flops"], "FLOP"), f"forward ({si(p['forward']['macs'], 'MAC')})")]
-    if "backward" in p:
-        out.append(_card(si(p["backward"]["flops"], "FLOP"), "backward"))
+    out = []
+    p = doc.get("profile")
+    if p:
+        out += [_card(f"{count(p['params'])}", f"parameters ({binary(p['param_bytes'])})"),
+                _card(si(p["forward"]["flops"], "FLOP"), f"forward ({si(p['forward']['macs'], 'MAC')})")]
+        if "backward" in p:
+            out.append(_card(si(p["backward"]["flops"], "FLOP"), "backward"))
     mem = doc.get("memory")
     if mem:
         pk = mem["peak"]
         out.append(_card(binary(pk["peak_bytes"]), f"peak memory ({pk['phase']})"))
         out.append(_card(binary(mem["provision_bytes"]), f"to provision (at {mem['utilisation']:.0%} utilisation)"))
     pred, acc = doc.get("predict"), doc.get("accelerator")
-    if pred and acc:
-        out.append(_card(duration(pred["time_s"]), f"predicted on {acc['name']} ({pred['bound']}-bound)"))
+    if pred:
+        name = acc["name"] if acc else pred["accelerator"]
+        out.append(_card(duration(pred["time_s"]), f"predicted on {name} ({pred['bound']}-bound)"))
     fit = doc.get("fit")
     if fit:
         out.append(_card(fit["pick"] or "none fits", "fit: the pick"))
@@ -186,6 +189,19 @@ def timeline(doc: dict[str, Any]) -> str:
             "outputs and scratch allocated, nothing freed yet). Categories and colours as torch.profiler's memory "
             "timeline.</p>")
     return "".join(parts) + note
+
+
+def breakdown(doc: dict[str, Any]) -> str:
+    """What is alive at the peak, by category, and the fixed overheads on top of it."""
+    mem = doc.get("memory") or {}
+    if not mem.get("peak"):
+        return ""
+    pk = mem["peak"]
+    rows = [(cat, float(v), f"{cat}: {binary(v)} at the peak") for cat, v in pk["breakdown"].items()]
+    rows += [(name.replace("_", " "), float(v), f"fixed overhead: {binary(v)}") for name, v in mem["overheads"].items()]
+    where = f"after {pk['op']} in {pk['module'] or '<root>'} ({pk['phase']})"
+    return hbars(rows, binary, f"at the peak, {binary(pk['peak_bytes'])} {where}", "breakdown", width=1000,
+                 label_w=220)
 
 
 def roofline(doc: dict[str, Any]) -> str:
@@ -319,7 +335,7 @@ def bench_plot(doc: dict[str, Any]) -> str:
                      f"{duration(st['p90'])}, min {duration(st['min'])} ({st['reps']} calls)"))
         if p.get("predicted_s"):
             rows.append((f"batch {p['batch']} predicted", p["predicted_s"], f"roofline {duration(p['predicted_s'])}"))
-    return hbars(rows, duration, f"latency on {bench['device']}: measured median and roofline prediction", "",
+    return hbars(rows, duration, f"latency on {bench['device']}: measured median and roofline prediction", "bench",
                  width=1000, label_w=220)
 
 
@@ -375,6 +391,7 @@ def notes(doc: dict[str, Any]) -> str:
 
 SECTIONS: list[tuple[str, str, Section]] = [
     ("Memory over the step", "memory", timeline),
+    ("Memory at the peak", "memory", breakdown),
     ("Roofline", "predict", roofline),
     ("Modules", "modules", module_bars),
     ("Accelerators", "fit", fit_plot),
@@ -392,6 +409,14 @@ def render_profile_html(profile: dict[str, Any]) -> str:
 
     doc = envelope("profile", profile)
     return render_html({**doc, "profile": profile, "modules": profile["by_module"]}, fragment=True)
+
+
+def render_result_html(kind: str, payload: dict[str, Any], **extra: Any) -> str:
+    """A notebook fragment for one result (``to_dict()`` of a memory estimate, a fit, a
+    prediction, a measurement): the report's sections that draw it."""
+    from .schema import envelope
+
+    return render_html({**envelope(kind, payload), kind: payload, **extra}, fragment=True)
 
 
 def embedded_json(doc: dict[str, Any]) -> str:
