@@ -303,6 +303,16 @@ def test_a_saved_report_re_renders_to_the_same_page(capsys: pytest.CaptureFixtur
     assert code == 0, err
     assert again.read_text() == written["html"].read_text()
     check_self_contained(again.read_text())
+    code, _, err = run(capsys, "show", str(written["report"]), "--html", str(again), "--depth", "2")
+    assert code == 0, err
+    assert "modules at depth 2 (8)" in again.read_text()  # resnet18: two BasicBlocks in each of 4 layers
+    mem = tmp_path / "mem.html"
+    code, _, err = run(capsys, "show", str(written["memory"]), "--html", str(mem))
+    assert code == 0, err
+    page, data = check_self_contained(mem.read_text())
+    assert data["kind"] == "memory" and page.count("svg", "breakdown") == 1 and page.count("svg", "timeline") == 0
+    code, _, err = run(capsys, "show", str(written["gpus"]), "--html", str(mem))
+    assert code == 2 and "holds a 'gpus' result" in err
 
 
 def test_a_profile_renders_as_html_and_in_a_notebook(capsys: pytest.CaptureFixture[str], written: dict[str, Path],

@@ -163,7 +163,8 @@ def _parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
     show.add_argument("file")
-    show.add_argument("--depth", type=int, default=2)
+    show.add_argument("--depth", type=int, help="module depth: of the table (default 2), of the HTML's bars "
+                                                "(default: the shallowest with five modules)")
     show.add_argument("--by", choices=("module", "operator"), default="module")
     show.add_argument("--debug", action="store_true", help="show tracebacks")
     show.add_argument("--html", metavar="FILE", help="write the HTML report of a saved profile or report instead")
@@ -193,6 +194,7 @@ def _report_parsers(sub: Any) -> None:
     rep.add_argument("--fit", action="store_true", help="add every accelerator's answer (traces 2 more batches)")
     rep.add_argument("--bench", action="store_true", help="add a measurement on this machine (runs the model)")
     rep.add_argument("--utilisation", type=float, default=0.8, help="usable fraction of memory (default 0.8)")
+    rep.add_argument("--depth", type=int, help="module depth of the bars (default: the shallowest with five modules)")
     rep.add_argument("-o", "--output", metavar="FILE.html", help="the HTML file to write")
     rep.add_argument("--chrome-trace", metavar="FILE.json", help="also write the predicted timeline on --gpu as a "
                                                                   "Chrome trace (Perfetto, chrome://tracing)")
@@ -406,9 +408,14 @@ def _show(args: argparse.Namespace) -> int:
     from .report.schema import load
     from .report.terminal import render_profile
 
-    doc = load(args.file, ("profile", "report") if args.html else ("profile",))
+    if args.depth is not None and args.depth < 0:
+        raise FootprintError("--depth cannot be negative")
+    html_kinds = ("profile", "report", "memory", "fit", "predict", "bench")
+    doc = load(args.file, html_kinds if args.html else ("profile",))
     if args.html:
-        if doc["kind"] == "profile":
+        if doc["kind"] in ("memory", "fit", "predict", "bench"):  # the page of that one section
+            doc = {**doc, doc["kind"]: doc}
+        elif doc["kind"] == "profile":
             from .bundle import report_of
             from .estimate.memory import memory_of
             from .estimate.workload import StepSpec
@@ -416,17 +423,17 @@ def _show(args: argparse.Namespace) -> int:
 
             prof = Profile.from_dict(doc)
             doc = envelope("report", report_of(prof, memory_of(prof.trace, StepSpec(), prof.notes)).to_dict())
-        _write_html(args.html, doc)
+        _write_html(args.html, doc, args.depth)
         return 0
-    render_profile(Profile.from_dict(doc), by=args.by, depth=args.depth)
+    render_profile(Profile.from_dict(doc), by=args.by, depth=2 if args.depth is None else args.depth)
     return 0
 
 
-def _write_html(path: str, doc: dict[str, Any]) -> None:
+def _write_html(path: str, doc: dict[str, Any], depth: int | None = None) -> None:
     from .files import write_text
     from .report.html import render_html
 
-    write_text(path, render_html(doc))
+    write_text(path, render_html(doc, depth=depth))
     print(f"wrote {path}")
 
 
@@ -434,6 +441,8 @@ def _report(args: argparse.Namespace) -> int:
     from . import api
     from .report.schema import envelope
 
+    if args.depth is not None and args.depth < 0:
+        raise FootprintError("--depth cannot be negative")
     if not (args.output or args.json or args.chrome_trace):
         raise FootprintError("say where the report goes: -o FILE.html (and/or --json FILE.json)")
     if args.chrome_trace and not args.gpu:
@@ -444,7 +453,7 @@ def _report(args: argparse.Namespace) -> int:
                      weights=args.weights, trust_remote_code=args.trust_remote_code)
     doc = envelope("report", rep.to_dict())  # one envelope: the HTML and the JSON carry the same time
     if args.output:
-        _write_html(args.output, doc)
+        _write_html(args.output, doc, args.depth)
     if args.json:
         from .files import write_json
 

@@ -424,9 +424,11 @@ def embedded_json(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
 
 
-def render_html(doc: dict[str, Any], fragment: bool = False) -> str:
+def render_html(doc: dict[str, Any], fragment: bool = False, depth: int | None = None) -> str:
     """The report of a result dict (kind "report", with its envelope) as one HTML page
-    (``fragment``: a ``<div>`` for a notebook, without the page around it)."""
+    (``fragment``: a ``<div>`` for a notebook, without the page around it); ``depth``: the
+    module depth of the bars (default: the shallowest with at least five modules)."""
+    chosen: dict[Section, Section] = {module_bars: lambda d: module_bars(d, depth)} if depth is not None else {}
     title = f"{doc.get('model')} · torch-footprint"
     body = [f'<h1>{esc(doc.get("model"))}</h1><p class="sub">{esc(_workload(doc))} · {esc(doc.get("tool"))} '
             f'{esc(doc.get("tool_version"))} · schema {doc.get("schema_version")} · {esc(doc.get("created"))} · '
@@ -434,7 +436,7 @@ def render_html(doc: dict[str, Any], fragment: bool = False) -> str:
     for heading, key, fn in SECTIONS:
         if not doc.get(key):
             continue
-        html = fn(doc)
+        html = chosen.get(fn, fn)(doc)
         if html:
             slug = heading.lower().replace(" ", "-")
             body.append(f'<section id="{esc(slug)}"><h2>{esc(heading)}</h2>{html}</section>')
