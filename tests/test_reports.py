@@ -63,7 +63,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "profile34": ["profile", "resnet34"],
         "memory": ["memory", GPT2_TINY, "--input-ids", "2,32", "--train", "--optimizer", "adamw"],
         "predict": ["predict", "resnet18", "--gpu", "l4"],
-        "fit": ["fit", "resnet18", "--gpu", "l4", "--gpu", "a100-sxm-80gb"],
+        "fit": ["fit", "resnet18", "--gpu", "l4", "--gpu", "a100-sxm-80gb", "--csv", str(d / "fit.csv")],
         "gpus": ["gpus"],
         "bench": ["bench", GPT2_TINY, "--input-ids", "1,8", "--device", "cpu", "--min-reps", "1", "--min-time", "0"],
         "report": ["report", "resnet18", "--train", "--optimizer", "sgd", "--gpu", "l4", "-o", str(d / "r.html"),
@@ -77,12 +77,13 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         assert main([*argv, "--json", str(out[name])]) == 0, name
     out["html"] = d / "r.html"
     out["chrome"] = d / "trace.json"
+    out["fit_csv"] = d / "fit.csv"
     return out
 
 
 def test_every_file_we_write_validates_and_carries_the_envelope(written: dict[str, Path]) -> None:
     for name, path in written.items():
-        if path.suffix != ".json" or name == "chrome":
+        if path.suffix != ".json" or name == "chrome":  # a Chrome trace is Chrome's format, not ours
             continue
         doc = valid(path)
         assert list(doc)[:7] == list(ENVELOPE), name
@@ -495,3 +496,13 @@ def test_every_result_renders_itself_in_a_notebook(written: dict[str, Path]) -> 
     pred = torch_footprint.predict(nn.Linear(4, 3), "l4", "2,4")
     assert repr(pred).startswith("Prediction(accelerator='l4', time_s=") and repr(pred).endswith("ops=2)")
     assert pred._repr_html_().count('class="pt b-') == len(pred.roofline_points()) == 1
+
+
+def test_fit_csv_has_a_row_per_accelerator(written: dict[str, Path]) -> None:
+    rows = list(csv.DictReader(io.StringIO(written["fit_csv"].read_text())))
+    fit = json.loads(written["fit"].read_text())
+    assert [r["accelerator"] for r in rows] == ["l4", "a100-sxm-80gb"]
+    for r, j in zip(rows, fit["rows"]):
+        assert int(r["capacity_bytes"]) == j["capacity_bytes"] and int(r["need_bytes"]) == j["need_bytes"]
+    # the L4's 24 GB and the A100's 80 GB, in bytes as the database gives them (GiB-sized)
+    assert int(rows[0]["capacity_bytes"]) == 24 * 2**30 and int(rows[1]["capacity_bytes"]) == 80 * 2**30

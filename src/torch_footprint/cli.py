@@ -146,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     ft.add_argument("--gpu", action="append", default=[], metavar="ID", help="only these accelerators (repeatable)")
     ft.add_argument("--utilisation", type=float, default=0.8, help="usable fraction of memory (default 0.8)")
     _output_args(ft, "also write the ranking as JSON")
+    ft.add_argument("--csv", metavar="FILE", help="also write the ranking, one accelerator a row, as CSV")
 
     pr = sub.add_parser("predict", help="roofline latency of one model on one accelerator, by module and operator",
                         epilog=FIT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -273,6 +274,12 @@ def _fit(args: argparse.Namespace) -> int:
                   trust_remote_code=args.trust_remote_code)
     render_fit(res)
     _write(args, res.to_dict())
+    if args.csv:
+        from .files import write_text
+        from .report.csv import FIT_COLUMNS, table_csv
+
+        write_text(args.csv, table_csv(res.to_dict()["rows"], FIT_COLUMNS))
+        print(f"wrote {args.csv}")
     return 0 if res.pick else 1  # nothing fits (or meets the target): a CI step fails
 
 

@@ -29,3 +29,5 @@ def _cell(v: Any) -> Any:
 MODULE_COLUMNS = ("path", "type", "depth", "calls", "out_shapes", "params", "param_bytes", "flops", "macs",
                   "matrix_flops", "vector_flops", "bytes_read", "bytes_written")
 OPERATOR_COLUMNS = ("op", "kind", "calls", "flops", "macs", "bytes_read", "bytes_written")
+FIT_COLUMNS = ("accelerator", "name", "capacity_bytes", "need_bytes", "fits", "largest_batch", "latency_s",
+               "lower_bound_s", "bound", "throughput_samples_per_s", "throughput_batch", "meets_target", "tdp_w")
