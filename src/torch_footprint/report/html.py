@@ -288,13 +288,14 @@ def fit_plot(doc: dict[str, Any]) -> str:
     H = top + len(rows) * (bar_h + gap) + 30
     col = [(L, 450), (470, 730), (750, 990)]
     cap_hi = max(max(r["capacity_bytes"], r["need_bytes"]) for r in rows)
-    lat_hi = max((r["latency_s"] or 0) for r in rows) or 1
+    lats = [r["latency_s"] for r in rows if r["latency_s"]] or [1.0]
     thr_hi = max((r["throughput_samples_per_s"] or 0) for r in rows) or 1
     mem = Log(max(min(r["need_bytes"] for r in rows) / 2, 2**20), cap_hi * 1.2, col[0][0], col[0][1])
-    lat, thr = Linear(0, lat_hi, col[1][0], col[1][1]), Linear(0, thr_hi, col[2][0], col[2][1])
+    lat = Log(min(lats) / 1.5, max(lats) * 1.1, col[1][0], col[1][1] - 50)  # latencies span decades
+    thr = Linear(0, thr_hi, col[2][0], col[2][1])
     parts = [open_svg(W, H, "accelerator comparison", "fit"),
-             f'<text class="pt" x="{L}" y="14">memory needed per rank (bar) and capacity (tick), log scale</text>'
-             f'<text class="pt" x="{col[1][0]}" y="14">predicted latency at batch {fit["batch_per_rank"]}</text>'
+             f'<text class="pt" x="{L}" y="14">memory needed per rank (bar), capacity (tick)</text>'
+             f'<text class="pt" x="{col[1][0]}" y="14">predicted latency, batch {fit["batch_per_rank"]} (log)</text>'
              f'<text class="pt" x="{col[2][0]}" y="14">throughput at the largest batch</text>']
     for i, r in enumerate(rows):
         y = top + i * (bar_h + gap)
