@@ -358,6 +358,9 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     latent = _latents(m)
     layers = _cache_layers(cache, [s0, s1, s2], batch, prompt, latent, elem)
     notes = [n for n in work.built.notes if not n.startswith("default input")]
+    if dtype is not None:
+        notes = [n for n in notes if "the checkpoint's dtype" not in n]
+        notes.append(f"activations (and whatever a weight scheme leaves unquantized) in {dtype}")
     if latent:
         first = next(iter(latent.values()))
         notes.append(f"multi-head latent attention: the compressed latent is cached ({first.width} values per "
