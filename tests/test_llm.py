@@ -193,3 +193,18 @@ def test_longer_context_allowed_on_request_and_fp8_without_units_said(capsys: py
     out = capsys.readouterr().out
     assert code == 0
     assert "no fp8 units: matrix work at the bf16 rate" in out
+
+
+def test_measure_runs_the_model_with_its_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    from torch_footprint import api
+
+    res = api.llm(TINY, prompt=16, output=4, batch=2, measure=True)
+    m = res.measured
+    assert m["batch"] == 2 and m["output"] == 4
+    assert 0 < m["tpot_s"] <= m["tpot_p90_s"]
+    assert m["tokens_per_s"] == pytest.approx(2 / m["tpot_s"])
+    # the allocator's peak over a generation holds at least the weights and the cache it built
+    weights = sum(p.nbytes for p in trace_serving(TINY, batch=1, prompt=1).prefill.params)
+    assert m["peak_bytes"] >= weights + 2 * 20 * (2 * 2 * 128 * 4)  # 2 sequences x 20 tokens x 2 layers k+v fp32
+    # no calibration in the test's home: no local prediction, and the answer says why
+    assert not res.rows and any("footprint calibrate" in n for n in res.notes)
