@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-_VERBS = ("profile", "Profile", "memory", "bench", "fit", "predict", "gpus", "calibrate")
+_VERBS = ("profile", "Profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "llm")
 __all__ = ["FootprintError", "hardware", "__version__", *_VERBS, "make_report"]
 
 

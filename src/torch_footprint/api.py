@@ -17,7 +17,7 @@ from .analysis import Profile
 from .errors import FootprintError
 from .sources.inputs import InputsLike
 
-__all__ = ["Profile", "bench", "calibrate", "check", "diff", "fit", "gpus", "memory", "predict", "profile",
+__all__ = ["Profile", "bench", "calibrate", "check", "diff", "fit", "gpus", "llm", "memory", "predict", "profile",
            "report"]
 
 
@@ -203,6 +203,82 @@ def calibrate(device: str = "cpu", *, quick: bool = False, save: bool = True,
 
     res = run(device, quick=quick, on_step=on_step)
     return res, save_calibration(device, res) if save else None
+
+
+def llm(model: nn.Module | str, *, prompt: int = 1024, output: int = 256, batch: int = 1,
+        weights: str | None = None, kv: str | None = None, gpu: str | Sequence[str] | None = None, gpus: int = 1,
+        tp: int | None = None, engine: str | None = None, chunk: int | None = None, allow_longer: bool = False,
+        hardware: str | None = None, efficiency: Mapping[str, float] | None = None, measure: bool = False,
+        device: str = "cpu", trust_remote_code: bool = False,
+        on_step: Callable[[str], None] | None = None) -> Any:
+    """What a causal language model needs to serve ``batch`` requests of ``prompt`` tokens
+    generating ``output`` tokens each: per accelerator, memory (weights, KV cache, prefill
+    activations, runtime), whether it fits, the largest batch and longest context that fit,
+    time to first token, time per output token and tokens per second.
+
+    ``weights``: bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4,
+    q4_0, q8_0, q4_k_m, q5_k_m, q6_k (default: as the checkpoint stores them). ``kv``: bf16,
+    fp16, fp8, int8 (default: the activations' dtype). ``gpu``: one id or several (default:
+    every accelerator). ``gpus`` devices per replica with ``tp``-way tensor parallelism
+    (default tp = gpus). ``engine="vllm"`` adds vLLM's cache sizing. ``chunk``: chunked
+    prefill of that many tokens. ``measure``: also run the model for real on ``device``
+    (random weights) and time its prefill and decode. Returns an
+    :class:`~torch_footprint.estimate.llm.LlmResult`.
+    """
+    from .estimate.llm import Serving, check_context, serve
+    from .estimate.quantization import checkpoint_scheme, kv_scheme, weight_scheme
+    from .estimate.serving import trace_serving
+    from .hardware.catalog import load, local_accelerator
+    from .hardware.db import find
+
+    tp = gpus if tp is None else tp
+    if gpus < 1 or tp < 1 or gpus % tp:
+        raise FootprintError(f"--gpus must be a multiple of --tp (both at least 1), got gpus {gpus}, tp {tp}")
+    if engine not in (None, "vllm"):
+        raise FootprintError(f"unknown engine '{engine}': the only engine convention is vllm")
+    if chunk is not None and chunk < 1:
+        raise FootprintError(f"--chunk must be at least 1 token, got {chunk}")
+    scheme = weight_scheme(weights) if weights else None
+    kv_elem = kv_scheme(kv) if kv else None
+    serving = Serving(batch=batch, prompt=prompt, output=output, weights=scheme, kv_bytes=kv_elem, kv_name=kv,
+                      gpus=gpus, tp=tp, engine=engine, chunk=chunk)
+    check_context(serving, None, allow_longer)
+    # the activations' dtype: a 16-bit scheme's own, a quantized one's 16-bit type, else as built
+    dtype = None if scheme is None else scheme.name if scheme.name in ("bf16", "fp16") else scheme.sixteen
+    st = trace_serving(model, batch=1, prompt=prompt, dtype=dtype, trust_remote_code=trust_remote_code,
+                       on_step=on_step)
+    check_context(serving, st.max_context, allow_longer)
+    if scheme is None:
+        serving.weights = checkpoint_scheme(st.config)
+    rows = load(hardware)
+    if measure:
+        local = local_accelerator(device)
+        wanted = [local] if local is not None else []
+        if gpu:
+            wanted += [find(rows, g) for g in ([gpu] if isinstance(gpu, str) else gpu)]
+    elif gpu:
+        wanted = [find(rows, g) for g in ([gpu] if isinstance(gpu, str) else gpu)]
+    else:
+        wanted = [a for a in rows if a.bandwidth_gbs is not None or a.calibrated]
+    res = serve(st, serving, wanted, max_context=None if allow_longer else st.max_context,
+                efficiency=dict(efficiency) if efficiency else None)
+    if measure:
+        from .measure.generate import measure_generation
+        from .sources import prepare
+        from .sources.models import real_weights
+
+        if on_step:
+            on_step(f"running the model on {device}: prefill and {output} decode steps")
+        with real_weights():
+            work = prepare(model, "1,1:int64", dtype=dtype, trust_remote_code=trust_remote_code)
+        m = work.model.to(device)
+        from .estimate.serving import cache_argument
+
+        res.measured = measure_generation(m, batch=batch, prompt=prompt, output=output, device=device,
+                                          cache_kwarg=cache_argument(m))
+        if not wanted:
+            res.notes.append(f"no prediction for {device}: run `footprint calibrate` first to measure its rates")
+    return res
 
 
 def report(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None = None, train: bool = False,

@@ -49,6 +49,15 @@ FIT_EXAMPLES = """examples:
   footprint calibrate
 """
 
+LLM_EXAMPLES = """examples:
+  footprint llm hf:meta-llama/Llama-3.1-8B
+  footprint llm hf:meta-llama/Llama-3.1-8B --gpu h100-sxm --batch 8 --prompt 2048 --output 512
+  footprint llm hf:meta-llama/Llama-3.1-70B --gpu a100-sxm-80gb --gpus 4 --tp 4 --weights int4-g128 --kv fp8
+  footprint llm hf:mistralai/Mixtral-8x7B-v0.1 --gpu l40s --weights fp8
+  footprint llm hf:deepseek-ai/DeepSeek-V3 --gpu h200-sxm --gpus 8 --max-context
+  footprint llm hf:gpt2 --measure
+"""
+
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     """The model and its inputs, shared by profile, memory and bench."""
@@ -161,6 +170,35 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     cal.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     _output_args(cal, "also write the measurements to this JSON file")
+
+    lm = sub.add_parser("llm", help="what a language model needs to serve: KV cache, quantized weights, "
+                                    "time to first token, tokens/s, on every accelerator",
+                        epilog=LLM_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    lm.add_argument("model", help="a causal language model: hf:ID (configs shipped for Llama, Mistral, Mixtral, "
+                                  "Qwen2, Gemma, DeepSeek, Mamba...), a local folder with config.json")
+    lm.add_argument("--gpu", action="append", default=[], metavar="ID",
+                    help="only these accelerators (repeatable; default: all); one gives the full breakdown")
+    lm.add_argument("--batch", type=int, default=1, help="concurrent requests (default 1)")
+    lm.add_argument("--prompt", type=int, default=1024, help="prompt tokens per request (default 1024)")
+    lm.add_argument("--output", type=int, default=256, help="generated tokens per request (default 256)")
+    lm.add_argument("--weights", metavar="SCHEME", help="bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), "
+                                                        "int4-g128-awq, nf4, q4_0, q8_0, q4_k_m, q5_k_m, q6_k "
+                                                        "(default: as the checkpoint stores them)")
+    lm.add_argument("--kv", metavar="DTYPE", help="KV cache: bf16, fp16, fp8, int8 (default: the activations')")
+    lm.add_argument("--gpus", type=int, default=1, help="devices per model replica (default 1)")
+    lm.add_argument("--tp", type=int, help="tensor-parallel ranks (default: --gpus)")
+    lm.add_argument("--engine", choices=("vllm",), help="add the engine's cache sizing (vLLM: 90%% of memory, "
+                                                         "16-token blocks)")
+    lm.add_argument("--chunk", type=int, metavar="TOKENS", help="chunked prefill: tokens per chunk")
+    lm.add_argument("--max-context", action="store_true",
+                    help="lead with the longest context at the batch (sort by it)")
+    lm.add_argument("--allow-longer", action="store_true", help="allow a context beyond the model's maximum")
+    lm.add_argument("--measure", action="store_true",
+                    help="also run the model on this machine (random weights): prefill and decode timed")
+    lm.add_argument("--device", default="cpu", help="where --measure runs (default cpu)")
+    lm.add_argument("--hardware", metavar="FILE", help="add (or replace) accelerators from a TOML or JSON file")
+    lm.add_argument("--trust-remote-code", action="store_true", help="allow Hugging Face models' own code")
+    _output_args(lm, "also write the answer as JSON")
 
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
     show.add_argument("file")
@@ -410,6 +448,25 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _llm(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from . import api
+    from .report.llm import render_llm
+
+    with Console(stderr=True).status("footprint llm") as status:
+        res = api.llm(args.model, prompt=args.prompt, output=args.output, batch=args.batch, weights=args.weights,
+                      kv=args.kv, gpu=args.gpu or None, gpus=args.gpus, tp=args.tp, engine=args.engine,
+                      chunk=args.chunk, allow_longer=args.allow_longer, hardware=args.hardware,
+                      measure=args.measure, device=args.device, trust_remote_code=args.trust_remote_code,
+                      on_step=lambda m: status.update(f"footprint llm: {m}"))
+    if args.max_context:
+        res.rows.sort(key=lambda r: -r.max_context)
+    render_llm(res)
+    _write(args, res.to_dict())
+    return 0
+
+
 def _show(args: argparse.Namespace) -> int:
     from .analysis import Profile
     from .report.schema import load
@@ -521,7 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     handlers = {"profile": _profile, "memory": _memory, "bench": _bench, "show": _show, "gpus": _gpus, "fit": _fit,
-                "predict": _predict, "calibrate": _calibrate, "report": _report, "schema": _schema,
+                "predict": _predict, "calibrate": _calibrate, "llm": _llm, "report": _report, "schema": _schema,
                 "diff": _diff, "check": _check}
     debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
     try:
