@@ -68,6 +68,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "bench": ["bench", GPT2_TINY, "--input-ids", "1,8", "--device", "cpu", "--min-reps", "1", "--min-time", "0"],
         "report": ["report", "resnet18", "--train", "--optimizer", "sgd", "--gpu", "l4", "-o", str(d / "r.html"),
                    "--chrome-trace", str(d / "trace.json")],
+        "llm": ["llm", GPT2_TINY, "--prompt", "64", "--output", "16", "--gpu", "l4"],
+        "llm_fp8": ["llm", GPT2_TINY, "--prompt", "64", "--output", "16", "--gpu", "l4", "--kv", "fp8"],
         "gpt2_b1": ["profile", GPT2_TINY, "--input-ids", "1,32"],
         "gpt2_b2": ["profile", GPT2_TINY, "--input-ids", "2,32"],
     }
@@ -506,3 +508,22 @@ def test_fit_csv_has_a_row_per_accelerator(written: dict[str, Path]) -> None:
         assert int(r["capacity_bytes"]) == j["capacity_bytes"] and int(r["need_bytes"]) == j["need_bytes"]
     # the L4's 24 GB and the A100's 80 GB, in bytes as the database gives them (GiB-sized)
     assert int(rows[0]["capacity_bytes"]) == 24 * 2**30 and int(rows[1]["capacity_bytes"]) == 80 * 2**30
+
+
+def test_llm_results_are_enveloped_and_diffed(capsys: pytest.CaptureFixture[str], written: dict[str, Path],
+                                              tmp_path: Path) -> None:
+    """gpt2-tiny (2 layers, width 128): the KV cache holds a key and a value of 128 numbers per
+    layer and token, 2 x 2 x 128 x 4 B = 2 KiB in fp32 and a quarter of it in fp8."""
+    a, b = valid(written["llm"]), valid(written["llm_fp8"])
+    assert a["kind"] == "llm" and a["fingerprint"]["settings"]["kv_scheme"] == "float32"
+    assert b["fingerprint"]["settings"]["kv_scheme"] == "fp8"
+    assert a["fingerprint"]["sha256"] != b["fingerprint"]["sha256"]
+    code, _, err = run(capsys, "diff", str(written["llm"]), str(written["llm_fp8"]))
+    assert code == 2 and "kv_scheme: float32 vs fp8" in err
+    code, _, err = run(capsys, "diff", str(written["llm"]), str(written["llm_fp8"]), "--force", "--json",
+                       str(tmp_path / "d.json"))
+    assert code == 0, err
+    d = {c["metric"]: c for c in json.loads((tmp_path / "d.json").read_text())["metrics"]}
+    kv = d["kv_bytes_per_token"]
+    assert (kv["before"], kv["after"], kv["percent"], kv["verdict"]) == (2 * 2 * 128 * 4, 2 * 2 * 128, -75.0, "better")
+    assert d["weights_bytes"]["verdict"] == "same"

@@ -43,9 +43,10 @@ else:  # pragma: no cover
 
 # every metric name a budget may cap; "... on ID" and "... at batch N" take any id or batch
 METRICS = ("params", "trainable_params", "param_bytes", "flops", "macs", "backward_flops", "peak_memory",
-           "provision_memory", "train_peak_memory", "inference_peak_memory")
+           "provision_memory", "train_peak_memory", "inference_peak_memory", "weights_bytes", "kv_bytes_per_token")
 PATTERNS = (r"latency_ms on \S+", r"largest_batch on \S+", r"throughput on \S+",
-            r"measured_latency_ms at batch \d+", r"measured_throughput at batch \d+")
+            r"measured_latency_ms at batch \d+", r"measured_throughput at batch \d+", r"ttft_ms on \S+",
+            r"tpot_ms on \S+", r"tokens_per_s on \S+", r"max_context on \S+")
 WORKLOAD_KEYS = ("input", "input-ids", "batch", "train", "optimizer", "precision", "dtype", "checkpointing",
                  "weights", "utilisation")
 _COUNT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
@@ -142,7 +143,8 @@ def parse_budget(path: str | Path) -> Budget:
             hint = f" (did you mean '{near[0]}'?)" if near else ""
             raise fail(line, f"unknown metric '{metric}'{hint}; metrics are {', '.join(METRICS)}, "
                              "'latency_ms on ID', 'largest_batch on ID', 'throughput on ID', "
-                             "'measured_latency_ms at batch N' and 'measured_throughput at batch N'")
+                             "'measured_latency_ms at batch N', 'measured_throughput at batch N', "
+                             "'ttft_ms on ID', 'tpot_ms on ID', 'tokens_per_s on ID' and 'max_context on ID'")
         rules.append(_rule(metric, value, line, fail))
         if rules[-1].relative is not None and baseline is None:
             raise fail(line, f"'{metric}' is relative ({value}) but the budget names no baseline = \"FILE.json\"")
@@ -161,7 +163,7 @@ def parse_budget(path: str | Path) -> Budget:
 
 
 def _rule(metric: str, value: Any, line: int, fail: Any) -> Rule:
-    higher = metric.startswith(("throughput", "largest_batch", "measured_throughput"))
+    higher = metric.startswith(("throughput", "largest_batch", "measured_throughput", "tokens_per_s", "max_context"))
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise fail(line, f"'{metric}': a cap is a number or a string such as \"<= 30M\" or \"+2%\"")
     if isinstance(value, (int, float)):

@@ -9,7 +9,9 @@ Metrics (those a file holds; a report holds most):
   or ``inference_peak_memory`` by what was traced, so a budget says which it means;
 * ``latency_ms on ID`` (predicted on accelerator ID: predict, report, fit),
   ``largest_batch on ID`` and ``throughput on ID`` (fit, samples/s);
-* ``measured_latency_ms at batch N`` and ``measured_throughput at batch N`` (bench).
+* ``measured_latency_ms at batch N`` and ``measured_throughput at batch N`` (bench);
+* ``weights_bytes``, ``kv_bytes_per_token``, and per accelerator ``ttft_ms on ID``,
+  ``tpot_ms on ID``, ``tokens_per_s on ID``, ``max_context on ID`` (llm).
 """
 
 from __future__ import annotations
@@ -65,7 +67,22 @@ def _bench(b: dict[str, Any], out: dict[str, Metric]) -> None:
         out[f"measured_throughput at batch {p['batch']}"] = Metric(p["samples_per_second"], "samples/s", "higher")
 
 
-_READERS = {"profile": _profile, "memory": _memory, "predict": _predict, "fit": _fit, "bench": _bench}
+def _llm(d: dict[str, Any], out: dict[str, Metric]) -> None:
+    out["weights_bytes"] = Metric(d["weights_bytes"], "B")
+    out["kv_bytes_per_token"] = Metric(d["kv_bytes_per_token"], "B")
+    for r in d["accelerators"]:
+        acc = r["accelerator"]
+        if r["ttft_s"] is not None:
+            out[f"ttft_ms on {acc}"] = Metric(r["ttft_s"] * 1e3, "ms")
+        if r["tpot_s"] is not None:
+            out[f"tpot_ms on {acc}"] = Metric(r["tpot_s"] * 1e3, "ms")
+        if r.get("tokens_per_s") is not None:
+            out[f"tokens_per_s on {acc}"] = Metric(r["tokens_per_s"], "tokens/s", "higher")
+        if r["max_context"] is not None:
+            out[f"max_context on {acc}"] = Metric(r["max_context"], "tokens", "higher")
+
+
+_READERS = {"llm": _llm, "profile": _profile, "memory": _memory, "predict": _predict, "fit": _fit, "bench": _bench}
 
 
 def metrics_of(doc: dict[str, Any]) -> dict[str, Metric]:

@@ -32,7 +32,9 @@ from ..errors import FootprintError
 
 SCHEMA_VERSION = 1
 TOOL = "torch-footprint"
-KINDS = ("profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "report", "diff", "check")
+KINDS = ("profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "llm", "report", "diff", "check")
+# kinds whose settings are top-level fields rather than a "settings" object
+SETTINGS_KEYS = {"llm": ("batch", "prompt", "output", "gpus", "tp", "engine", "chunk", "weights_scheme", "kv_scheme")}
 UNITS = {
     "bytes": "B (keys ending in _bytes, and byte counts by category or module)",
     "time": "s (keys ending in _s)",
@@ -52,9 +54,9 @@ def fingerprint(model: str | None, inputs: Any, settings: dict[str, Any] | None)
     return {**what, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16]}
 
 
-def _subject(payload: dict[str, Any]) -> tuple[str | None, Any, dict[str, Any]]:
+def _subject(kind: str, payload: dict[str, Any]) -> tuple[str | None, Any, dict[str, Any]]:
     """The model, inputs and settings a result names, wherever its kind keeps them."""
-    settings = dict(payload.get("settings") or {})
+    settings = dict(payload.get("settings") or {k: payload.get(k) for k in SETTINGS_KEYS.get(kind, ())})
     model = payload.get("model") or settings.get("model")
     inputs = payload.get("inputs") if "inputs" in payload else settings.get("inputs")
     return model, inputs, settings
@@ -69,7 +71,7 @@ def envelope(kind: str, payload: dict[str, Any], *, created: str | None = None) 
     clash = [k for k in _ENVELOPE if k in payload]
     if clash:
         raise ValueError(f"a result cannot carry envelope keys: {clash}")
-    model, inputs, settings = _subject(payload)
+    model, inputs, settings = _subject(kind, payload)
     head = {"schema_version": SCHEMA_VERSION, "tool": TOOL, "tool_version": __version__,
             "created": created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "kind": kind, "fingerprint": fingerprint(model, inputs, settings), "units": UNITS}

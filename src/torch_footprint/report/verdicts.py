@@ -26,8 +26,8 @@ def value(v: float | None, unit: str) -> str:
         return si(v, unit)
     if unit == "ms":
         return f"{v:.4g} ms"
-    if unit == "samples/s":
-        return f"{v:,.1f} samples/s"
+    if unit in ("samples/s", "tokens/s"):
+        return f"{v:,.1f} {unit}"
     return f"{v:g} {unit}".rstrip()
 
 
@@ -44,7 +44,7 @@ def _changes_table(rows: list[dict[str, Any]], title: str, module: bool) -> Tabl
     t.add_column("metric", no_wrap=True)
     for col in ("before", "after", "change", "%"):
         t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("", no_wrap=True)
+    t.add_column("", no_wrap=True, min_width=6)
     for c in rows:
         pct = f"{c['percent']:+.2f}%" if c["percent"] is not None else ""
         cells = [c["metric"], value(c["before"], c["unit"]), value(c["after"], c["unit"]),
