@@ -316,6 +316,8 @@ def test_a_saved_report_re_renders_to_the_same_page(capsys: pytest.CaptureFixtur
     assert data["kind"] == "memory" and page.count("svg", "breakdown") == 1 and page.count("svg", "timeline") == 0
     code, _, err = run(capsys, "show", str(written["gpus"]), "--html", str(mem))
     assert code == 2 and "holds a 'gpus' result" in err
+    code, _, err = run(capsys, "show", str(written["report"]))
+    assert code == 2 and "draw it with --html" in err
 
 
 def test_a_profile_renders_as_html_and_in_a_notebook(capsys: pytest.CaptureFixture[str], written: dict[str, Path],

@@ -475,7 +475,10 @@ def _show(args: argparse.Namespace) -> int:
     if args.depth is not None and args.depth < 0:
         raise FootprintError("--depth cannot be negative")
     html_kinds = ("profile", "report", "memory", "fit", "predict", "bench")
-    doc = load(args.file, html_kinds if args.html else ("profile",))
+    doc = load(args.file, html_kinds)
+    if not args.html and doc["kind"] != "profile":
+        raise FootprintError(f"'{args.file}' holds a '{doc['kind']}' result: draw it with --html FILE.html "
+                             "(the terminal view is a profile's)")
     if args.html:
         if doc["kind"] in ("memory", "fit", "predict", "bench"):  # the page of that one section
             doc = {**doc, doc["kind"]: doc}
