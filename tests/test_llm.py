@@ -208,3 +208,23 @@ def test_measure_runs_the_model_with_its_cache(capsys: pytest.CaptureFixture[str
     assert m["peak_bytes"] >= weights + 2 * 20 * (2 * 2 * 128 * 4)  # 2 sequences x 20 tokens x 2 layers k+v fp32
     # no calibration in the test's home: no local prediction, and the answer says why
     assert not res.rows and any("footprint calibrate" in n for n in res.notes)
+
+
+def test_html_report_draws_memory_against_context_and_tokens_against_batch(tmp_path: Path) -> None:
+    from html.parser import HTMLParser
+
+    out = tmp_path / "llm.html"
+    assert main(["llm", TINY, "--prompt", "16", "--output", "16", "--gpu", "l4", "--gpu", "h100-sxm",
+                 "--html", str(out)]) == 0
+    page = out.read_text()
+    links: list[str] = []
+
+    class Links(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            links.extend(v or "" for k, v in attrs if k in ("src", "href"))
+
+    Links().feed(page)
+    assert links == []  # nothing fetched: the page is whole
+    assert "Serving a language model" in page
+    assert 'aria-label="memory against context"' in page and 'aria-label="tokens per second against batch"' in page
+    assert "batch 1 · prompt 16 + output 16 tokens" in page

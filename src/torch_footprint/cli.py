@@ -198,6 +198,8 @@ def _parser() -> argparse.ArgumentParser:
     lm.add_argument("--device", default="cpu", help="where --measure runs (default cpu)")
     lm.add_argument("--hardware", metavar="FILE", help="add (or replace) accelerators from a TOML or JSON file")
     lm.add_argument("--trust-remote-code", action="store_true", help="allow Hugging Face models' own code")
+    lm.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report (memory against "
+                                                   "context, tokens/s against batch)")
     _output_args(lm, "also write the answer as JSON")
 
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
@@ -464,6 +466,11 @@ def _llm(args: argparse.Namespace) -> int:
         res.rows.sort(key=lambda r: -r.max_context)
     render_llm(res)
     _write(args, res.to_dict())
+    if args.html:
+        from .report.schema import envelope
+
+        doc = envelope("llm", res.to_dict())
+        _write_html(args.html, {**doc, "llm": doc})
     return 0
 
 
@@ -474,13 +481,13 @@ def _show(args: argparse.Namespace) -> int:
 
     if args.depth is not None and args.depth < 0:
         raise FootprintError("--depth cannot be negative")
-    html_kinds = ("profile", "report", "memory", "fit", "predict", "bench")
+    html_kinds = ("profile", "report", "memory", "fit", "predict", "bench", "llm")
     doc = load(args.file, html_kinds)
     if not args.html and doc["kind"] != "profile":
         raise FootprintError(f"'{args.file}' holds a '{doc['kind']}' result: draw it with --html FILE.html "
                              "(the terminal view is a profile's)")
     if args.html:
-        if doc["kind"] in ("memory", "fit", "predict", "bench"):  # the page of that one section
+        if doc["kind"] in ("memory", "fit", "predict", "bench", "llm"):  # the page of that one section
             doc = {**doc, doc["kind"]: doc}
         elif doc["kind"] == "profile":
             from .bundle import report_of

@@ -108,6 +108,9 @@ class LlmRow:
     comm_s: float = 0.0  # tensor-parallel all-reduces in one decode step
     vllm: VllmCache | None = None
     notes: list[str] = field(default_factory=list)
+    # the curves a report draws: (context, bytes needed at the batch), (batch, tokens/s in all)
+    memory_by_context: list[tuple[int, int]] = field(default_factory=list)
+    tokens_by_batch: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -130,6 +133,8 @@ class LlmRow:
             "tokens_per_s": batch / self.tpot_s if self.tpot_s else None, "e2e_s": e2e,
             "max_batch_tokens_per_s": self.max_batch_tokens_per_s, "mfu": self.mfu, "mbu": self.mbu,
             "comm_s": self.comm_s, "vllm": self.vllm.to_dict() if self.vllm else None, "notes": self.notes,
+            "memory_by_context": [list(x) for x in self.memory_by_context],
+            "tokens_by_batch": [list(x) for x in self.tokens_by_batch],
         }
 
 
@@ -422,9 +427,15 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
         mfu = prefill_flops / tp / ttft / peak if ttft and peak else 0.0
         mbu = dec_g[mid].bytes_read / tpot_mean / acc.bandwidth if tpot_mean and acc.bandwidth else 0.0
         vllm = _vllm(mem, cap, s) if s.engine == "vllm" else None
+        contexts = _doubling(256, limit or (1 << 20))
+        by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
+        batches = _doubling(1, max_batch) if max_batch else []
+        by_batch = [(b, b / (time_of(decode_at_batch(b))
+                             + 2 * n_layers * _allreduce_s(b * hidden * elem, tp, link or 0))) for b in batches]
         rows.append(LlmRow(acc, per_rank_weights, kv_end, act_now, overhead, fits, max_batch if fits_batch(1) else 0,
                            max_ctx, ttft, tpot_mean, tpot[s.prompt], tpot[s.context - 1],
-                           mb / t_mb if max_batch else 0.0, mfu, mbu, comm_decode, vllm, row_notes))
+                           mb / t_mb if max_batch else 0.0, mfu, mbu, comm_decode, vllm, row_notes,
+                           by_context, by_batch))
     if s.weights is not None:
         notes.append(f"weights in {s.weights.label}: {total_weights / 2**30:.2f} GiB ({s.weights.source})")
     return LlmResult(
@@ -434,6 +445,16 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
         kv_bytes_per_token=int(st.kv_bytes_per_token * kv_ratio),
         layers=[la.to_dict() for la in st.layers], prefill_flops=prefill_flops,
         decode_flops=dec_g[s.prompt].flops * tp, rows=rows, notes=notes)
+
+
+def _doubling(first: int, last: int) -> list[int]:
+    """first, 2 x first, 4 x first ... below ``last``, and ``last``."""
+    out = []
+    n = first
+    while n < last:
+        out.append(n)
+        n *= 2
+    return [*out, last] if last >= first else out
 
 
 def _rate(dtype: str) -> str:

@@ -83,6 +83,11 @@ def _cat_class(name: str) -> str:
 
 
 def _workload(doc: dict[str, Any]) -> str:
+    lm = doc.get("llm")
+    if lm:
+        tp = f" · {lm['gpus']} GPUs, tensor parallel {lm['tp']}" if lm.get("gpus", 1) > 1 else ""
+        return (f"serving: batch {lm['batch']} · prompt {lm['prompt']:,} + output {lm['output']:,} tokens · "
+                f"weights {lm['weights_scheme']} · KV cache {lm['kv_scheme']}{tp}")
     s = doc.get("settings") or {}
     inputs = ", ".join("x".join(str(d) for d in i.get("shape", [])) + f":{i.get('dtype')}"
                        for i in doc.get("inputs") or [])
@@ -119,6 +124,11 @@ def cards(doc: dict[str, Any]) -> str:
     fit = doc.get("fit")
     if fit:
         out.append(_card(fit["pick"] or "none fits", "fit: the pick"))
+    lm = doc.get("llm")
+    if lm:
+        out += [_card(count(lm["params"]), f"parameters ({count(lm['active_params'])} active per token)"),
+                _card(binary(lm["weights_bytes"]), f"weights in {lm['weights_scheme']}"),
+                _card(binary(lm["kv_bytes_per_token"]), f"KV cache per token ({lm['kv_scheme']})")]
     bench = doc.get("bench")
     if bench and bench.get("points"):
         pt = bench["points"][0]
@@ -390,7 +400,65 @@ def notes(doc: dict[str, Any]) -> str:
     return "<ul>" + "".join(f'<li class="note">{esc(n)}</li>' for n in seen) + "</ul>" if seen else ""
 
 
+def serving(doc: dict[str, Any]) -> str:
+    """A language model served (``footprint llm``): memory needed against the context, beside
+    each accelerator's capacity, and tokens per second against the batch, per accelerator."""
+    res = doc.get("llm") or {}
+    rows = [r for r in res.get("accelerators") or [] if r.get("memory_by_context")]
+    if not rows:
+        return ""
+    shown = sorted(rows, key=lambda r: -(r.get("max_batch_tokens_per_s") or 0))[:8]
+    W, H, L, R, T, B = 1000, 340, 100, 150, 30, 50
+    ctx = [c for c, _ in shown[0]["memory_by_context"]]
+    xs = Log(max(ctx[0], 1), max(ctx[-1], 2), L, W - R)
+    top = max(max(b for _, b in r["memory_by_context"]) for r in shown)
+    top = max(top, max(r["memory_bytes"] for r in shown)) * 1.05
+    ys = Linear(0, top, H - B, T)
+    parts = [open_svg(W, H, "memory against context", "llm-memory"), y_axis(ys, L, W - R, binary, "memory needed")]
+    for r in shown:
+        pts = r["memory_by_context"]
+        path = polyline_points([xs(c) for c, _ in pts], [ys(b) for _, b in pts])
+        parts.append(f'<path class="ceil" d="{path}" '
+                     f'data-tip="{esc(r["accelerator"])}: memory at batch {res.get("batch")}"/>')
+        yc = ys(r["memory_bytes"])
+        parts.append(f'<line class="cap" x1="{L}" x2="{W - R}" y1="{num(yc)}" y2="{num(yc)}" '
+                     f'data-tip="{esc(r["accelerator"])} capacity {esc(binary(r["memory_bytes"]))}"/>'
+                     f'<text class="tl" x="{W - R + 4}" y="{num(yc + 4)}">{esc(r["accelerator"])}</text>')
+    parts.append(x_axis(xs, H - B, lambda v: f"{int(v):,}", f"context (tokens) at batch {res.get('batch')}"))
+    parts.append("</svg>")
+    tps = [r for r in shown if r.get("tokens_by_batch")]
+    if tps:
+        bmax = max(b for r in tps for b, _ in r["tokens_by_batch"])
+        tmin = min(t for r in tps for _, t in r["tokens_by_batch"])
+        tmax = max(t for r in tps for _, t in r["tokens_by_batch"])
+        xb = Log(1, max(bmax, 2), L, W - R)
+        yt = Log(max(tmin * 0.8, 1e-3), tmax * 1.25, H - B, T)
+        parts += [open_svg(W, H, "tokens per second against batch", "llm-batch"),
+                  y_axis(yt, L, W - R, lambda v: f"{v:,.0f}", "tokens/s (all requests)")]
+        for r in tps:
+            pts = r["tokens_by_batch"]
+            path = polyline_points([xb(b) for b, _ in pts], [yt(t) for _, t in pts])
+            parts.append(f'<path class="ceil" d="{path}" '
+                         f'data-tip="{esc(r["accelerator"])}: up to batch {pts[-1][0]:,}, '
+                         f'{pts[-1][1]:,.0f} tokens/s"/>'
+                         f'<text class="tl" x="{num(xb(pts[-1][0]) + 4)}" y="{num(yt(pts[-1][1]) + 4)}">'
+                         f'{esc(r["accelerator"])}</text>')
+        parts.append(x_axis(xb, H - B, lambda v: f"{int(v):,}", "batch (concurrent requests)"))
+        parts.append("</svg>")
+    rows_html = "".join(
+        f"<tr><td>{esc(r['accelerator'])}</td><td>{esc(binary(r['total_bytes']))}</td><td>{r['max_batch']:,}</td>"
+        f"<td>{r['max_context']:,}</td><td>{esc(duration(r['ttft_s']))}</td><td>{esc(duration(r['tpot_s']))}</td>"
+        f"<td>{(r.get('tokens_per_s') or 0):,.1f}</td></tr>" for r in rows)
+    table = ("<table><thead><tr><th>accelerator</th><th>needs</th><th>max batch</th><th>max context</th>"
+             f"<th>TTFT</th><th>per token</th><th>tokens/s</th></tr></thead><tbody>{rows_html}</tbody></table>")
+    note = ('<p class="note">Memory: weights + runtime + the larger of (KV cache at the prompt + the prefill\'s '
+            "activations) and (KV cache at the full context), per rank; the eight accelerators with the highest "
+            "throughput at their largest batch are drawn.</p>")
+    return "".join(parts) + table + note
+
+
 SECTIONS: list[tuple[str, str, Section]] = [
+    ("Serving a language model", "llm", serving),
     ("Memory over the step", "memory", timeline),
     ("Memory at the peak", "memory", breakdown),
     ("Roofline", "predict", roofline),
