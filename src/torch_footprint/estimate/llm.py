@@ -366,19 +366,23 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
     rows: list[LlmRow] = []
     prefill_flops = sum(e.flops for e in st.prefill.events) * s.batch
     mid = s.prompt + max(s.output - 1, 0) // 2
-    traces_at = {L: st.decode_at(L) for L in sorted({s.prompt, mid, s.context - 1})}
+    lengths = sorted({s.prompt, mid, s.context - 1})
     if st.experts is not None:
         fraction_decode = dict.fromkeys(st.experts.params, st.experts.touched(s.batch) / st.experts.count)
     pre_g = Grouped.of(scaled(st.prefill, s.batch, traced, priced, fraction_prefill, tp))
-    dec_g = {L: Grouped.of(scaled(t, s.batch, traced, priced, fraction_decode, tp)) for L, t in traces_at.items()}
-    at_batch: dict[int, Grouped] = {}
+    # datasheet rows are priced as engines serve; a calibrated (local) device as eager PyTorch runs
+    traces_at = {engine: {L: st.decode_at(L, engine) for L in lengths}
+                 for engine in {not a.calibrated for a in accelerators}}
+    dec_gs = {engine: {L: Grouped.of(scaled(t, s.batch, traced, priced, fraction_decode, tp)) for L, t in ts.items()}
+              for engine, ts in traces_at.items()}
+    at_batch: dict[tuple[bool, int], Grouped] = {}
 
-    def decode_at_batch(b: int) -> Grouped:
-        if b not in at_batch:
+    def decode_at_batch(b: int, engine: bool) -> Grouped:
+        if (engine, b) not in at_batch:
             frac = ({} if st.experts is None else
                     dict.fromkeys(st.experts.params, st.experts.touched(b) / st.experts.count))
-            at_batch[b] = Grouped.of(scaled(traces_at[mid], b, traced, priced, frac, tp))
-        return at_batch[b]
+            at_batch[engine, b] = Grouped.of(scaled(traces_at[engine][mid], b, traced, priced, frac, tp))
+        return at_batch[engine, b]
 
     for acc in accelerators:
         row_notes: list[str] = []
@@ -419,10 +423,12 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
         comm_prefill = 2 * n_layers * _allreduce_s(s.batch * s.prompt * hidden * elem, tp, link or 0)
         comm_decode = 2 * n_layers * _allreduce_s(s.batch * hidden * elem, tp, link or 0)
         ttft = time_of(pre_g) + comm_prefill
+        engine = not acc.calibrated
+        dec_g = dec_gs[engine]
         tpot = {L: time_of(g) + comm_decode for L, g in dec_g.items()}
         tpot_mean = tpot[mid]
         mb = max(max_batch, 1)
-        t_mb = time_of(decode_at_batch(mb)) + 2 * n_layers * _allreduce_s(mb * hidden * elem, tp, link or 0)
+        t_mb = time_of(decode_at_batch(mb, engine)) + 2 * n_layers * _allreduce_s(mb * hidden * elem, tp, link or 0)
         peak = acc.peak(compute or _rate(st.dtype)) or acc.peak("fp32") or 0.0
         mfu = prefill_flops / tp / ttft / peak if ttft and peak else 0.0
         mbu = dec_g[mid].bytes_read / tpot_mean / acc.bandwidth if tpot_mean and acc.bandwidth else 0.0
@@ -430,7 +436,7 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
         batches = _doubling(1, max_batch) if max_batch else []
-        by_batch = [(b, b / (time_of(decode_at_batch(b))
+        by_batch = [(b, b / (time_of(decode_at_batch(b, engine))
                              + 2 * n_layers * _allreduce_s(b * hidden * elem, tp, link or 0))) for b in batches]
         rows.append(LlmRow(acc, per_rank_weights, kv_end, act_now, overhead, fits, max_batch if fits_batch(1) else 0,
                            max_ctx, ttft, tpot_mean, tpot[s.prompt], tpot[s.context - 1],
@@ -444,7 +450,7 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
         weights_scheme=s.weights.name if s.weights else st.dtype, kv_scheme=s.kv_name or st.dtype,
         kv_bytes_per_token=int(st.kv_bytes_per_token * kv_ratio),
         layers=[la.to_dict() for la in st.layers], prefill_flops=prefill_flops,
-        decode_flops=dec_g[s.prompt].flops * tp, rows=rows, notes=notes)
+        decode_flops=sum(e.flops for e in st.decode_at(s.prompt).events) * s.batch, rows=rows, notes=notes)
 
 
 def _doubling(first: int, last: int) -> list[int]:

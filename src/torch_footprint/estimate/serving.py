@@ -113,10 +113,15 @@ class ServingTrace:
         """Bytes one more token adds to one sequence's cache (layers below their cap)."""
         return sum(layer.per_token for layer in self.layers)
 
-    def decode_at(self, cache_len: int) -> Trace:
+    def decode_at(self, cache_len: int, engine: bool = True) -> Trace:
         """The decode step at the traced batch over ``cache_len`` cached tokens, every operator
-        on its line between the two traced steps (capped layers stop at their cap)."""
+        on its line between the two traced steps (capped layers stop at their cap). ``engine``:
+        with the serving engines' conventions (module docstring); without, as transformers'
+        eager code runs it (what ``--measure`` times)."""
         a, b = self.decode
+        if not engine:
+            return replace(a, events=[_on_line(ea, eb, cache_len - self.prompt)
+                                      for ea, eb in zip(a.events, b.events, strict=True)])
         events: list[OpEvent] = []
         for i, (ea, eb) in enumerate(zip(a.events, b.events, strict=True)):
             layer = self.op_layer[i]
@@ -168,6 +173,17 @@ class ServingTrace:
                 "experts": None if self.experts is None else {"count": self.experts.count,
                                                               "top_k": self.experts.top_k},
                 "max_context": self.max_context, "notes": self.notes}
+
+
+def _on_line(ea: OpEvent, eb: OpEvent, steps: int) -> OpEvent:
+    """``ea`` moved ``steps`` tokens along the line through ``ea`` and ``eb`` (one token apart)."""
+    if steps == 0 or (ea.flops == eb.flops and ea.bytes_read == eb.bytes_read
+                      and ea.bytes_written == eb.bytes_written):
+        return ea
+    return replace(ea, flops=max(ea.flops + steps * (eb.flops - ea.flops), 0),
+                   macs=max(ea.macs + steps * (eb.macs - ea.macs), 0),
+                   bytes_read=max(ea.bytes_read + steps * (eb.bytes_read - ea.bytes_read), 0),
+                   bytes_written=max(ea.bytes_written + steps * (eb.bytes_written - ea.bytes_written), 0))
 
 
 def _new_token_only(ea: OpEvent, eb: OpEvent) -> OpEvent:
