@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ..analysis.memory import MemoryPeak, replay
 from ..errors import FootprintError
+from ..parallel import fsdp_units
 from ..trace import Trace
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
@@ -46,27 +47,8 @@ def shard_factors(strategy: str, n: int) -> dict[str, float]:
 
 
 def wrap_units(trace: Trace) -> dict[str, int]:
-    """Parameter bytes of the units FSDP would wrap: the items of the deepest repeated
-    container (ModuleList/Sequential: a model's blocks), else the model's top-level children."""
-    subtree: dict[str, int] = {}
-    for m in trace.modules:
-        parts = m.path.split(".") if m.path else []
-        for i in range(len(parts) + 1):
-            key = ".".join(parts[:i])
-            subtree[key] = subtree.get(key, 0) + m.param_bytes
-    containers = [m for m in trace.modules if m.type in ("ModuleList", "Sequential") and m.path]
-    units: dict[str, int] = {}
-    if containers:
-        deepest = max(c.depth for c in containers)
-        for c in containers:
-            if c.depth == deepest or not units:
-                pre = c.path + "."
-                for m in trace.modules:
-                    if m.path.startswith(pre) and "." not in m.path[len(pre):]:
-                        units[m.path] = subtree.get(m.path, 0)
-    if not units:
-        units = {m.path: subtree.get(m.path, 0) for m in trace.modules if m.path and "." not in m.path}
-    return units
+    """Parameter bytes of the units FSDP would wrap (:func:`~torch_footprint.parallel.fsdp_units`)."""
+    return fsdp_units(trace.modules)
 
 
 def gather_bytes(trace: Trace) -> int:

@@ -172,6 +172,10 @@ def render_calibration(res: dict[str, Any], path: Any, console: Console | None =
     if "cache_copy_gbs" in res:
         t.add_row("copy bandwidth, 4 MiB (cache)", f"{res['cache_copy_gbs']:.1f} GB/s")
     t.add_row("per-operator overhead (eager model)", f"{res['op_overhead_us']:.2f} us")
+    if "link" in res:
+        ln = res["link"]
+        t.add_row(f"all-reduce bus bandwidth, {ln['nproc']} ranks ({ln['backend']})", f"{ln['busbw_gbs']:.3g} GB/s")
+        t.add_row("all-reduce latency per ring step", f"{ln['latency_us']:.1f} us")
     console.print(t)
     for b, table in res.get("conv_fp32_by_batch_k", {}).items():
         console.print(Text(f"convolution fp32 at batch {b} by reduction length K: "
@@ -180,3 +184,40 @@ def render_calibration(res: dict[str, Any], path: Any, console: Console | None =
                                                        for k, r in res.get("matmul_fp32_by_k", [])), style="dim"))
     console.print(Text(f"saved to {path} ({res['seconds']:.1f} s); `footprint fit` and `footprint predict` now "
                        "use these ceilings for this device", style="dim"))
+
+
+def _err(pred: float | None, meas: float) -> str:
+    return f"{100 * (pred - meas) / meas:+.1f}%" if pred is not None and meas else ""
+
+
+def render_ranks(res: Any, console: Console | None = None) -> None:
+    """Print a :class:`~torch_footprint.measure.distributed.RanksBench`: per rank, the
+    measured peak, step and communication time beside the prediction."""
+    console = console or make_console()
+    s = res.settings
+    header = Text(res.model, style="bold cyan")
+    header.append(f"  ·  training, {res.strategy} over {res.nproc} ranks on {res.device} (torchrun)  ·  "
+                  f"optimizer {s.get('optimizer')}, {s.get('precision')}, {s.get('threads')} thread(s) per rank",
+                  style="dim")
+    console.print(header)
+    p = res.predicted
+    step = p.step if p else None
+    t = Table(header_style="bold", pad_edge=False)
+    for col in ("rank", "peak", "predicted", "error", "step", "predicted", "error", "comm", "predicted"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in res.ranks:
+        t.add_row(str(r.rank), binary(r.peak_bytes), binary(p.peak.peak_bytes) if p else "",
+                  _err(p.peak.peak_bytes if p else None, r.peak_bytes), _t(r.step_s),
+                  _t(step.time_s) if step else "", _err(step.time_s if step else None, r.step_s), _t(r.comm_s),
+                  _t(step.comm_s) if step else "")
+    console.print(t)
+    if step is not None:
+        exposed = step.exposed_s / step.time_s if step.time_s else 0.0
+        console.print(Text(f"predicted step: compute {_t(sum(step.compute_s.values()))}, communication "
+                           f"{_t(step.comm_s)} of which {_t(step.exposed_s)} not hidden ({exposed:.0%} of the step)",
+                           style="dim"))
+        for c in step.collectives:
+            console.print(Text(f"  {c.op} of {c.what}: {c.calls} call(s), {binary(c.nbytes)}, {_t(c.time_s)}"
+                               f"{', overlapped' if c.overlapped else ''}", style="dim"))
+    for n in [*(p.notes if p else []), *(step.notes if step else []), *res.notes]:
+        console.print(Text(n, style="dim"))
