@@ -146,6 +146,8 @@ def _parser() -> argparse.ArgumentParser:
     ft.add_argument("--gpus", type=int, default=1, help="data-parallel ranks (memory is per rank)")
     ft.add_argument("--strategy", default="ddp", choices=("ddp", "zero1", "zero2", "zero3", "fsdp"),
                     help="how model states are split across --gpus ranks (default ddp)")
+    ft.add_argument("--tp", type=int, default=1,
+                    help="tensor-parallel ranks among --gpus (Megatron-style split of attention and MLP linears)")
     ft.add_argument("--bucket-view", action="store_true",
                     help="DDP with gradient_as_bucket_view=True (no second copy of the gradients)")
     ft.add_argument("--gpu", action="append", default=[], metavar="ID", help="only these accelerators (repeatable)")
@@ -225,7 +227,7 @@ def _fit(args: argparse.Namespace) -> int:
                   strategy=args.strategy, latency=args.latency, utilisation=args.utilisation,
                   hardware=args.hardware, only=args.gpu or None, tf32=_tf32(args.tf32),
                   efficiency=_efficiency(args.efficiency), bucket_view=args.bucket_view, weights=args.weights,
-                  trust_remote_code=args.trust_remote_code)
+                  trust_remote_code=args.trust_remote_code, tp=args.tp)
     render_fit(res)
     _write(args, res.to_dict())
     return 0 if res.pick else 1  # nothing fits (or meets the target): a CI step fails

@@ -111,7 +111,8 @@ def render_fit(res: Any, console: Console | None = None) -> None:
     inputs, what = describe_workload(s)
     head = Text(f"{s.get('model')}", style="bold cyan")
     head.append(f"  input {inputs}  ·  {what}  ·  batch {res.batch} per rank"
-                + (f"  ·  {res.gpus} GPUs, {res.strategy}" if res.gpus > 1 else ""), style="dim")
+                + (f"  ·  {res.gpus} GPUs, {res.strategy}" if res.gpus > 1 else "")
+                + (f", tensor parallel {res.tp}" if getattr(res, "tp", 1) > 1 else ""), style="dim")
     console.print(head)
     t = Table(header_style="bold", pad_edge=False)
     cols = ["accelerator", "memory", "needs", "fits", "largest batch", f"latency @{res.batch}", "lower bound",
@@ -146,6 +147,13 @@ def render_fit(res: Any, console: Console | None = None) -> None:
         console.print(Text(f"peak of tensors per rank at batch {res.batch}: {binary(res.peak.peak_bytes)} "
                            f"(during the {res.peak.phase}); needs = (peak + fixed overheads) / "
                            f"{s.get('utilisation', 0.8):g}", style="dim"))
+    for r in rows:
+        if r.step is not None and (r.accelerator.id == res.pick or (res.pick is None and r is rows[0])):
+            st = r.step
+            console.print(Text(f"{r.accelerator.id}: step {_t(st.time_s)} = compute {_t(sum(st.compute_s.values()))}"
+                               f" + communication not hidden {_t(st.exposed_s)} (of {_t(st.comm_s)}: "
+                               + "; ".join(f"{c.op} of {c.what} {_t(c.time_s)}" for c in st.collectives)
+                               + f"; link {st.link.source if st.link else '?'})", style="dim"))
     if res.pick:
         console.print(Text.assemble(("pick: ", "bold"), (res.pick, "bold green"), f"  ({res.why})"))
     else:
