@@ -125,7 +125,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--precision", default="fp32", help="with --nproc: fp32, fp16, bf16, fp16-mixed, bf16-mixed")
     b.add_argument("--steps", type=int, default=5, help="with --nproc: timed steps per rank (default 5)")
     b.add_argument("--timeout", type=float, default=600.0,
-                   help="with --nproc: seconds before ranks that have not finished are stopped (default 600)")
+                   help="with --nproc: seconds the ranks may run once connected before they are stopped as hung "
+                        "(default 600)")
     b.add_argument("--min-reps", type=int, default=30)
     b.add_argument("--min-time", type=float, default=2.0, help="seconds of timed calls at least (default 2)")
     _output_args(b, "also write the measurements as JSON")

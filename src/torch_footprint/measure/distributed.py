@@ -26,6 +26,7 @@ from ..errors import FootprintError
 from ..files import read_json, write_json
 
 GRACE_S = 5.0
+STARTUP_S = 300.0  # for torchrun and the ranks' imports, before ``timeout`` starts counting
 
 
 @dataclass
@@ -101,6 +102,30 @@ def _pids(out: Path) -> list[int]:
     return pids
 
 
+def _wait(proc: subprocess.Popen[bytes], out: Path, nproc: int, timeout: float) -> int:
+    """torchrun's exit status once it ends; ranks that have not finished ``timeout`` seconds
+    after all of them connected (imports and start-up aside: STARTUP_S for those) are
+    stopped, and reported as hung."""
+    t0 = time.monotonic()
+    started: float | None = None
+    while True:
+        rc = proc.poll()
+        if rc is not None:
+            return rc
+        now = time.monotonic()
+        if started is None and len(list(out.glob("rank*.ready"))) >= nproc:
+            started = now
+        late = (now - started > timeout) if started is not None else (now - t0 > max(STARTUP_S, timeout))
+        if late:
+            done = sorted(int(f.stem[4:]) for f in out.glob("rank*.json"))
+            hung = [r for r in range(nproc) if r not in done]
+            _stop(proc, _pids(out))
+            what = (f"did not finish within {timeout:g} s of connecting (hung?)" if started is not None else
+                    f"did not start and connect within {max(STARTUP_S, timeout):g} s")
+            raise RanksFailed(f"rank(s) {', '.join(map(str, hung))} {what}: all ranks stopped")
+        time.sleep(0.1)
+
+
 def run_ranks(spec: dict[str, Any], nproc: int, *, timeout: float = 600.0,
               threads: int | None = None) -> list[dict[str, Any]]:
     """Run ``spec`` (see :mod:`.rank`) on ``nproc`` ranks under torchrun; each rank's JSON.
@@ -121,25 +146,21 @@ def run_ranks(spec: dict[str, Any], nproc: int, *, timeout: float = 600.0,
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             try:
-                rc = proc.wait(timeout=timeout + 30)
-            except subprocess.TimeoutExpired:
-                done = sorted(int(f.stem[4:]) for f in out.glob("rank*.json"))
-                hung = [r for r in range(nproc) if r not in done]
+                rc = _wait(proc, out, nproc, timeout)
+            except KeyboardInterrupt:  # stop them all, then let the interruption go on up
                 _stop(proc, _pids(out))
-                raise RanksFailed(f"rank(s) {', '.join(map(str, hung))} did not finish within {timeout + 30:.0f} s "
-                                  "(hung?): all ranks stopped") from None
-            except KeyboardInterrupt:
-                _stop(proc, _pids(out))
-                raise RanksFailed("interrupted: all ranks stopped") from None
+                raise
         finally:
             log.close()
             if proc.poll() is None or any(_alive(p) for p in _pids(out)):
                 _stop(proc, _pids(out))
-        errors = sorted(out.glob("rank*.error"))
-        if errors:
+        errors = sorted(out.glob("rank*.error"), key=lambda f: f.stat().st_mtime_ns)
+        if errors:  # the first to fail is the cause; the others lost their peer
             first = errors[0]
             line = first.read_text().splitlines()[0] if first.read_text() else "no message"
-            raise RanksFailed(f"rank {first.stem[4:]} failed: {line}")
+            then = [f.stem[4:] for f in errors[1:]]
+            raise RanksFailed(f"rank {first.stem[4:]} failed: {line}"
+                              + (f" (then rank {', '.join(then)}: its peer was gone)" if then else ""))
         if rc != 0:
             tail = (out / "torchrun.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
             raise RanksFailed(f"torchrun exited with status {rc}: {tail[0]}")

@@ -182,6 +182,7 @@ def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         res = collectives(spec, world, device)
         dist.destroy_process_group()
         return dict(res, rank=rank, backend="nccl" if device.startswith("cuda") else "gloo")
+    dist.barrier()
     factory = training.optimizer(spec["optimizer"])
     _, autocast = training.precision(spec["precision"])
     cuda = device.startswith("cuda")
@@ -204,6 +205,7 @@ def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
             torch.cuda.synchronize()
 
     dist.barrier()
+    Path(spec["out"], f"rank{rank}.ready").touch()  # connected: the launcher's timeout counts from here
     if cuda:
         model, opt, args, kwargs = build()
         torch.cuda.synchronize()
@@ -240,8 +242,8 @@ def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    spec = read_json(argv[0])
     out = Path(argv[1])
+    spec = dict(read_json(argv[0]), out=str(out))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     (out / f"rank{rank}.pid").write_text(str(os.getpid()))
     try:
