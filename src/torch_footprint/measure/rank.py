@@ -2,8 +2,9 @@
 
     python -m torch.distributed.run --nproc-per-node N -m torch_footprint.measure.rank SPEC.json OUTDIR
 
-Each rank builds the model (same seed everywhere), wraps it with torch's own machinery for
-the strategy, and runs the training step of :func:`torch_footprint.trace.step.run_step`:
+Each rank builds the model (same seed everywhere, so no rank broadcasts its weights), wraps
+it with torch's own machinery for the strategy, and runs the training step of
+:func:`torch_footprint.trace.step.run_step`:
 
     ddp    torch.nn.parallel.DistributedDataParallel
     zero1  DistributedDataParallel + torch.distributed.optim.ZeroRedundancyOptimizer
@@ -52,7 +53,9 @@ def _wrap(model: nn.Module, strategy: str, world: int, factory: Any, device: str
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [torch.device(device).index or 0] if dev_type == "cuda" else None
-        wrapped = DistributedDataParallel(model, device_ids=ids)
+        # every rank built the same weights (same seed): no broadcast at construction, whose buffer a
+        # gloo worker thread may free where the allocator's records do not see it
+        wrapped = DistributedDataParallel(model, device_ids=ids, init_sync=False)
         if strategy == "ddp":
             return wrapped, factory(list(wrapped.parameters()))
         from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -74,7 +77,7 @@ def _wrap(model: nn.Module, strategy: str, world: int, factory: Any, device: str
 
         plan = check_tp(model, world)
         parallelize_module(model, mesh, {p: ColwiseParallel() if s == "colwise" else RowwiseParallel()
-                                         for p, s in plan.items()})
+                                         for p, s in plan.items()}, src_data_rank=None)  # same weights everywhere
         return model, factory(list(model.parameters()))
     raise ValueError(f"unknown strategy {strategy!r}")
 
@@ -179,10 +182,11 @@ def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
                             timeout=datetime.timedelta(seconds=spec["timeout"]))
     if spec.get("mode") == "collectives":
+        dist.barrier()
+        Path(spec["out"], f"rank{rank}.ready").touch()
         res = collectives(spec, world, device)
         dist.destroy_process_group()
         return dict(res, rank=rank, backend="nccl" if device.startswith("cuda") else "gloo")
-    dist.barrier()
     factory = training.optimizer(spec["optimizer"])
     _, autocast = training.precision(spec["precision"])
     cuda = device.startswith("cuda")
