@@ -40,7 +40,11 @@ class RankResult:
 
 
 class RanksFailed(FootprintError):
-    """A rank failed, hung or was interrupted; the message says which and why."""
+    """A rank failed or hung; the message says which and why; ``pids``: the ranks' processes, stopped."""
+
+    def __init__(self, message: str, pids: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.pids = pids or []
 
 
 def usable_cores() -> int:
@@ -119,10 +123,11 @@ def _wait(proc: subprocess.Popen[bytes], out: Path, nproc: int, timeout: float) 
         if late:
             done = sorted(int(f.stem[4:]) for f in out.glob("rank*.json"))
             hung = [r for r in range(nproc) if r not in done]
-            _stop(proc, _pids(out))
+            pids = _pids(out)
+            _stop(proc, pids)
             what = (f"did not finish within {timeout:g} s of connecting (hung?)" if started is not None else
                     f"did not start and connect within {max(STARTUP_S, timeout):g} s")
-            raise RanksFailed(f"rank(s) {', '.join(map(str, hung))} {what}: all ranks stopped")
+            raise RanksFailed(f"rank(s) {', '.join(map(str, hung))} {what}: all ranks stopped", pids)
         time.sleep(0.1)
 
 
@@ -160,7 +165,7 @@ def run_ranks(spec: dict[str, Any], nproc: int, *, timeout: float = 600.0,
             line = first.read_text().splitlines()[0] if first.read_text() else "no message"
             then = [f.stem[4:] for f in errors[1:]]
             raise RanksFailed(f"rank {first.stem[4:]} failed: {line}"
-                              + (f" (then rank {', '.join(then)}: its peer was gone)" if then else ""))
+                              + (f" (then rank {', '.join(then)}: its peer was gone)" if then else ""), _pids(out))
         if rc != 0:
             tail = (out / "torchrun.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
             raise RanksFailed(f"torchrun exited with status {rc}: {tail[0]}")
