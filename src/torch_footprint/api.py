@@ -160,15 +160,16 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
         checkpointing: bool = False, gpus: int = 1, strategy: str = "ddp", latency: float | str | None = None,
         utilisation: float = 0.8, hardware: str | None = None, only: Sequence[str] | None = None,
         tf32: bool | None = None, efficiency: Mapping[str, float] | None = None, bucket_view: bool = False,
-        weights: str | None = None, trust_remote_code: bool = False) -> Any:
+        weights: str | None = None, trust_remote_code: bool = False, tp: int = 1) -> Any:
     """Rank every accelerator for this workload: fits in memory, largest batch, predicted
     latency at ``batch`` and throughput at the largest batch, and the pick.
 
     ``batch`` is per rank; with ``gpus`` > 1 the memory is per rank under ``strategy``
-    ("ddp", "zero1", "zero2", "zero3", "fsdp"). ``latency`` ("10ms", or seconds) makes the
-    pick the lowest-power accelerator that meets it. ``dtype`` (inference) or ``precision``
-    (training: fp32, fp16, bf16, fp16-mixed, bf16-mixed) set the arithmetic. ``only``
-    limits the ids considered; ``hardware`` adds a user database file. Returns a
+    ("ddp", "zero1", "zero2", "zero3", "fsdp"), and ``tp`` of the ``gpus`` split each layer
+    (tensor parallelism); training over several ranks is timed with its communication.
+    ``latency`` ("10ms", or seconds) makes the pick the lowest-power accelerator that meets it.
+    ``dtype`` (inference) or ``precision`` (training: fp32, fp16, bf16, fp16-mixed, bf16-mixed)
+    set the arithmetic. ``only`` limits the ids considered; ``hardware`` adds a user database file. Returns a
     :class:`~torch_footprint.estimate.recommend.FitResult`.
     """
     from .estimate.recommend import arithmetic, recommend
@@ -179,7 +180,7 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
     return recommend(model, inputs, spec, batch=batch, gpus=gpus, strategy=strategy,
                      target_s=parse_seconds(latency) if latency is not None else None, utilisation=utilisation,
                      hardware=hardware, only=only, tf32=tf32, efficiency=efficiency, bucket_view=bucket_view,
-                     weights=weights, trust_remote_code=trust_remote_code)
+                     weights=weights, trust_remote_code=trust_remote_code, tp=tp)
 
 
 def gpus(hardware: str | None = None, vendor: str | None = None) -> list[Any]:
@@ -195,13 +196,25 @@ def gpus(hardware: str | None = None, vendor: str | None = None) -> list[Any]:
 
 
 def calibrate(device: str = "cpu", *, quick: bool = False, save: bool = True,
-              on_step: Callable[[str], None] | None = None) -> tuple[dict[str, Any], Any]:
+              on_step: Callable[[str], None] | None = None, nproc: int | None = None) -> tuple[dict[str, Any], Any]:
     """Measure this machine's ceilings; with ``save``, keep them for later predictions.
-    Returns the measurements and the path they were saved to (None when not saved)."""
+    ``nproc`` also times all-reduces across that many ranks under torchrun (the link that
+    ``bench --nproc`` and ``fit`` on this device use). Returns the measurements and the
+    path they were saved to (None when not saved)."""
     from .hardware.local import save_calibration
     from .measure.calibrate import calibrate as run
 
+    if nproc is not None:
+        from .measure.distributed import check_nproc
+
+        check_nproc(nproc, device)
     res = run(device, quick=quick, on_step=on_step)
+    if nproc is not None:
+        from .measure.distributed import measure_link
+
+        if on_step:
+            on_step(f"all-reduce across {nproc} ranks")
+        res["link"] = measure_link(nproc, device, quick=quick)
     return res, save_calibration(device, res) if save else None
 
 
@@ -364,3 +377,62 @@ def check(target: str, budget: str, *, trust_remote_code: bool = False) -> Any:
         (latency,) = metrics_of({"kind": "predict", **predict(rep.profile, acc).to_dict()}).values()
         metrics[f"latency_ms on {acc}"] = latency
     return result(doc, metrics)
+
+
+def bench_ranks(model: str, inputs: InputsLike = None, *, nproc: int, strategy: str = "ddp",
+                batch: int | None = None, optimizer: str = "sgd", precision: str = "fp32", device: str = "cpu",
+                steps: int = 5, warmup: int = 2, timeout: float = 600.0) -> Any:
+    """Training steps on ``nproc`` ranks started by torchrun (gloo on CPU, NCCL on CUDA),
+    wrapped by torch's own DDP, ZeroRedundancyOptimizer, fully_shard or tensor-parallel
+    plan (``strategy``: ddp, zero1, zero2, zero3, fsdp, tp): each rank's measured peak,
+    step time and communication time beside one rank's prediction. ``model`` is given by
+    name (each rank builds it). Returns a :class:`~torch_footprint.measure.distributed.RanksBench`."""
+    from .estimate.ranks import check_strategy, predict_rank
+    from .estimate.workload import StepSpec, trace_step
+    from .hardware.catalog import local_accelerator
+    from .measure.distributed import RanksBench, check_nproc, launch, usable_cores
+    from .measure.runner import pick_device
+
+    check_strategy(strategy)
+    if not isinstance(model, str):
+        raise FootprintError("bench --nproc builds the model in every rank: give it by name, not as a module")
+    dev = pick_device(device)
+    check_nproc(nproc, dev)
+    if steps < 1 or warmup < 0:
+        raise FootprintError("--steps must be at least 1 and --warmup not negative")
+    tp = nproc if strategy == "tp" else 1
+    spec = StepSpec(train=True, optimizer=optimizer, precision=precision, tp=tp)
+    trace, notes = trace_step(model, inputs, spec, batch=batch)
+    acc = local_accelerator(dev)
+    threads = max(1, usable_cores() // nproc)
+    share = 1.0
+    if not dev.startswith("cuda") and acc is not None and acc.calibrated:  # the ranks share this CPU's cores
+        share = threads / max(1, int(acc.calibrated.get("threads") or threads))
+    pred = predict_rank(trace, strategy, 1 if strategy == "tp" else nproc, tp, acc, share)
+    if acc is None:
+        pred.notes.append("run `footprint calibrate --nproc N` to see the predicted step time beside this")
+    run = {"model": model, "inputs": _portable(inputs),
+           "batch": batch, "optimizer": optimizer, "precision": precision, "strategy": strategy,
+           "device": "cuda" if dev.startswith("cuda") else "cpu", "warmup": warmup, "steps": steps}
+    ranks = launch(run, nproc, timeout=timeout, threads=threads)
+    settings = {"optimizer": optimizer, "precision": precision, "batch_per_rank": batch, "threads": threads,
+                "steps": steps, "warmup": warmup}
+    return RanksBench(model=trace.model, strategy=strategy, nproc=nproc, device=dev, settings=settings, ranks=ranks,
+                      predicted=pred, notes=[n for n in notes if not n.startswith("default input")])
+
+
+def _portable(inputs: InputsLike) -> Any:
+    """Inputs as text the ranks parse again: a list of shapes, or a dict of them by keyword."""
+    from .dtypes import name_of
+    from .sources.inputs import InputSpec, normalize_inputs
+
+    pos, kw = normalize_inputs(inputs)
+    if pos and kw:
+        raise FootprintError("bench --nproc takes positional or keyword inputs, not both")
+
+    def text(x: Any) -> Any:
+        if isinstance(x, InputSpec):
+            return ",".join(map(str, x.shape)) + ":" + name_of(x.dtype)
+        return x
+
+    return {k: text(v) for k, v in kw.items()} if kw else ([text(x) for x in pos] or None)

@@ -130,6 +130,14 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--optimizer", default="sgd")
     b.add_argument("--profile", action="store_true", help="add torch.profiler's operator table")
     b.add_argument("--max-memory", metavar="BYTES", help="CPU budget for the batch search (default 80%% of free RAM)")
+    b.add_argument("--nproc", type=int, help="training steps on N ranks started by torchrun (gloo on CPU, NCCL on "
+                                              "CUDA): per-rank memory, step and communication time beside prediction")
+    b.add_argument("--strategy", default="ddp", help="with --nproc: ddp, zero1, zero2, zero3, fsdp, tp")
+    b.add_argument("--precision", default="fp32", help="with --nproc: fp32, fp16, bf16, fp16-mixed, bf16-mixed")
+    b.add_argument("--steps", type=int, default=5, help="with --nproc: timed steps per rank (default 5)")
+    b.add_argument("--timeout", type=float, default=600.0,
+                   help="with --nproc: seconds the ranks may run once connected before they are stopped as hung "
+                        "(default 600)")
     b.add_argument("--min-reps", type=int, default=30)
     b.add_argument("--min-time", type=float, default=2.0, help="seconds of timed calls at least (default 2)")
     _output_args(b, "also write the measurements as JSON")
@@ -150,6 +158,8 @@ def _parser() -> argparse.ArgumentParser:
     ft.add_argument("--gpus", type=int, default=1, help="data-parallel ranks (memory is per rank)")
     ft.add_argument("--strategy", default="ddp", choices=("ddp", "zero1", "zero2", "zero3", "fsdp"),
                     help="how model states are split across --gpus ranks (default ddp)")
+    ft.add_argument("--tp", type=int, default=1,
+                    help="tensor-parallel ranks among --gpus (Megatron-style split of attention and MLP linears)")
     ft.add_argument("--bucket-view", action="store_true",
                     help="DDP with gradient_as_bucket_view=True (no second copy of the gradients)")
     ft.add_argument("--gpu", action="append", default=[], metavar="ID", help="only these accelerators (repeatable)")
@@ -169,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure this machine's matmul FLOP/s, copy bandwidth and call overhead")
     cal.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     cal.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    cal.add_argument("--nproc", type=int, help="also time all-reduces across N ranks (torchrun): the link")
     _output_args(cal, "also write the measurements to this JSON file")
 
     lm = sub.add_parser("llm", help="what a language model needs to serve: KV cache, quantized weights, "
@@ -311,7 +322,7 @@ def _fit(args: argparse.Namespace) -> int:
                   strategy=args.strategy, latency=args.latency, utilisation=args.utilisation,
                   hardware=args.hardware, only=args.gpu or None, tf32=_tf32(args.tf32),
                   efficiency=_efficiency(args.efficiency), bucket_view=args.bucket_view, weights=args.weights,
-                  trust_remote_code=args.trust_remote_code)
+                  trust_remote_code=args.trust_remote_code, tp=args.tp)
     render_fit(res)
     _write(args, res.to_dict())
     if args.csv:
@@ -346,7 +357,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from .report.hardware import render_calibration
 
     with Console(stderr=True).status("calibrating") as status:
-        res, path = api.calibrate(args.device, quick=args.quick,
+        res, path = api.calibrate(args.device, quick=args.quick, nproc=args.nproc,
                                   on_step=lambda s: status.update(f"calibrating: {s}"))
     render_calibration(res, path)
     _write(args, res)
@@ -425,6 +436,8 @@ def _bench(args: argparse.Namespace) -> int:
     from .api import bench
     from .report.terminal import render_bench
 
+    if args.nproc is not None:
+        return _bench_ranks(args)
     if args.min_reps < 1 or args.min_time < 0:
         raise FootprintError("--min-reps must be at least 1 and --min-time not negative")
     specs = _specs(args)
@@ -471,6 +484,26 @@ def _llm(args: argparse.Namespace) -> int:
 
         doc = envelope("llm", res.to_dict())
         _write_html(args.html, {**doc, "llm": doc})
+    return 0
+
+
+def _bench_ranks(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from . import api
+    from .report.hardware import render_ranks
+
+    if not args.train:
+        raise FootprintError("--nproc runs training steps: add --train")
+    if args.batch is not None and not args.batch.isdigit():
+        raise FootprintError("with --nproc, --batch is one batch size per rank")
+    with Console(stderr=True).status(f"{args.nproc} ranks under torchrun: {args.strategy}"):
+        res = api.bench_ranks(args.model, _specs(args) or None, nproc=args.nproc, strategy=args.strategy,
+                              batch=int(args.batch) if args.batch else None, optimizer=args.optimizer,
+                              precision=args.precision, device=args.device or "cpu", steps=args.steps,
+                              timeout=args.timeout)
+    render_ranks(res)
+    _write(args, res.to_dict())
     return 0
 
 
