@@ -259,8 +259,6 @@ class Grouped:
         events: list[OpEvent] = []
         counts: list[int] = []
         for e in trace.events:
-            if e.kind == "view":
-                continue
             key = (e.op, e.kind, e.flops, e.macs, e.bytes_read, e.bytes_written,
                    tuple(map(tuple, e.out_shapes)), tuple(e.out_dtypes))
             i = index.get(key)

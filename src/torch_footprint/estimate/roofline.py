@@ -11,7 +11,8 @@ For every operator of the trace::
   (``torch.backends.cuda.matmul.allow_tf32`` defaults to False); on ROCm neither does.
   ``tf32=True/False`` sets both.
 * bytes: what the operator reads plus what it writes (from the trace).
-* overhead: one kernel launch per operator (views launch nothing).
+* overhead: one kernel launch per operator (views launch nothing; on a calibrated device
+  a view costs its measured dispatch time, what an eager model waits for on the CPU).
 * ceilings: the datasheet peak times an achievable fraction (below), unless
   ``footprint calibrate`` measured this device: then the measured matmul and convolution
   FLOP/s, copy bandwidth and per-call overhead replace them.
@@ -59,6 +60,7 @@ class Ceilings:
     # calibrated fp32 rates against the reduction length K: [[K, FLOP/s], ...] sorted by K
     conv_by_k: dict[int, list[list[float]]] = field(default_factory=dict)  # per batch size
     matmul_by_k: list[list[float]] = field(default_factory=list)
+    view_overhead: float = 0.0  # seconds per view operator (calibrated eager devices; 0: views are free)
 
     def conv_rate(self, k: float, batch: int) -> float:
         """Calibrated convolution rate at reduction length ``k``, interpolated in log batch."""
@@ -110,7 +112,8 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
                         source=f"calibrated {cal.get('when', '')}".strip(), efficiency={},
                         conv_by_k={int(b): [[k, r * 1e12] for k, r in t]
                                    for b, t in cal.get("conv_fp32_by_batch_k", {}).items()},
-                        matmul_by_k=[[k, r * 1e12] for k, r in cal.get("matmul_fp32_by_k", [])])
+                        matmul_by_k=[[k, r * 1e12] for k, r in cal.get("matmul_fp32_by_k", [])],
+                        view_overhead=cal.get("view_overhead_us", 0.0) * 1e-6 if overhead_s is None else 0.0)
     if acc.bandwidth is None:
         raise FootprintError(f"'{acc.id}' has no memory bandwidth figure: run `footprint calibrate` on it first")
     matrix = {k: v * eff["matrix"] for k in acc.tflops if (v := acc.peak(k)) is not None}
@@ -143,7 +146,7 @@ class OpTime:
     @property
     def bound(self) -> str:
         if self.kind == "view":
-            return "none"
+            return "overhead" if self.overhead_s else "none"
         top = max(self.compute_s, self.memory_s)
         if self.overhead_s > top:
             return "overhead"
@@ -188,7 +191,7 @@ class Prediction:
     def time_by_bound(self) -> dict[str, float]:
         out = {"compute": 0.0, "memory": 0.0, "overhead": 0.0}
         for o in self.ops:
-            if o.kind != "view":
+            if o.kind != "view" or o.overhead_s:
                 out[o.bound] += o.time_s
         return out
 
@@ -201,7 +204,7 @@ class Prediction:
     def by_module(self, depth: int | None = 1) -> list[ModuleTime]:
         acc: dict[str, ModuleTime] = {}
         for o in self.ops:
-            if o.kind == "view":
+            if o.kind == "view" and not o.overhead_s:
                 continue
             for a in ancestors(o.module):
                 if depth is not None and a and a.count(".") + 1 > depth:
@@ -306,8 +309,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         dkey = _dtype_key(e.out_dtypes)
         nbytes = e.bytes_read + e.bytes_written
         total_flops += e.flops
-        if e.kind == "view":
-            ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0, 0.0))
+        if e.kind == "view":  # no kernel; an eager device still pays the dispatcher (calibrated)
+            ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0, c.view_overhead))
             continue
         compute = 0.0
         if e.flops:

@@ -103,11 +103,28 @@ def _copy(device: str, nbytes: int, reps: int) -> float:
     return 2 * src.numel() * 4 / t
 
 
-def _overhead(device: str) -> float:
+def _view_overhead(device: str) -> float:
+    """Seconds per view operator called eagerly (``view``, ``transpose``, ``unsqueeze``,
+    ``expand`` in turn): no kernel runs, but the dispatcher and the new tensor's metadata
+    cost what a CPU-bound eager model (a small model on a GPU) waits for."""
+    x = torch.randn(8, 64, device=device)
+    calls = 200
+
+    def run() -> None:
+        for _ in range(calls // 4):
+            x.view(64, 8)
+            x.transpose(0, 1)
+            x.unsqueeze(0)
+            x.expand(2, 8, 64)
+
+    return _time(run, device, 7) / calls
+
+
+def _overhead(device: str, view_s: float = 0.0) -> float:
     """Seconds per kernel of an eager model too small to compute anything: 50 blocks of
-    Linear(8, 8) + ReLU at batch 1 (100 kernels: addmm and relu; the transpose is a view).
-    This is what a model costs per operator beyond its arithmetic: the Python module call,
-    the dispatcher, the output allocation and, on a GPU, the launch."""
+    Linear(8, 8) + ReLU at batch 1 (100 kernels: addmm and relu), less the 50 transposes
+    (views, ``view_s`` each). This is what a model costs per operator beyond its arithmetic:
+    the Python module call, the dispatcher, the output allocation and, on a GPU, the launch."""
     blocks = 50
     model = torch.nn.Sequential(*[m for _ in range(blocks) for m in (torch.nn.Linear(8, 8), torch.nn.ReLU())])
     model = model.to(device).eval()
@@ -118,7 +135,7 @@ def _overhead(device: str) -> float:
             for _ in range(10):
                 model(x)
 
-    return _time(run, device, 7) / (10 * 2 * blocks)
+    return max(_time(run, device, 7) / 10 - blocks * view_s, 0.0) / (2 * blocks)
 
 
 def calibrate(device: str = "cpu", quick: bool = False,
@@ -169,6 +186,8 @@ def calibrate(device: str = "cpu", quick: bool = False,
         step(f"copy {small // 2**20} MiB (cache)")
         result["cache_copy_gbs"] = _copy(device, small, reps * 4) / 1e9
     step("small operator overhead")
-    result["op_overhead_us"] = _overhead(device) * 1e6
+    view_s = _view_overhead(device)
+    result["view_overhead_us"] = view_s * 1e6
+    result["op_overhead_us"] = _overhead(device, view_s) * 1e6
     result["seconds"] = round(time.perf_counter() - t_start, 2)
     return result
