@@ -27,7 +27,7 @@ def test_uncalibrated_cpu_has_no_bandwidth_and_says_so(home, capsys):
 
 
 def test_calibrate_saves_and_the_roofline_uses_it(home, capsys):
-    assert main(["calibrate", "--quick"]) == 0
+    assert main(["calibrate", "--quick", "--force"]) == 0  # saved even on this shared, busy machine
     out = capsys.readouterr().out
     assert "matmul fp32" in out and "GB/s" in out
     saved = json.loads(calibration_path().read_text())

@@ -7,7 +7,8 @@ with the estimates beside; ``gpus`` and ``calibrate`` read and write the hardwar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -72,7 +73,7 @@ def bench(model: nn.Module | str, inputs: InputsLike = None, *, device: str | No
           optimizer: str = "sgd", inference_mode: bool = True, cudnn_benchmark: bool = False,
           profile: bool = False, max_memory: int | str | None = None, min_reps: int = 30,
           min_seconds: float = 2.0, weights: str | None = None, trust_remote_code: bool = False,
-          progress: Callable[[str, float | None], None] | None = None) -> Any:
+          progress: Callable[[str, float | None], None] | None = None, threads: int | None = None) -> Any:
     """Measure latency and throughput of ``model`` on ``device`` (default: cuda if present).
 
     A model given by name is built with random weights (its constructor's initialisation).
@@ -80,8 +81,39 @@ def bench(model: nn.Module | str, inputs: InputsLike = None, *, device: str | No
     largest batch that runs, found by doubling and bisection, recovering from
     out-of-memory; on CPU a batch whose predicted peak is over ``max_memory`` (default 80%
     of the available RAM) counts as out of memory without running. ``profile`` adds
-    torch.profiler's operator table. Returns a :class:`~torch_footprint.measure.runner.BenchResult`.
+    torch.profiler's operator table. ``threads`` sets torch's CPU threads for the run (each
+    timing says whether other processes competed for the CPUs, and which thread count would
+    have had a CPU each). Returns a :class:`~torch_footprint.measure.runner.BenchResult`.
     """
+    with _threads(threads):
+        return _bench(model, inputs, device=device, batch_sizes=batch_sizes, dtype=dtype, autocast=autocast,
+                      channels_last=channels_last, compile=compile, train=train, optimizer=optimizer,
+                      inference_mode=inference_mode, cudnn_benchmark=cudnn_benchmark, profile=profile,
+                      max_memory=max_memory, min_reps=min_reps, min_seconds=min_seconds, weights=weights,
+                      trust_remote_code=trust_remote_code, progress=progress)
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    """torch's CPU thread count set to ``n`` for the block (None: unchanged)."""
+    if n is None:
+        yield
+        return
+    if n < 1:
+        raise FootprintError(f"--threads must be at least 1, got {n}")
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _bench(model: nn.Module | str, inputs: InputsLike, *, device: str | None, batch_sizes: Any, dtype: str | None,
+           autocast: str | None, channels_last: bool, compile: bool, train: bool, optimizer: str,
+           inference_mode: bool, cudnn_benchmark: bool, profile: bool, max_memory: int | str | None,
+           min_reps: int, min_seconds: float, weights: str | None, trust_remote_code: bool,
+           progress: Callable[[str, float | None], None] | None) -> Any:
     from .dtypes import parse_dtype
     from .estimate import training
     from .estimate.alongside import Alongside
@@ -194,11 +226,20 @@ def gpus(hardware: str | None = None, vendor: str | None = None) -> list[Any]:
 
 
 def calibrate(device: str = "cpu", *, quick: bool = False, save: bool = True,
-              on_step: Callable[[str], None] | None = None) -> tuple[dict[str, Any], Any]:
+              on_step: Callable[[str], None] | None = None, force: bool = False,
+              threads: int | None = None) -> tuple[dict[str, Any], Any]:
     """Measure this machine's ceilings; with ``save``, keep them for later predictions.
-    Returns the measurements and the path they were saved to (None when not saved)."""
-    from .hardware.local import save_calibration
-    from .measure.calibrate import calibrate as run
 
-    res = run(device, quick=quick, on_step=on_step)
-    return res, save_calibration(device, res) if save else None
+    A calibration that fails its own checks (a cache copy slower than DRAM, a ceiling far
+    from this device's previous calibration, a busy machine) is not saved unless ``force``;
+    its ``problems`` list says why. ``threads`` sets torch's CPU threads while measuring.
+    Returns the measurements and the path they were saved to (None when not saved)."""
+    from .hardware.local import device_key, read_calibrations, save_calibration
+    from .measure.calibrate import calibrate as run
+    from .measure.calibrate import check
+
+    with _threads(threads):
+        res = run(device, quick=quick, on_step=on_step)
+        res["problems"] = check(res, read_calibrations().get(device_key(device)))
+        keep = save and (force or not res["problems"])
+        return res, save_calibration(device, res) if keep else None

@@ -121,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--max-memory", metavar="BYTES", help="CPU budget for the batch search (default 80%% of free RAM)")
     b.add_argument("--min-reps", type=int, default=30)
     b.add_argument("--min-time", type=float, default=2.0, help="seconds of timed calls at least (default 2)")
+    b.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's, one per core)")
     _output_args(b, "also write the measurements as JSON")
 
     gp = sub.add_parser("gpus", help="the accelerator database: memory, bandwidth, dense TFLOPS per dtype, TDP",
@@ -157,6 +158,8 @@ def _parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure this machine's matmul FLOP/s, copy bandwidth and call overhead")
     cal.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     cal.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    cal.add_argument("--force", action="store_true", help="save even a calibration that fails its sanity checks")
+    cal.add_argument("--threads", type=int, help="torch's CPU threads while measuring (default: torch's)")
     _output_args(cal, "also write the measurements to this JSON file")
 
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
@@ -246,10 +249,14 @@ def _calibrate(args: argparse.Namespace) -> int:
     from .report.hardware import render_calibration
 
     with Console(stderr=True).status("calibrating") as status:
-        res, path = api.calibrate(args.device, quick=args.quick,
+        res, path = api.calibrate(args.device, quick=args.quick, force=args.force, threads=args.threads,
                                   on_step=lambda s: status.update(f"calibrating: {s}"))
     render_calibration(res, path)
     _write(args, res)
+    if res["problems"] and path is None:
+        print("footprint: calibration not saved: " + "; ".join(res["problems"]) + ". `footprint calibrate "
+              "--force` saves it anyway", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -332,7 +339,7 @@ def _bench(args: argparse.Namespace) -> int:
                     inference_mode=not args.no_inference_mode, cudnn_benchmark=args.cudnn_benchmark,
                     profile=args.profile, max_memory=args.max_memory, min_reps=args.min_reps,
                     min_seconds=args.min_time, weights=args.weights, trust_remote_code=args.trust_remote_code,
-                    progress=progress)
+                    progress=progress, threads=args.threads)
     render_bench(res)
     _write(args, res.to_dict())
     return 0

@@ -169,5 +169,10 @@ def render_calibration(res: dict[str, Any], path: Any, console: Console | None =
         cells = [[str(k), *(si(col[k] * 1e12, "FLOP/s") if k in col else "" for col in by_k.values())] for k in ks]
         console.print(*fit_tables([Column("K"), *(Column(name) for name in by_k)], cells, console.width,
                                   title="fp32 rate by reduction length K (MACs behind one output element)"))
+    for problem in res.get("problems", []):
+        console.print(Text(f"check failed: {problem}", style="yellow bold"))
+    if path is None:
+        console.print(Text(f"not saved ({res['seconds']:.1f} s)", style="yellow"))
+        return
     console.print(Text(f"saved to {path} ({res['seconds']:.1f} s); `footprint fit` and `footprint predict` now "
                        "use these ceilings for this device", style="dim"))

@@ -200,7 +200,9 @@ def render_bench(res: Any, console: Console | None = None) -> None:
     else:
         opts.append(f"optimizer {s.get('optimizer')}")
     header = Text(f"{res.model}", style="bold cyan")
-    header.append(f"  ·  {res.mode} on {res.device}  ·  {', '.join(opts)}  ·  {s.get('threads')} threads",
+    threads = s.get("threads")
+    header.append(f"  ·  {res.mode} on {res.device}  ·  {', '.join(opts)}  ·  {threads} "
+                  f"thread{'' if threads == 1 else 's'}",
                   style="dim")
     console.print(header)
     predicted = any(p.predicted_s for p in res.points)
@@ -229,6 +231,8 @@ def render_bench(res: Any, console: Console | None = None) -> None:
         if st.noisy:
             console.print(Text(f"batch {p.batch}: noisy: spread (IQR / median) {percent(st.spread)} is over 10%; "
                                "the machine was busy or the clock unstable", style="yellow"))
+        if st.contention is not None and st.contention.busy:
+            console.print(Text(f"batch {p.batch}: {st.contention.describe()}", style="yellow bold"))
     if res.search is not None:
         tried = ", ".join(f"{b}{'' if ok else ' (out of memory)'}" for b, ok in res.search.tried)
         console.print(Text.assemble(("largest batch: ", "bold"), (str(res.search.batch), "bold green"),
