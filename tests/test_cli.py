@@ -122,5 +122,6 @@ def test_package_factory_resolves_from_the_current_directory(tmp_path: Path) -> 
 def test_a_package_not_found_names_the_folder_searched(capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the folder joins sys.path for this test only
     code, _, err = run(capsys, "profile", "nopkg.models:make_net")
     assert code == 2 and f"from {tmp_path}" in err and err.count("\n") == 1
