@@ -214,13 +214,15 @@ def _gpus(args: argparse.Namespace) -> int:
 def _fit(args: argparse.Namespace) -> int:
     from . import api
     from .report.hardware import render_fit
+    from .report.progress import progress
 
-    res = api.fit(args.model, _specs(args) or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
-                  precision=args.precision, dtype=args.dtype, checkpointing=args.checkpointing, gpus=args.gpus,
-                  strategy=args.strategy, latency=args.latency, utilisation=args.utilisation,
-                  hardware=args.hardware, only=args.gpu or None, tf32=_tf32(args.tf32),
-                  efficiency=_efficiency(args.efficiency), bucket_view=args.bucket_view, weights=args.weights,
-                  trust_remote_code=args.trust_remote_code)
+    with progress(f"fit {args.model}: tracing and ranking"):
+        res = api.fit(args.model, _specs(args) or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
+                      precision=args.precision, dtype=args.dtype, checkpointing=args.checkpointing, gpus=args.gpus,
+                      strategy=args.strategy, latency=args.latency, utilisation=args.utilisation,
+                      hardware=args.hardware, only=args.gpu or None, tf32=_tf32(args.tf32),
+                      efficiency=_efficiency(args.efficiency), bucket_view=args.bucket_view, weights=args.weights,
+                      trust_remote_code=args.trust_remote_code)
     render_fit(res)
     _write(args, res.to_dict())
     return 0 if res.pick else 1  # nothing fits (or meets the target): a CI step fails
@@ -229,28 +231,29 @@ def _fit(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from . import api
     from .report.hardware import render_prediction
+    from .report.progress import progress
 
     if args.depth < 0 or args.top < 0:
         raise FootprintError("--depth and --top cannot be negative")
-    pred = api.predict(args.model, args.gpu, _specs(args) or None, dtype=args.dtype, precision=args.precision,
-                       batch=args.batch, train=args.train, optimizer=args.optimizer,
-                       checkpointing=args.checkpointing, tf32=_tf32(args.tf32),
-                       efficiency=_efficiency(args.efficiency), hardware=args.hardware, weights=args.weights,
-                       trust_remote_code=args.trust_remote_code)
+    with progress(f"predict {args.model}: tracing"):
+        pred = api.predict(args.model, args.gpu, _specs(args) or None, dtype=args.dtype, precision=args.precision,
+                           batch=args.batch, train=args.train, optimizer=args.optimizer,
+                           checkpointing=args.checkpointing, tf32=_tf32(args.tf32),
+                           efficiency=_efficiency(args.efficiency), hardware=args.hardware, weights=args.weights,
+                           trust_remote_code=args.trust_remote_code)
     render_prediction(pred, depth=args.depth, top=args.top)
     _write(args, pred.to_dict(ops=True))
     return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from . import api
     from .report.hardware import render_calibration
+    from .report.progress import progress
 
-    with Console(stderr=True).status("calibrating") as status:
+    with progress("calibrating") as update:
         res, path = api.calibrate(args.device, quick=args.quick, force=args.force, threads=args.threads,
-                                  on_step=lambda s: status.update(f"calibrating: {s}"))
+                                  on_step=lambda s: update(f"calibrating: {s}"))
     render_calibration(res, path)
     _write(args, res)
     if res["problems"] and path is None:
@@ -281,13 +284,15 @@ def _specs(args: argparse.Namespace) -> list:
 
 def _profile(args: argparse.Namespace) -> int:
     from . import api
+    from .report.progress import progress
     from .report.terminal import render_profile
     if args.depth < 0:
         raise FootprintError("--depth cannot be negative")
     specs = _specs(args)
-    prof = api.profile(args.model, specs or None, backward=args.backward, dtype=args.dtype,
-                       train=bool(args.train or args.backward), weights=args.weights,
-                       trust_remote_code=args.trust_remote_code)
+    with progress(f"profile {args.model}: tracing"):
+        prof = api.profile(args.model, specs or None, backward=args.backward, dtype=args.dtype,
+                           train=bool(args.train or args.backward), weights=args.weights,
+                           trust_remote_code=args.trust_remote_code)
     render_profile(prof, by=args.by, depth=args.depth)
     _write(args, prof.to_dict(depth=None, include_trace=True))
     return 0
@@ -295,6 +300,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _memory(args: argparse.Namespace) -> int:
     from . import api
+    from .report.progress import progress
     from .report.terminal import render_memory
 
     specs = _specs(args)
@@ -304,44 +310,47 @@ def _memory(args: argparse.Namespace) -> int:
         if not sep or not name.strip():
             raise FootprintError(f"--overhead takes NAME=SIZE, e.g. cuda_context=300MiB; got '{item}'")
         overheads[name.strip()] = size
-    est = api.memory(args.model, specs or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
-                     precision=args.precision, checkpointing=args.checkpointing, device=args.device,
-                     budget=args.max_batch, utilisation=args.utilisation, grads=args.grads,
-                     scaling=args.scaling, overheads=overheads, weights=args.weights,
-                     trust_remote_code=args.trust_remote_code)
+    with progress(f"memory {args.model}: tracing"):
+        est = api.memory(args.model, specs or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
+                         precision=args.precision, checkpointing=args.checkpointing, device=args.device,
+                         budget=args.max_batch, utilisation=args.utilisation, grads=args.grads,
+                         scaling=args.scaling, overheads=overheads, weights=args.weights,
+                         trust_remote_code=args.trust_remote_code)
     render_memory(est)
     _write(args, est.to_dict())
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from .api import bench
     from .report.terminal import render_bench
 
     if args.min_reps < 1 or args.min_time < 0:
         raise FootprintError("--min-reps must be at least 1 and --min-time not negative")
     specs = _specs(args)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from .errors import Interrupted
+    from .report.progress import progress
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("preparing", total=None)
-
-        def progress(message: str, fraction: float | None) -> None:
-            bar.update(task, description=message, total=None if fraction is None else 1.0,
-                       completed=fraction or 0.0)
-
-        res = bench(args.model, specs or None, device=args.device, batch_sizes=args.batch,
-                    dtype=args.dtype, autocast=args.autocast, channels_last=args.channels_last,
-                    compile=args.compile, train=args.train, optimizer=args.optimizer,
-                    inference_mode=not args.no_inference_mode, cudnn_benchmark=args.cudnn_benchmark,
-                    profile=args.profile, max_memory=args.max_memory, min_reps=args.min_reps,
-                    min_seconds=args.min_time, weights=args.weights, trust_remote_code=args.trust_remote_code,
-                    progress=progress, threads=args.threads)
+    interrupted = None
+    with progress(f"bench {args.model}: preparing") as update:
+        try:
+            res = bench(args.model, specs or None, device=args.device, batch_sizes=args.batch,
+                        dtype=args.dtype, autocast=args.autocast, channels_last=args.channels_last,
+                        compile=args.compile, train=args.train, optimizer=args.optimizer,
+                        inference_mode=not args.no_inference_mode, cudnn_benchmark=args.cudnn_benchmark,
+                        profile=args.profile, max_memory=args.max_memory, min_reps=args.min_reps,
+                        min_seconds=args.min_time, weights=args.weights, trust_remote_code=args.trust_remote_code,
+                        progress=update, threads=args.threads)
+        except Interrupted as e:
+            if e.partial is None or not e.partial.points:
+                raise
+            res, interrupted = e.partial, e
     render_bench(res)
     _write(args, res.to_dict())
+    if interrupted is not None:  # Ctrl-C: what was finished is above (and in --json); exit as interrupted
+        print("footprint: interrupted: kept the finished batch sizes; not measured: "
+              + ", ".join(map(str, res.unfinished)), file=sys.stderr)
+        return 130
     return 0
 
 

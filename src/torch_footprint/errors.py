@@ -19,3 +19,11 @@ class MissingExtraError(FootprintError):
         )
         self.package = package
         self.extra = extra
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during long work; ``partial`` holds the result of what was finished (or None)."""
+
+    def __init__(self, partial: object = None) -> None:
+        super().__init__()
+        self.partial = partial

@@ -19,6 +19,7 @@ def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
         raise FootprintError(f"cannot write '{target}': folder '{folder}' does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a result file gets the mode open() would give
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1)
             f.write("\n")
@@ -30,6 +31,12 @@ def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import FootprintError
+from ..errors import FootprintError, Interrupted
 from ..hardware.local import proc_kib
 from ..trace.step import run_step
 from .search import OutOfMemory, SearchResult, largest_runnable_batch, release_memory
@@ -60,6 +60,7 @@ class BenchResult:
     search: SearchResult | None = None
     profiler_table: str | None = None
     notes: list[str] = field(default_factory=list)
+    unfinished: list[int | str] = field(default_factory=list)  # what Ctrl-C left undone
 
     def add_predictions(self, latency: dict[int, Any], accelerator: Any) -> None:
         """Put the roofline latency (by batch) on the device's row beside each measured point."""
@@ -80,7 +81,8 @@ class BenchResult:
         return {"model": self.model, "device": self.device, "mode": self.mode, "settings": self.settings,
                 "points": [p.to_dict() for p in self.points], "notes": self.notes,
                 "largest_batch": self.search.batch if self.search else None,
-                "search": self.search.tried if self.search else None, "profiler_table": self.profiler_table}
+                "search": self.search.tried if self.search else None, "profiler_table": self.profiler_table,
+                "interrupted": bool(self.unfinished), "unfinished": self.unfinished}
 
 
 def pick_device(device: str | None) -> str:
@@ -230,56 +232,61 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
         del fn, args, kwargs
 
     concrete: list[int] = []
-    for b in batches:
-        if b == "auto":
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-            baseline = torch.cuda.memory_allocated() if cuda else None
-            result.search = largest_runnable_batch(try_batch, start=default_batch)
-            release_memory()
-            if baseline is not None:
-                result.notes.append(f"after the batch search CUDA memory allocated is "
-                                    f"{torch.cuda.memory_allocated()} bytes (before: {baseline})")
-            if result.search.batch == 0:
-                raise FootprintError("not even the smallest batch fits in memory")
-            concrete.append(result.search.batch)
-        else:
-            concrete.append(int(b))
+    try:
+        for b in batches:
+            if b == "auto":
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                baseline = torch.cuda.memory_allocated() if cuda else None
+                result.search = largest_runnable_batch(try_batch, start=default_batch)
+                release_memory()
+                if baseline is not None:
+                    result.notes.append(f"after the batch search CUDA memory allocated is "
+                                        f"{torch.cuda.memory_allocated()} bytes (before: {baseline})")
+                if result.search.batch == 0:
+                    raise FootprintError("not even the smallest batch fits in memory")
+                concrete.append(result.search.batch)
+            else:
+                concrete.append(int(b))
 
-    for b in concrete:
-        if progress:
-            progress(f"batch {b}: warming up", None)
-        args, kwargs = inputs_at(b)
-        fn = step_fn(args, kwargs)
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        sampler: Any = contextlib.nullcontext() if cuda else RssSampler()
-        with sampler:
-            stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds, threads=torch.get_num_threads(),
-                            on_progress=(lambda f, b=b: progress(f"batch {b}: timing", f)) if progress else None)
-        if cuda:
-            mem = {"cuda_max_allocated": torch.cuda.max_memory_allocated(),
-                   "cuda_max_reserved": torch.cuda.max_memory_reserved()}
-        else:
-            mem = {"cpu_peak_rss_delta": sampler.peak - sampler.base}
-        result.points.append(BenchPoint(b, stats, flops_of(b) if flops_of else None, mem))
-        del fn, args, kwargs
-        gc.collect()
-
-    if profile and concrete:
-        # kineto logs "gpuGetDeviceCount failed" as an ERROR on machines without a GPU
-        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-        args, kwargs = inputs_at(concrete[0])
-        fn = step_fn(args, kwargs)
-        acts = [torch.profiler.ProfilerActivity.CPU]
-        if cuda:
-            acts.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=acts) as prof_run:
-            for _ in range(5):
-                fn()
+        for b in concrete:
+            if progress:
+                progress(f"batch {b}: warming up", None)
+            args, kwargs = inputs_at(b)
+            fn = step_fn(args, kwargs)
             if cuda:
                 torch.cuda.synchronize()
-        key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
-        result.profiler_table = prof_run.key_averages().table(sort_by=key, row_limit=15)
+                torch.cuda.reset_peak_memory_stats()
+            sampler: Any = contextlib.nullcontext() if cuda else RssSampler()
+            with sampler:
+                stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds, threads=torch.get_num_threads(),
+                                on_progress=(lambda f, b=b: progress(f"batch {b}: timing", f)) if progress else None)
+            if cuda:
+                mem = {"cuda_max_allocated": torch.cuda.max_memory_allocated(),
+                       "cuda_max_reserved": torch.cuda.max_memory_reserved()}
+            else:
+                mem = {"cpu_peak_rss_delta": sampler.peak - sampler.base}
+            result.points.append(BenchPoint(b, stats, flops_of(b) if flops_of else None, mem))
+            del fn, args, kwargs
+            gc.collect()
+
+        if profile and concrete:
+            # kineto logs "gpuGetDeviceCount failed" as an ERROR on machines without a GPU
+            os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+            args, kwargs = inputs_at(concrete[0])
+            fn = step_fn(args, kwargs)
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if cuda:
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            with torch.profiler.profile(activities=acts) as prof_run:
+                for _ in range(5):
+                    fn()
+                if cuda:
+                    torch.cuda.synchronize()
+            key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+            result.profiler_table = prof_run.key_averages().table(sort_by=key, row_limit=15)
+    except KeyboardInterrupt:  # keep what was measured; say what was not
+        done = {p.batch for p in result.points}
+        result.unfinished = [b for b in [*concrete, *batches[len(concrete):]] if b not in done] or ["profiler table"]
+        raise Interrupted(result) from None
     return result

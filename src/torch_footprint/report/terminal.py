@@ -233,6 +233,9 @@ def render_bench(res: Any, console: Console | None = None) -> None:
                                "the machine was busy or the clock unstable", style="yellow"))
         if st.contention is not None and st.contention.busy:
             console.print(Text(f"batch {p.batch}: {st.contention.describe()}", style="yellow bold"))
+    if res.unfinished:
+        console.print(Text("interrupted (Ctrl-C): not measured: " + ", ".join(map(str, res.unfinished)),
+                           style="yellow bold"))
     if res.search is not None:
         tried = ", ".join(f"{b}{'' if ok else ' (out of memory)'}" for b, ok in res.search.tried)
         console.print(Text.assemble(("largest batch: ", "bold"), (str(res.search.batch), "bold green"),
