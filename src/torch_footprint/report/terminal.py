@@ -165,10 +165,21 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
                                   row_styles=[None] * top + ["dim"] if rest else None))
     fit = est.scaling
     if fit is not None:
+        traced = f"traced at batches {', '.join(map(str, fit.batches))}"
         line = Text("batch: ", style="bold")
-        line.append(f"peak = {binary(fit.fixed)} + {binary(fit.per_sample)} x batch "
-                    f"(traced at batches {', '.join(map(str, fit.batches))}; "
-                    f"{'affine' if fit.affine else 'NOT affine: a line does not describe it'})")
+        if len(fit.pieces) > 1:  # the peak moves from one operator (or phase) to another as the batch grows
+            line.append(f"the peak, exactly ({traced}; every operator's bytes are affine in the batch):")
+            ranges = [f"batches {p.start}-{nxt.start - 1}" if nxt.start - 1 > p.start else f"batch {p.start}"
+                      for p, nxt in zip(fit.pieces, fit.pieces[1:])] + [f"batches {fit.pieces[-1].start} and up"]
+            for p, r in zip(fit.pieces, ranges):
+                line.append(f"\n  {r}: {binary(p.fixed)} + {_per_sample(p.per_sample)} x batch (in the {p.phase})",
+                            style="")
+        elif fit.pieces or fit.affine:
+            line.append(f"peak = {binary(fit.fixed)} + {_per_sample(fit.per_sample)} x batch ({traced}; affine)")
+        else:
+            line.append(f"peak ≈ {binary(fit.fixed)} + {_per_sample(fit.per_sample)} x batch through batches "
+                        f"{fit.batches[0]} and {fit.batches[1]} (peaks {', '.join(binary(x) for x in fit.peaks)}: "
+                        "the model ran different operators at these batch sizes, so this line is approximate)")
         console.print(line)
         if est.budget is not None:
             console.print(Text.assemble(("largest batch within ", "bold"), (binary(est.budget), "bold"),
@@ -180,6 +191,11 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
         console.print(Text(f"note: {note}", style="dim"))
     console.print(Text("Memory in binary units. Activations: tensors made in the forward and alive when it ends "
                        "(saved for the backward). Temporaries: anything else alive at the peak.", style="dim italic"))
+
+
+def _per_sample(nbytes: float) -> str:
+    """Bytes per sample, with a sign where the line falls and decimals where it is small."""
+    return binary(nbytes) if abs(nbytes) >= 1024 or nbytes == int(nbytes) else f"{nbytes:.1f} B"
 
 
 def _ms(seconds: float) -> str:
