@@ -38,3 +38,21 @@ def test_training_peak_moves_from_the_optimizer_to_the_backward() -> None:
     render_memory(est, console=Console(file=buf, width=100, color_system=None))
     text = buf.getvalue()
     assert "NOT affine" not in text and f"batches {pieces[-1].start} and up" in text and "(in the optimizer)" in text
+
+
+def test_steady_state_step_holds_the_optimizer_state_from_the_start() -> None:
+    # AdamW keeps two fp32 tensors per parameter and a 4-byte step counter per parameter tensor;
+    # a later step finds them allocated before its forward, the first step allocates them in its step
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+    params, tensors = 256 * 512 + 512 + 512 * 10 + 10, 4
+    state = 2 * 4 * params + 4 * tensors
+    # at batch 4096 the activations (16 MiB) outweigh the state (1 MiB): the first step's peak is in its backward
+    first = tfp.memory(model, "4096,256", train=True, optimizer="adamw")
+    steady = tfp.memory(model, "4096,256", train=True, optimizer="adamw", step="steady")
+    assert first.peak.persistent["optimizer state"] == steady.peak.persistent["optimizer state"] == state
+    assert steady.peak.baseline_bytes - first.peak.baseline_bytes == state
+    assert steady.peak.breakdown["optimizer state"] == state
+    buf = io.StringIO()
+    render_memory(first, console=Console(file=buf, width=100, color_system=None))
+    assert first.peak.phase == "backward" and first.peak.breakdown["optimizer state"] == 0
+    assert "this is the first training step" in buf.getvalue() and "--step steady" in buf.getvalue()

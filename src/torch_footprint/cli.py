@@ -99,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     mem.add_argument("--grads", choices=("none", "zero"), default="none",
                      help="none: gradients appear in the backward (first step, set_to_none); zero: kept between "
                           "steps, so they exist before the forward")
+    mem.add_argument("--step", choices=("first", "steady"), default="first",
+                     help="first: the optimizer allocates its state in its step (default); steady: a later step, "
+                          "the state allocated before it")
     mem.add_argument("--scaling", action="store_true", help="fit peak = a + b x batch from three traces")
     mem.add_argument("--overhead", action="append", default=[], metavar="NAME=SIZE",
                      help="set a fixed overhead, e.g. cuda_context=300MiB (0 removes it); repeatable")
@@ -315,7 +318,7 @@ def _memory(args: argparse.Namespace) -> int:
                          precision=args.precision, checkpointing=args.checkpointing, device=args.device,
                          budget=args.max_batch, utilisation=args.utilisation, grads=args.grads,
                          scaling=args.scaling, overheads=overheads, weights=args.weights,
-                         trust_remote_code=args.trust_remote_code)
+                         trust_remote_code=args.trust_remote_code, step=args.step)
     render_memory(est)
     _write(args, est.to_dict())
     return 0

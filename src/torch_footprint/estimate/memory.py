@@ -166,7 +166,7 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
         fixed[name] = parse_bytes(value)
     kept = {k: v for k, v in fixed.items() if v}
     settings = dict(trace.settings, precision=spec.precision, checkpointing=spec.checkpointing, target=device,
-                    inputs=trace.inputs, model=trace.model)
+                    inputs=trace.inputs, model=trace.model, step=spec.step)
     est = MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes)
     fixed_costs = sum(kept.values())
     budget_b = None

@@ -123,7 +123,8 @@ def describe_workload(s: dict[str, Any]) -> tuple[str, str]:
     what = "training step" if s.get("backward") else "inference"
     if s.get("backward"):
         what += f" ({s.get('optimizer') or 'no optimizer'}, {s.get('precision')}"
-        what += ", checkpointing)" if s.get("checkpointing") else ")"
+        what += ", checkpointing" if s.get("checkpointing") else ""
+        what += ", a later step)" if s.get("step") == "steady" else ")"
     elif s.get("precision") not in (None, "fp32"):
         what += f" ({s.get('precision')})"
     return inputs, what
@@ -189,6 +190,11 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
                                         else ""))
     for note in est.notes:
         console.print(Text(f"note: {note}", style="dim"))
+    state = peak.persistent.get("optimizer state", 0)
+    if s.get("backward") and s.get("step") == "first" and state and not peak.breakdown.get("optimizer state"):
+        console.print(Text(f"note: this is the first training step: the optimizer allocates its state "
+                           f"({binary(state)}) in its step, after this peak; `--step steady` models a later step, "
+                           "with the state allocated before it", style="yellow"))
     console.print(Text("Memory in binary units. Activations: tensors made in the forward and alive when it ends "
                        "(saved for the backward). Temporaries: anything else alive at the peak.", style="dim italic"))
 
