@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _model_args(prof)
     prof.add_argument("--dtype", help="cast parameters and floating inputs: fp32, fp16, bf16, fp64")
+    prof.add_argument("--precision", dest="dtype", help=argparse.SUPPRESS, default=argparse.SUPPRESS)  # memory's name
     prof.add_argument("--backward", action="store_true", help="also trace a backward pass (train mode)")
     prof.add_argument("--train", action="store_true", help="run the forward in train mode (dropout, batch stats)")
     prof.add_argument("--depth", type=int, default=2, help="module tree depth to show (default 2)")
@@ -91,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     mem.add_argument("--train", action="store_true", help="a training step: forward, backward and optimizer step")
     mem.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor (with --train)")
     mem.add_argument("--precision", default="fp32", help="fp32, fp16, bf16, fp16-mixed, bf16-mixed (default fp32)")
+    mem.add_argument("--dtype", dest="precision", help=argparse.SUPPRESS, default=argparse.SUPPRESS)  # profile's name
     mem.add_argument("--checkpointing", action="store_true", help="activation checkpointing (with --train)")
     mem.add_argument("--max-batch", metavar="BUDGET", help="largest batch whose provisioned memory fits, e.g. 24GiB")
     mem.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
@@ -166,9 +168,9 @@ def _parser() -> argparse.ArgumentParser:
     _output_args(cal, "also write the measurements to this JSON file")
 
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
-    show.add_argument("file")
-    show.add_argument("--depth", type=int, default=2)
-    show.add_argument("--by", choices=("module", "operator"), default="module")
+    show.add_argument("file", help="a file written by `footprint profile ... --json FILE`")
+    show.add_argument("--depth", type=int, default=2, help="module tree depth to show (default 2)")
+    show.add_argument("--by", choices=("module", "operator"), default="module", help="table to show")
     show.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -366,6 +368,26 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line_warnings() -> None:
+    """Our warnings as one line on stderr ("footprint: warning: ..."), others as Python shows them."""
+    import warnings
+
+    from .errors import FootprintWarning
+
+    shown = warnings.showwarning
+    if getattr(shown, "footprint", False):
+        return
+
+    def show(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+        if issubclass(category, FootprintWarning):
+            print(f"footprint: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *args, **kwargs)  # type: ignore[arg-type]
+
+    show.footprint = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -380,6 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"profile": _profile, "memory": _memory, "bench": _bench, "show": _show, "gpus": _gpus, "fit": _fit,
                 "predict": _predict, "calibrate": _calibrate}
     debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
+    _one_line_warnings()
     try:
         return handlers[args.command](args)
     except FootprintError as e:

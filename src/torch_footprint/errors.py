@@ -9,6 +9,11 @@ class FootprintError(Exception):
     exit_code = 2
 
 
+class FootprintWarning(UserWarning):
+    """Something the user should know that does not stop the work (the command line prints it
+    as one line on stderr)."""
+
+
 class MissingExtraError(FootprintError):
     """An optional dependency is not installed."""
 

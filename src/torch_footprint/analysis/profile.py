@@ -12,12 +12,17 @@ from ..trace import Trace
 from .summary import ModuleRow, OperatorRow, Totals, by_module, by_operator, totals, unknown_ops
 
 
-@dataclass
+@dataclass(repr=False)
 class Profile:
     """What ``footprint profile`` reports: parameters, FLOPs and MACs, by module and operator."""
 
     trace: Trace
     notes: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:  # a summary: the trace (thousands of events) is elided
+        passes = "forward + backward" if self.trace.settings.get("backward") else "forward"
+        return (f"<Profile {self.trace.model}: {self.params:,} params, {self.flops:,} FLOPs and {self.macs:,} MACs "
+                f"forward; {passes} trace of {len(self.trace.events)} events elided>")
 
     # ----------------------------------------------------------------- parameters
     @property

@@ -72,8 +72,8 @@ def render_prediction(pred: Any, console: Console | None = None, depth: int = 1,
     console.print(Text.assemble(("roofline latency: ", "bold"), (_t(pred.time_s), "bold green"),
                                 f"   lower bound (FLOPs / {pred.main_dtype} peak): {_t(pred.lower_bound_s)}",
                                 f"   {si(pred.flops, 'FLOP')}"))
-    console.print(Text(f"time in compute-bound ops {_t(tb['compute'])}, memory-bound {_t(tb['memory'])}, "
-                       f"launch-bound {_t(tb['overhead'])}; mostly {pred.bound}-bound", style="dim"))
+    console.print(Text(f"whole operators by what bounds them: compute {_t(tb['compute'])}, memory "
+                       f"{_t(tb['memory'])}, launch {_t(tb['overhead'])}; mostly {pred.bound}-bound", style="dim"))
     phases = pred.by_phase()
     if len(phases) > 1:
         console.print(Text("by phase: " + ", ".join(f"{k} {_t(v)}" for k, v in phases.items()), style="dim"))
@@ -94,7 +94,10 @@ def render_prediction(pred: Any, console: Console | None = None, depth: int = 1,
     for n in pred.notes:
         console.print(Text(f"note: {n}", style="dim"))
     console.print(Text("time = max(FLOPs / compute ceiling, bytes / bandwidth ceiling) + launch overhead, per "
-                       "operator; a prediction, not a measurement.", style="dim italic"))
+                       "operator; a prediction, not a measurement. The compute, memory and launch columns sum "
+                       "each term over the operators, so they add up to more than the time (only the larger of "
+                       "compute and memory counts per operator); the line above the table sums whole operators "
+                       "by their bound.", style="dim italic"))
 
 
 def render_fit(res: Any, console: Console | None = None) -> None:
@@ -145,13 +148,14 @@ def render_fit(res: Any, console: Console | None = None) -> None:
     for n in res.notes:
         console.print(Text(f"note: {n}", style="dim"))
     console.print(Text("Latency and throughput are roofline predictions (per operator: max of compute and memory "
-                       "time, plus launch overhead); lower bound = FLOPs / peak, the seed documents' estimate.",
+                       "time, plus launch overhead); lower bound = FLOPs / peak FLOP/s of the main dtype.",
                        style="dim italic"))
 
 
 def render_calibration(res: dict[str, Any], path: Any, console: Console | None = None) -> None:
     console = console or make_console()
-    console.print(Text(f"{res['name']}  ·  {res['device']}  ·  {res['threads']} threads  ·  torch {res['torch']}",
+    threads = f"{res['threads']} thread" + ("" if res["threads"] == 1 else "s")
+    console.print(Text(f"{res['name']}  ·  {res['device']}  ·  {threads}  ·  torch {res['torch']}",
                        style="bold cyan"))
     cells = [[f"matmul {k}", si(v * 1e12, "FLOP/s")] for k, v in res["matmul_tflops"].items()]
     cells += [[f"convolution {k} (3x3, 64 channels)", si(v * 1e12, "FLOP/s")] for k, v in res["conv_tflops"].items()]

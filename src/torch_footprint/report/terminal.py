@@ -265,9 +265,13 @@ def render_bench(res: Any, console: Console | None = None) -> None:
     if res.search is not None and s.get("memory_budget") and not res.device.startswith("cuda"):
         console.print(Text(f"CPU memory budget for the batch search: {binary(s['memory_budget'])} "
                            "(a batch whose predicted peak is over it counts as out of memory)", style="dim"))
-    if res.profiler_table:
-        console.print(Text("torch.profiler, 5 calls at the first batch size:", style="bold"))
-        console.print(res.profiler_table, markup=False, highlight=False)
+    if res.profiler_ops:
+        where = "CUDA" if res.device.startswith("cuda") else "CPU"
+        cells = [[r["op"], str(r["calls"]), _ms(r["self_s"]), percent(r["self_share"]), _ms(r["total_s"])]
+                 for r in res.profiler_ops]
+        console.print(*fit_tables([Column("operator", "left", wrap=True), Column("calls"),
+                                   Column(f"self {where}"), Column("self %"), Column(f"{where} total")], cells,
+                                  console.width, title="torch.profiler, 5 calls at the first batch size"))
     for note in res.notes:
         console.print(Text(f"note: {note}", style="dim"))
     console.print(Text("Latency per call; spread = IQR / median. GFLOP/s: the traced FLOPs of one call over its "

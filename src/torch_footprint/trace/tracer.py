@@ -139,9 +139,12 @@ class _ModelRaised(Exception):
     def user_error(self) -> FootprintError:
         msg = str(self.original).strip().splitlines()
         first = msg[0] if msg else ""
+        hint = ""
+        if self.mtype == "Embedding" and "indices" in first:  # token ids given as a float shape
+            hint = ". An embedding takes integer token ids: give them with --input-ids B,T (or --input B,T:int64)"
         return FootprintError(
             f"the model raised {type(self.original).__name__} during the {self.phase} pass, in module "
-            f"'{self.where}' ({self.mtype}): {first}"
+            f"'{self.where}' ({self.mtype}): {first}{hint}"
         )
 
 
