@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .errors import FootprintError
 
@@ -67,8 +68,15 @@ def _output_args(p: argparse.ArgumentParser, json_help: str) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line on stderr and exit code 2 (like every other error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"footprint: error: {message} (see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="footprint", description="What a PyTorch model costs and what hardware it needs.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="store_true", help="print the version and exit")

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 
 class FootprintError(Exception):
-    """An error caused by the user's input or model, reported without a traceback."""
+    """An error caused by the user's input or model, reported without a traceback.
+
+    The message is one line: a line break in it (text the user typed, echoed back) is shown
+    as ``\\n``."""
 
     exit_code = 2
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        text = str(message).replace("\r", "\\r").replace("\n", "\\n")
+        super().__init__(text, *args)
 
 
 class FootprintWarning(UserWarning):

@@ -118,6 +118,8 @@ class Profile:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Profile:
         """A profile saved with ``to_dict(include_trace=True)`` (``footprint profile --json``)."""
+        if not isinstance(d, dict):
+            raise FootprintError("this JSON file is not a profile: save one with footprint profile --json")
         if "trace" not in d:
             raise FootprintError("this JSON file holds no trace; save it with footprint profile --json")
         try:
