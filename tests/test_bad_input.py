@@ -256,6 +256,7 @@ _VALUES = st.recursive(st.none() | st.booleans() | st.integers(-10, 10**4) | st.
                        | st.dictionaries(st.text(max_size=8), c, max_size=3), max_leaves=6)
 
 
+@pytest.mark.filterwarnings("ignore::torch_footprint.errors.FootprintWarning")  # a source that is not a URL
 @FUZZ
 @given(st.dictionaries(st.sampled_from([*ROW, "tflops", "notes", "aliases", "estimated", "tdp_w", "x"]), _VALUES,
                        max_size=10), st.booleans())
@@ -271,6 +272,7 @@ def test_hardware_rows_load_or_say_which_field(tmp_path_factory: pytest.TempPath
         assert str(path) in str(e)
 
 
+@pytest.mark.filterwarnings("ignore::torch_footprint.errors.FootprintWarning")
 @FUZZ
 @given(st.text(max_size=200))
 def test_hardware_files_of_any_text_load_or_say_why(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
