@@ -31,10 +31,15 @@ def table_cells(text: str) -> list[tuple[str, str]]:
     """(column header, cell) for every cell of every table in ``text``."""
     out: list[tuple[str, str]] = []
     headers: list[str] = []
+    in_header = False
     for line in text.splitlines():
-        if line.startswith("┃"):
-            headers = [h.strip() for h in line.strip("┃").split("┃")]
-        elif line.startswith("│"):
+        if line.startswith("┃"):  # a header may take several lines: join them per column
+            parts = [h.strip() for h in line.strip("┃").split("┃")]
+            headers = [f"{a} {b}".strip() for a, b in zip(headers, parts)] if in_header else parts
+            in_header = True
+            continue
+        in_header = False
+        if line.startswith("│"):
             cells = [c.strip() for c in line.strip("│").split("│")]
             out += [(h, c) for h, c in zip(headers, cells) if c]
     return out

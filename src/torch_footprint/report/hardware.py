@@ -109,9 +109,10 @@ def render_fit(res: Any, console: Console | None = None) -> None:
     head.append(f"  input {inputs}  ·  {what}  ·  batch {res.batch} per rank"
                 + (f"  ·  {res.gpus} GPUs, {res.strategy}" if res.gpus > 1 else ""), style="dim")
     console.print(head)
+    # two-line headers: the figures below them are short
     cols = [Column("accelerator", "left", wrap=True), Column("memory"), Column("needs"), Column("fits"),
-            Column("max batch"), Column(f"latency @{res.batch}"), Column("lower bound", priority=20),
-            Column("bound", "left", priority=21), Column("samples/s @max")]
+            Column("max\nbatch"), Column(f"latency\n@{res.batch}"), Column("lower\nbound", priority=20),
+            Column("bound", "left", priority=21), Column("samples/s\n@max")]
     if res.target_s is not None:
         cols.insert(6, Column("meets"))
     notes = any(r.reason for r in res.rows)
@@ -147,8 +148,9 @@ def render_fit(res: Any, console: Console | None = None) -> None:
         console.print(Text.assemble(("pick: none", "bold red"), f"  ({res.why})"))
     for n in res.notes:
         console.print(Text(f"note: {n}", style="dim"))
-    console.print(Text("Latency and throughput are roofline predictions (per operator: max of compute and memory "
-                       "time, plus launch overhead); lower bound = FLOPs / peak FLOP/s of the main dtype.",
+    console.print(Text("max batch: the largest batch that fits; samples/s @max: the throughput there. Latency and "
+                       "throughput are roofline predictions (per operator: max of compute and memory time, plus "
+                       "launch overhead); lower bound = FLOPs / peak FLOP/s of the main dtype.",
                        style="dim italic"))
 
 

@@ -48,7 +48,7 @@ def _len(cell: Cell) -> int:
 
 def _min_width(col: Column, natural: int) -> int:
     """The narrowest a column may get: a figure column none narrower than its widest cell."""
-    return min(natural, max(cell_len(col.header), 20)) if col.wrap else natural
+    return min(natural, max(_len(col.header), 20)) if col.wrap else natural
 
 
 def _widths(cols: list[int], natural: list[int], minimum: list[int], wrap: list[bool], width: int) -> list[int] | None:
@@ -71,7 +71,7 @@ def fit_tables(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width:
     """Lay ``rows`` out as rich tables no wider than ``width``: the first ``key`` columns in
     every table, the others by priority in the first table where they fit."""
     n = len(columns)
-    natural = [max([cell_len(c.header), *(_len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    natural = [max([_len(c.header), *(_len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
     minimum = [_min_width(c, natural[i]) for i, c in enumerate(columns)]
     wrap = [c.wrap for c in columns]
     keys = list(range(min(key, n)))
