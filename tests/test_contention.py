@@ -70,7 +70,7 @@ def test_bench_warns_while_a_busy_loop_holds_a_core() -> None:
     assert st.contention.others_cores >= 0.75  # the loop held one core the whole time (others add to it)
     assert "busy machine: other processes used" in _render(res)
     d = res.to_dict()["points"][0]["stats"]["contention"]
-    assert d["busy"] and d["suggested_threads"] < usable_cpus() + 1
+    assert d["busy"] and d["suggested_threads"] <= max(1, usable_cpus() - 1)  # one core fewer at least
 
 
 def test_more_threads_than_cpus_is_flagged_and_the_thread_count_restored() -> None:
