@@ -27,7 +27,7 @@ def test_uncalibrated_cpu_has_no_bandwidth_and_says_so(home, capsys):
 
 
 def test_calibrate_saves_and_the_roofline_uses_it(home, capsys):
-    assert main(["calibrate", "--quick"]) == 0
+    assert main(["calibrate", "--quick", "--force"]) == 0  # saved even on this shared, busy machine
     out = capsys.readouterr().out
     assert "matmul fp32" in out and "GB/s" in out
     saved = json.loads(calibration_path().read_text())
@@ -38,7 +38,7 @@ def test_calibrate_saves_and_the_roofline_uses_it(home, capsys):
     assert 0.5 < res["copy_gbs"] < 2_000
     assert 0 < res["op_overhead_us"] < 1_000
     cpu = tfp.hardware.get("cpu")
-    assert cpu.calibrated is not None and cpu.bandwidth_gbs == pytest.approx(res["copy_gbs"], rel=0.01)
+    assert cpu.calibrated is not None and cpu.bandwidth_gbs == round(res["copy_gbs"], 1)  # the row keeps 0.1 GB/s
     pred = tfp.predict("resnet18", "cpu")
     assert pred.ceilings.source.startswith("calibrated")
     assert pred.ceilings.bandwidth == pytest.approx(res["copy_gbs"] * 1e9)

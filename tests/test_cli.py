@@ -104,3 +104,24 @@ def test_console_script_runs_as_a_process() -> None:
     assert r.returncode == 2 and "Traceback" not in r.stderr and "malformed" in r.stderr
     r = subprocess.run([sys.executable, "-m", "torch_footprint", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("torch-footprint ")
+
+
+def test_package_factory_resolves_from_the_current_directory(tmp_path: Path) -> None:
+    # the README's `footprint profile mypkg.models:make_net`, run from the folder that holds mypkg/;
+    # `python -P -m` leaves the current directory off sys.path, as the `footprint` script does
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models.py").write_text("from torch import nn\n\ndef make_net():\n    return nn.Linear(8, 4)\n")
+    r = subprocess.run([sys.executable, "-P", "-m", "torch_footprint", "profile", "mypkg.models:make_net",
+                        "--input", "1,8"], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "32 MAC" in r.stdout  # 8 x 4 multiply-accumulates
+
+
+def test_a_package_not_found_names_the_folder_searched(capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the folder joins sys.path for this test only
+    code, _, err = run(capsys, "profile", "nopkg.models:make_net")
+    assert code == 2 and f"from {tmp_path}" in err and err.count("\n") == 1

@@ -95,7 +95,7 @@ def test_memory_is_read_in_binary_units():
     (lambda r: r.replace("memory_gb = 8", "memory_gb = -8"), "field 'memory_gb': must be positive"),
     (lambda r: r.replace("fp32 = 10.0,", "fp64 = 5.0, fp32 = 10.0,"), "field 'tflops.fp64': unknown dtype"),
     (lambda r: r.replace("fp32 = 10.0, ", ""), "field 'tflops.fp32' is missing"),
-    (lambda r: r.replace('"https://example.com/datasheet.pdf"', '"a blog"'), "field 'source' must be the URL"),
+    (lambda r: r.replace('"https://example.com/datasheet.pdf"', '""'), "field 'source' must be a non-empty string"),
     (lambda r: r.replace('kind = "gpu"', 'kind = "tpu"'), "field 'kind' must be one of"),
     (lambda r: r + 'colour = "green"\n', "unknown field 'colour'"),
     (lambda r: r + "link_gbs = 32\n", "fields 'link_gbs' and 'link' go together"),
@@ -109,6 +109,20 @@ def test_malformed_row_names_file_row_and_field(tmp_path, change, message):
         load_file(f)
     text = str(e.value)
     assert str(f) in text and "accelerator #2 (bad-card)" in text and message in text
+
+
+def test_a_source_that_is_not_a_url_is_accepted_with_a_warning(tmp_path, capsys):
+    from torch_footprint.cli import main
+    from torch_footprint.errors import FootprintWarning
+
+    f = tmp_path / "mine.toml"
+    f.write_text(ROW.format(id="my-card", mem=8).replace('"https://example.com/datasheet.pdf"', '"me"'))
+    with pytest.warns(FootprintWarning, match=r"accelerator #1 \(my-card\): field 'source' is not a URL \('me'\)"):
+        [row] = load_file(f)
+    assert row.source == "me"
+    assert main(["gpus", "--hardware", str(f)]) == 0
+    out, err = capsys.readouterr()
+    assert "my-card" in out and err.startswith("footprint: warning: ") and err.count("\n") == 1
 
 
 def test_duplicate_id_and_invalid_toml(tmp_path):

@@ -9,6 +9,10 @@ _VERBS = ("profile", "Profile", "memory", "bench", "fit", "predict", "gpus", "ca
 __all__ = ["FootprintError", "hardware", "__version__", *_VERBS, "make_report"]
 
 
+def __dir__() -> list[str]:  # the verbs load lazily: list them for tab completion and help()
+    return sorted({*(n for n in globals() if n.startswith("__")), *__all__})
+
+
 def __getattr__(name: str) -> Any:  # keep `import torch_footprint` (and the CLI's start) light
     if name in _VERBS:
         from . import api

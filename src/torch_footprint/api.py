@@ -7,7 +7,8 @@ with the estimates beside; ``gpus`` and ``calibrate`` read and write the hardwar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -45,7 +46,7 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
            optimizer: str | None = None, precision: str = "fp32", checkpointing: bool = False,
            device: str = "cpu", budget: int | str | None = None, utilisation: float = 0.8,
            grads: str = "none", scaling: bool = False, overheads: Mapping[str, int | str] | None = None,
-           weights: str | None = None, trust_remote_code: bool = False) -> Any:
+           weights: str | None = None, trust_remote_code: bool = False, step: str = "first") -> Any:
     """Peak memory of one inference (or, with ``train``, one training step), from the trace.
 
     Returns a :class:`~torch_footprint.estimate.memory.MemoryEstimate`: the peak, where it
@@ -57,11 +58,13 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
     they exist before the forward). ``scaling`` fits peak = a + b x batch from traces at
     the batch, 2x and 3x it (a budget implies it). ``overheads`` replaces or adds fixed
     costs by name (bytes or "300MiB"; e.g. {"cuda_context": "300MiB"}; 0 removes one).
+    ``step``: "first" (the optimizer allocates its state in its step) or "steady" (a later
+    step: the state exists before the forward).
     """
     from .estimate.memory import estimate_memory
     from .estimate.workload import StepSpec
 
-    spec = StepSpec(train, optimizer, precision, checkpointing, grads)
+    spec = StepSpec(train, optimizer, precision, checkpointing, grads, step)
     return estimate_memory(model, inputs, spec, batch=batch, device=device, budget=budget, utilisation=utilisation,
                            scaling=scaling, overheads=overheads, weights=weights,
                            trust_remote_code=trust_remote_code)
@@ -73,7 +76,7 @@ def bench(model: nn.Module | str, inputs: InputsLike = None, *, device: str | No
           optimizer: str = "sgd", inference_mode: bool = True, cudnn_benchmark: bool = False,
           profile: bool = False, max_memory: int | str | None = None, min_reps: int = 30,
           min_seconds: float = 2.0, weights: str | None = None, trust_remote_code: bool = False,
-          progress: Callable[[str, float | None], None] | None = None) -> Any:
+          progress: Callable[[str, float | None], None] | None = None, threads: int | None = None) -> Any:
     """Measure latency and throughput of ``model`` on ``device`` (default: cuda if present).
 
     A model given by name is built with random weights (its constructor's initialisation).
@@ -81,8 +84,39 @@ def bench(model: nn.Module | str, inputs: InputsLike = None, *, device: str | No
     largest batch that runs, found by doubling and bisection, recovering from
     out-of-memory; on CPU a batch whose predicted peak is over ``max_memory`` (default 80%
     of the available RAM) counts as out of memory without running. ``profile`` adds
-    torch.profiler's operator table. Returns a :class:`~torch_footprint.measure.runner.BenchResult`.
+    torch.profiler's operator table. ``threads`` sets torch's CPU threads for the run (each
+    timing says whether other processes competed for the CPUs, and which thread count would
+    have had a CPU each). Returns a :class:`~torch_footprint.measure.runner.BenchResult`.
     """
+    with _threads(threads):
+        return _bench(model, inputs, device=device, batch_sizes=batch_sizes, dtype=dtype, autocast=autocast,
+                      channels_last=channels_last, compile=compile, train=train, optimizer=optimizer,
+                      inference_mode=inference_mode, cudnn_benchmark=cudnn_benchmark, profile=profile,
+                      max_memory=max_memory, min_reps=min_reps, min_seconds=min_seconds, weights=weights,
+                      trust_remote_code=trust_remote_code, progress=progress)
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    """torch's CPU thread count set to ``n`` for the block (None: unchanged)."""
+    if n is None:
+        yield
+        return
+    if n < 1:
+        raise FootprintError(f"--threads must be at least 1, got {n}")
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _bench(model: nn.Module | str, inputs: InputsLike, *, device: str | None, batch_sizes: Any, dtype: str | None,
+           autocast: str | None, channels_last: bool, compile: bool, train: bool, optimizer: str,
+           inference_mode: bool, cudnn_benchmark: bool, profile: bool, max_memory: int | str | None,
+           min_reps: int, min_seconds: float, weights: str | None, trust_remote_code: bool,
+           progress: Callable[[str, float | None], None] | None) -> Any:
     from .dtypes import parse_dtype
     from .estimate import training
     from .estimate.alongside import Alongside
@@ -196,26 +230,35 @@ def gpus(hardware: str | None = None, vendor: str | None = None) -> list[Any]:
 
 
 def calibrate(device: str = "cpu", *, quick: bool = False, save: bool = True,
-              on_step: Callable[[str], None] | None = None, nproc: int | None = None) -> tuple[dict[str, Any], Any]:
+              on_step: Callable[[str], None] | None = None, nproc: int | None = None, force: bool = False,
+              threads: int | None = None) -> tuple[dict[str, Any], Any]:
     """Measure this machine's ceilings; with ``save``, keep them for later predictions.
+
+    A calibration that fails its own checks (a cache copy slower than DRAM, a ceiling far
+    from this device's previous calibration, a busy machine) is not saved unless ``force``;
+    its ``problems`` list says why. ``threads`` sets torch's CPU threads while measuring.
     ``nproc`` also times all-reduces across that many ranks under torchrun (the link that
     ``bench --nproc`` and ``fit`` on this device use). Returns the measurements and the
     path they were saved to (None when not saved)."""
-    from .hardware.local import save_calibration
+    from .hardware.local import device_key, read_calibrations, save_calibration
     from .measure.calibrate import calibrate as run
+    from .measure.calibrate import check
 
     if nproc is not None:
         from .measure.distributed import check_nproc
 
         check_nproc(nproc, device)
-    res = run(device, quick=quick, on_step=on_step)
-    if nproc is not None:
-        from .measure.distributed import measure_link
+    with _threads(threads):
+        res = run(device, quick=quick, on_step=on_step)
+        if nproc is not None:
+            from .measure.distributed import measure_link
 
-        if on_step:
-            on_step(f"all-reduce across {nproc} ranks")
-        res["link"] = measure_link(nproc, device, quick=quick)
-    return res, save_calibration(device, res) if save else None
+            if on_step:
+                on_step(f"all-reduce across {nproc} ranks")
+            res["link"] = measure_link(nproc, device, quick=quick)
+        res["problems"] = check(res, read_calibrations().get(device_key(device)))
+        keep = save and (force or not res["problems"])
+        return res, save_calibration(device, res) if keep else None
 
 
 def llm(model: nn.Module | str, *, prompt: int = 1024, output: int = 256, batch: int = 1,

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import FootprintError
 
@@ -77,8 +77,15 @@ def _output_args(p: argparse.ArgumentParser, json_help: str) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line on stderr and exit code 2 (like every other error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"footprint: error: {message} (see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="footprint", description="What a PyTorch model costs and what hardware it needs.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="store_true", help="print the version and exit")
@@ -88,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _model_args(prof)
     prof.add_argument("--dtype", help="cast parameters and floating inputs: fp32, fp16, bf16, fp64")
+    prof.add_argument("--precision", dest="dtype", help=argparse.SUPPRESS, default=argparse.SUPPRESS)  # memory's name
     prof.add_argument("--backward", action="store_true", help="also trace a backward pass (train mode)")
     prof.add_argument("--train", action="store_true", help="run the forward in train mode (dropout, batch stats)")
     prof.add_argument("--depth", type=int, default=2, help="module tree depth to show (default 2)")
@@ -102,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     mem.add_argument("--train", action="store_true", help="a training step: forward, backward and optimizer step")
     mem.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor (with --train)")
     mem.add_argument("--precision", default="fp32", help="fp32, fp16, bf16, fp16-mixed, bf16-mixed (default fp32)")
+    mem.add_argument("--dtype", dest="precision", help=argparse.SUPPRESS, default=argparse.SUPPRESS)  # profile's name
     mem.add_argument("--checkpointing", action="store_true", help="activation checkpointing (with --train)")
     mem.add_argument("--max-batch", metavar="BUDGET", help="largest batch whose provisioned memory fits, e.g. 24GiB")
     mem.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
@@ -110,6 +119,9 @@ def _parser() -> argparse.ArgumentParser:
     mem.add_argument("--grads", choices=("none", "zero"), default="none",
                      help="none: gradients appear in the backward (first step, set_to_none); zero: kept between "
                           "steps, so they exist before the forward")
+    mem.add_argument("--step", choices=("first", "steady"), default="first",
+                     help="first: the optimizer allocates its state in its step (default); steady: a later step, "
+                          "the state allocated before it")
     mem.add_argument("--scaling", action="store_true", help="fit peak = a + b x batch from three traces")
     mem.add_argument("--overhead", action="append", default=[], metavar="NAME=SIZE",
                      help="set a fixed overhead, e.g. cuda_context=300MiB (0 removes it); repeatable")
@@ -140,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 600)")
     b.add_argument("--min-reps", type=int, default=30)
     b.add_argument("--min-time", type=float, default=2.0, help="seconds of timed calls at least (default 2)")
+    b.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's, one per core)")
     _output_args(b, "also write the measurements as JSON")
 
     gp = sub.add_parser("gpus", help="the accelerator database: memory, bandwidth, dense TFLOPS per dtype, TDP",
@@ -180,6 +193,8 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     cal.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     cal.add_argument("--nproc", type=int, help="also time all-reduces across N ranks (torchrun): the link")
+    cal.add_argument("--force", action="store_true", help="save even a calibration that fails its sanity checks")
+    cal.add_argument("--threads", type=int, help="torch's CPU threads while measuring (default: torch's)")
     _output_args(cal, "also write the measurements to this JSON file")
 
     lm = sub.add_parser("llm", help="what a language model needs to serve: KV cache, quantized weights, "
@@ -214,10 +229,10 @@ def _parser() -> argparse.ArgumentParser:
     _output_args(lm, "also write the answer as JSON")
 
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
-    show.add_argument("file")
+    show.add_argument("file", help="a file written by `footprint ... --json FILE`")
     show.add_argument("--depth", type=int, help="module depth: of the table (default 2), of the HTML's bars "
                                                 "(default: the shallowest with five modules)")
-    show.add_argument("--by", choices=("module", "operator"), default="module")
+    show.add_argument("--by", choices=("module", "operator"), default="module", help="table to show")
     show.add_argument("--debug", action="store_true", help="show tracebacks")
     show.add_argument("--html", metavar="FILE", help="write the HTML report of a saved profile or report instead")
     _report_parsers(sub)
@@ -316,13 +331,15 @@ def _gpus(args: argparse.Namespace) -> int:
 def _fit(args: argparse.Namespace) -> int:
     from . import api
     from .report.hardware import render_fit
+    from .report.progress import progress
 
-    res = api.fit(args.model, _specs(args) or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
-                  precision=args.precision, dtype=args.dtype, checkpointing=args.checkpointing, gpus=args.gpus,
-                  strategy=args.strategy, latency=args.latency, utilisation=args.utilisation,
-                  hardware=args.hardware, only=args.gpu or None, tf32=_tf32(args.tf32),
-                  efficiency=_efficiency(args.efficiency), bucket_view=args.bucket_view, weights=args.weights,
-                  trust_remote_code=args.trust_remote_code, tp=args.tp)
+    with progress(f"fit {args.model}: tracing and ranking"):
+        res = api.fit(args.model, _specs(args) or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
+                      precision=args.precision, dtype=args.dtype, checkpointing=args.checkpointing, gpus=args.gpus,
+                      strategy=args.strategy, latency=args.latency, utilisation=args.utilisation,
+                      hardware=args.hardware, only=args.gpu or None, tf32=_tf32(args.tf32),
+                      efficiency=_efficiency(args.efficiency), bucket_view=args.bucket_view, weights=args.weights,
+                      trust_remote_code=args.trust_remote_code, tp=args.tp)
     render_fit(res)
     _write(args, res.to_dict())
     if args.csv:
@@ -337,30 +354,36 @@ def _fit(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from . import api
     from .report.hardware import render_prediction
+    from .report.progress import progress
 
     if args.depth < 0 or args.top < 0:
         raise FootprintError("--depth and --top cannot be negative")
-    pred = api.predict(args.model, args.gpu, _specs(args) or None, dtype=args.dtype, precision=args.precision,
-                       batch=args.batch, train=args.train, optimizer=args.optimizer,
-                       checkpointing=args.checkpointing, tf32=_tf32(args.tf32),
-                       efficiency=_efficiency(args.efficiency), hardware=args.hardware, weights=args.weights,
-                       trust_remote_code=args.trust_remote_code)
+    with progress(f"predict {args.model}: tracing"):
+        pred = api.predict(args.model, args.gpu, _specs(args) or None, dtype=args.dtype, precision=args.precision,
+                           batch=args.batch, train=args.train, optimizer=args.optimizer,
+                           checkpointing=args.checkpointing, tf32=_tf32(args.tf32),
+                           efficiency=_efficiency(args.efficiency), hardware=args.hardware, weights=args.weights,
+                           trust_remote_code=args.trust_remote_code)
     render_prediction(pred, depth=args.depth, top=args.top)
     _write(args, pred.to_dict(ops=True))
     return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from . import api
     from .report.hardware import render_calibration
+    from .report.progress import progress
 
-    with Console(stderr=True).status("calibrating") as status:
-        res, path = api.calibrate(args.device, quick=args.quick, nproc=args.nproc,
-                                  on_step=lambda s: status.update(f"calibrating: {s}"))
+    with progress("calibrating") as update:
+        res, path = api.calibrate(args.device, quick=args.quick, force=args.force, threads=args.threads,
+                                  nproc=args.nproc,
+                                  on_step=lambda s: update(f"calibrating: {s}"))
     render_calibration(res, path)
     _write(args, res)
+    if res["problems"] and path is None:
+        print("footprint: calibration not saved: " + "; ".join(res["problems"]) + ". `footprint calibrate "
+              "--force` saves it anyway", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -386,13 +409,15 @@ def _specs(args: argparse.Namespace) -> list:
 
 def _profile(args: argparse.Namespace) -> int:
     from . import api
+    from .report.progress import progress
     from .report.terminal import render_profile
     if args.depth < 0:
         raise FootprintError("--depth cannot be negative")
     specs = _specs(args)
-    prof = api.profile(args.model, specs or None, backward=args.backward, dtype=args.dtype,
-                       train=bool(args.train or args.backward), weights=args.weights,
-                       trust_remote_code=args.trust_remote_code)
+    with progress(f"profile {args.model}: tracing"):
+        prof = api.profile(args.model, specs or None, backward=args.backward, dtype=args.dtype,
+                           train=bool(args.train or args.backward), weights=args.weights,
+                           trust_remote_code=args.trust_remote_code)
     render_profile(prof, by=args.by, depth=args.depth)
     _write(args, prof.to_dict(depth=None, include_trace=True))
     if args.csv:
@@ -411,6 +436,7 @@ def _write_csv(path: str, prof: Any, by: str) -> None:
 
 def _memory(args: argparse.Namespace) -> int:
     from . import api
+    from .report.progress import progress
     from .report.terminal import render_memory
 
     specs = _specs(args)
@@ -420,19 +446,18 @@ def _memory(args: argparse.Namespace) -> int:
         if not sep or not name.strip():
             raise FootprintError(f"--overhead takes NAME=SIZE, e.g. cuda_context=300MiB; got '{item}'")
         overheads[name.strip()] = size
-    est = api.memory(args.model, specs or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
-                     precision=args.precision, checkpointing=args.checkpointing, device=args.device,
-                     budget=args.max_batch, utilisation=args.utilisation, grads=args.grads,
-                     scaling=args.scaling, overheads=overheads, weights=args.weights,
-                     trust_remote_code=args.trust_remote_code)
+    with progress(f"memory {args.model}: tracing"):
+        est = api.memory(args.model, specs or None, batch=args.batch, train=args.train, optimizer=args.optimizer,
+                         precision=args.precision, checkpointing=args.checkpointing, device=args.device,
+                         budget=args.max_batch, utilisation=args.utilisation, grads=args.grads,
+                         scaling=args.scaling, overheads=overheads, weights=args.weights,
+                         trust_remote_code=args.trust_remote_code, step=args.step)
     render_memory(est)
     _write(args, est.to_dict())
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from .api import bench
     from .report.terminal import render_bench
 
@@ -441,25 +466,29 @@ def _bench(args: argparse.Namespace) -> int:
     if args.min_reps < 1 or args.min_time < 0:
         raise FootprintError("--min-reps must be at least 1 and --min-time not negative")
     specs = _specs(args)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from .errors import Interrupted
+    from .report.progress import progress
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("preparing", total=None)
-
-        def progress(message: str, fraction: float | None) -> None:
-            bar.update(task, description=message, total=None if fraction is None else 1.0,
-                       completed=fraction or 0.0)
-
-        res = bench(args.model, specs or None, device=args.device, batch_sizes=args.batch,
-                    dtype=args.dtype, autocast=args.autocast, channels_last=args.channels_last,
-                    compile=args.compile, train=args.train, optimizer=args.optimizer,
-                    inference_mode=not args.no_inference_mode, cudnn_benchmark=args.cudnn_benchmark,
-                    profile=args.profile, max_memory=args.max_memory, min_reps=args.min_reps,
-                    min_seconds=args.min_time, weights=args.weights, trust_remote_code=args.trust_remote_code,
-                    progress=progress)
+    interrupted = None
+    with progress(f"bench {args.model}: preparing") as update:
+        try:
+            res = bench(args.model, specs or None, device=args.device, batch_sizes=args.batch,
+                        dtype=args.dtype, autocast=args.autocast, channels_last=args.channels_last,
+                        compile=args.compile, train=args.train, optimizer=args.optimizer,
+                        inference_mode=not args.no_inference_mode, cudnn_benchmark=args.cudnn_benchmark,
+                        profile=args.profile, max_memory=args.max_memory, min_reps=args.min_reps,
+                        min_seconds=args.min_time, weights=args.weights, trust_remote_code=args.trust_remote_code,
+                        progress=update, threads=args.threads)
+        except Interrupted as e:
+            if e.partial is None or not e.partial.points:
+                raise
+            res, interrupted = e.partial, e
     render_bench(res)
     _write(args, res.to_dict())
+    if interrupted is not None:  # Ctrl-C: what was finished is above (and in --json); exit as interrupted
+        print("footprint: interrupted: kept the finished batch sizes; not measured: "
+              + ", ".join(map(str, res.unfinished)), file=sys.stderr)
+        return 130
     return 0
 
 
@@ -609,6 +638,26 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line_warnings() -> None:
+    """Our warnings as one line on stderr ("footprint: warning: ..."), others as Python shows them."""
+    import warnings
+
+    from .errors import FootprintWarning
+
+    shown = warnings.showwarning
+    if getattr(shown, "footprint", False):
+        return
+
+    def show(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+        if issubclass(category, FootprintWarning):
+            print(f"footprint: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *args, **kwargs)  # type: ignore[arg-type]
+
+    show.footprint = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -624,6 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "predict": _predict, "calibrate": _calibrate, "llm": _llm, "report": _report, "schema": _schema,
                 "diff": _diff, "check": _check}
     debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
+    _one_line_warnings()
     try:
         return handlers[args.command](args)
     except FootprintError as e:

@@ -4,9 +4,21 @@ from __future__ import annotations
 
 
 class FootprintError(Exception):
-    """An error caused by the user's input or model, reported without a traceback."""
+    """An error caused by the user's input or model, reported without a traceback.
+
+    The message is one line: a line break in it (text the user typed, echoed back) is shown
+    as ``\\n``."""
 
     exit_code = 2
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        text = str(message).replace("\r", "\\r").replace("\n", "\\n")
+        super().__init__(text, *args)
+
+
+class FootprintWarning(UserWarning):
+    """Something the user should know that does not stop the work (the command line prints it
+    as one line on stderr)."""
 
 
 class MissingExtraError(FootprintError):
@@ -19,3 +31,11 @@ class MissingExtraError(FootprintError):
         )
         self.package = package
         self.extra = extra
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during long work; ``partial`` holds the result of what was finished (or None)."""
+
+    def __init__(self, partial: object = None) -> None:
+        super().__init__()
+        self.partial = partial

@@ -32,9 +32,7 @@ def _write(path: str | os.PathLike[str], fill: Any) -> None:
             fill(f)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would have made it, not mkstemp's 0600
         os.replace(tmp, target)
     except OSError as e:
         raise FootprintError(f"cannot write '{target}': {e.strerror or e}") from e
@@ -43,15 +41,21 @@ def _write(path: str | os.PathLike[str], fill: Any) -> None:
             os.unlink(tmp)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
+
+
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         with open(path) as f:
             return json.load(f)
     except FileNotFoundError:
         raise FootprintError(f"file '{path}' does not exist") from None
+    except IsADirectoryError:
+        raise FootprintError(f"'{path}' is a folder, not a file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise FootprintError(f"cannot read '{path}': {getattr(e, 'strerror', None) or e}") from None
     except json.JSONDecodeError as e:
         raise FootprintError(f"'{path}' is not valid JSON: {e}") from None
-    except UnicodeDecodeError:
-        raise FootprintError(f"'{path}' is not a JSON file (it is not text)") from None
-    except IsADirectoryError:
-        raise FootprintError(f"'{path}' is a folder, not a JSON file") from None

@@ -12,7 +12,7 @@ from ..trace import Trace
 from .summary import ModuleRow, OperatorRow, Totals, by_module, by_operator, totals, unknown_ops
 
 
-@dataclass
+@dataclass(repr=False)
 class Profile:
     """What ``footprint profile`` reports: parameters, FLOPs and MACs, by module and operator."""
 
@@ -124,6 +124,8 @@ class Profile:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Profile:
         """A profile saved with ``to_dict(include_trace=True)`` (``footprint profile --json``)."""
+        if not isinstance(d, dict):
+            raise FootprintError("this JSON file is not a profile: save one with footprint profile --json")
         if "trace" not in d:
             raise FootprintError("this JSON file holds no trace; save it with footprint profile --json")
         try:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..analysis.memory import MemoryPeak, replay
@@ -25,8 +25,24 @@ ALLOCATOR_ROUNDING = {"cpu": 0, "cuda": 512}
 
 
 @dataclass
+class Piece:
+    """One line of the peak: fixed + per_sample x batch from batch ``start`` on (until the next
+    piece), reached in ``phase``."""
+
+    start: int
+    fixed: float
+    per_sample: float
+    phase: str
+
+
+@dataclass
 class BatchScaling:
-    """peak(batch) = fixed + per_sample x batch, fitted from traces at two batch sizes."""
+    """peak(batch) = fixed + per_sample x batch, fitted from traces at two batch sizes.
+
+    ``pieces``: where the traces line up operator by operator, the peak exactly: every
+    operator's live bytes are affine in the batch, so the peak is the largest of those
+    lines, one line over each range of batches (a training step's peak can sit in the
+    optimizer step at small batches and in the backward at large ones)."""
 
     batches: list[int]
     peaks: list[int]
@@ -35,6 +51,7 @@ class BatchScaling:
     affine: bool  # a third trace landed on the line (within 1%)
     max_batch: int | None = None
     max_batch_checked: bool = False
+    pieces: list[Piece] = field(default_factory=list)
 
     def peak_at(self, batch: int) -> float:
         return self.fixed + self.per_sample * batch
@@ -76,7 +93,7 @@ class MemoryEstimate:
              "total_bytes": self.total, "utilisation": self.utilisation, "provision_bytes": self.provision,
              "notes": self.notes, "budget": self.budget}
         if self.scaling is not None:
-            d["batch_fit"] = self.scaling.__dict__
+            d["batch_fit"] = asdict(self.scaling)
         return d
 
 
@@ -97,6 +114,43 @@ def scaling_line(batches: list[int], peaks: list[int]) -> BatchScaling:
         expected = fixed + per * batches[2]
         affine = abs(peaks[2] - expected) <= 0.01 * max(peaks[2], 1)
     return BatchScaling(batches=batches, peaks=peaks, fixed=fixed, per_sample=per, affine=affine)
+
+
+def envelope(p: int, q: int, highs_p: Sequence[int], highs_q: Sequence[int], phases: Sequence[str],
+             start: int = 1) -> list[Piece]:
+    """The peak over batches from ``start`` on as pieces of lines, from two traces (at batches
+    ``p`` and ``q``) that line up: ``highs`` are the live bytes at each operator's high point,
+    ``phases`` the phase of each. The upper envelope of one line per operator."""
+    lines = {}
+    for a, b, phase in zip(highs_p, highs_q, phases, strict=True):
+        slope = (b - a) / (q - p)
+        key = (a - slope * p, slope)
+        lines.setdefault(key, phase)
+    if not lines:
+        return []
+
+    def value(line: tuple[float, float], x: float) -> float:
+        return line[0] + line[1] * x
+
+    x: float = start
+    cur = max(lines, key=lambda ln: (value(ln, x), ln[1]))
+    pieces = [Piece(start, cur[0], cur[1], lines[cur])]
+    while True:
+        # the next line to overtake: the first crossing after x among steeper lines
+        best: tuple[float, float, float] | None = None
+        for ln in lines:
+            if ln[1] > cur[1]:
+                cross = (cur[0] - ln[0]) / (ln[1] - cur[1])
+                if cross >= x and (best is None or (cross, -ln[1]) < (best[0], -best[2])):
+                    best = (cross, ln[0], ln[1])
+        if best is None:
+            return pieces
+        x, cur = best[0], (best[1], best[2])
+        first = math.floor(x) + 1  # the first whole batch where the new line is above
+        if first <= pieces[-1].start:
+            pieces[-1] = Piece(pieces[-1].start, cur[0], cur[1], lines[cur])
+        else:
+            pieces.append(Piece(first, cur[0], cur[1], lines[cur]))
 
 
 def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = None, device: str = "cpu",
@@ -134,11 +188,18 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
     if budget_b is None and not scaling:
         return est
     b1 = first_batch(trace, batch)
-    traced = {b1: peak.peak_bytes, 2 * b1: at(2 * b1)[0].peak_bytes, 3 * b1: at(3 * b1)[0].peak_bytes}
+    runs = {b1: (peak, trace), **{k * b1: at(k * b1, timeline=True)[:2] for k in (2, 3)}}
+    traced = {b: r[0].peak_bytes for b, r in runs.items()}
     line = est.scaling = scaling_line(list(traced), list(traced.values()))
-    if not line.affine:
-        est.notes.append("peak memory is not affine in the batch size here (a third trace is off the line "
-                         "by more than 1%)")
+    from .recommend import aligned_pair
+
+    pair = aligned_pair({b: r[1] for b, r in runs.items()})
+    if pair is not None:
+        (pp, tp), (pq, _) = runs[pair[0]], runs[pair[1]]
+        phases = ["before the first operator", *(e.phase for e in tp.events)]
+        line.pieces = envelope(pair[0], pair[1], pp.highs, pq.highs, phases)
+        last = line.pieces[-1]
+        line.fixed, line.per_sample = last.fixed, last.per_sample
     if budget_b is None:
         return est
     room = budget_b * utilisation - fixed_costs
@@ -176,7 +237,7 @@ def memory_of(trace: Trace, spec: StepSpec, notes: list[str], *, peak: MemoryPea
         fixed[name] = parse_bytes(value)
     kept = {k: v for k, v in fixed.items() if v}
     settings = dict(trace.settings, precision=spec.precision, checkpointing=spec.checkpointing, target=device,
-                    inputs=trace.inputs, model=trace.model)
+                    inputs=trace.inputs, model=trace.model, step=spec.step)
     return MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes)
 
 

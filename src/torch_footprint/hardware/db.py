@@ -11,13 +11,14 @@ import json
 import os
 import re
 import sys
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ..dtypes import RATE_KEYS
-from ..errors import FootprintError
+from ..errors import FootprintError, FootprintWarning
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -116,8 +117,9 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
         raise FootprintError(f"{at}: field 'id' must be lower-case letters, digits, '.' and '-', got {raw['id']!r}")
     if raw["kind"] not in KINDS:
         raise FootprintError(f"{at}: field 'kind' must be one of {', '.join(KINDS)}, got {raw['kind']!r}")
-    if not re.match(r"^https?://\S+$", raw["source"]):
-        raise FootprintError(f"{at}: field 'source' must be the URL of the datasheet, got {raw['source']!r}")
+    if not re.match(r"^https?://\S+$", raw["source"]):  # any text is a source; a URL lets others check it
+        warnings.warn(f"{at}: field 'source' is not a URL ({raw['source']!r}); a datasheet URL lets others "
+                      "check the figures", FootprintWarning, stacklevel=2)
     tf = raw["tflops"]
     if not isinstance(tf, dict):
         raise FootprintError(f"{at}: field 'tflops' must be a table of dtype = TFLOPS, got {tf!r}")

@@ -41,6 +41,43 @@ def available_ram() -> int | None:
     return proc_kib("/proc/meminfo", "MemAvailable")
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity set; all of them where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """Seconds the CPUs of this process's affinity set have spent busy (user, nice, system,
+    irq, softirq) and stolen by the hypervisor since boot, from /proc/stat (None elsewhere)."""
+    try:
+        allowed = {f"cpu{i}" for i in os.sched_getaffinity(0)}
+        lines = Path("/proc/stat").read_text().splitlines()
+        tick = os.sysconf("SC_CLK_TCK")
+    except (AttributeError, OSError, ValueError):
+        return None
+    busy = steal = 0
+    found = False
+    for line in lines:
+        name, *fields = line.split()
+        if name in allowed and len(fields) >= 8:
+            user, nice, system, _idle, _iowait, irq, softirq, stolen = (int(f) for f in fields[:8])
+            busy += user + nice + system + irq + softirq
+            steal += stolen
+            found = True
+    return (busy / tick, steal / tick) if found else None
+
+
+def load_average() -> float | None:
+    """The one-minute load average (runnable and waiting tasks)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def _cpuinfo() -> dict[str, str]:
     return proc_fields("/proc/cpuinfo")
 

@@ -28,6 +28,7 @@ import torch
 from ..dtypes import torch_dtype_of_rate
 from ..errors import FootprintError
 from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key
+from . import contention
 from .timer import CpuClock, CudaClock, measure
 
 
@@ -147,6 +148,7 @@ def calibrate(device: str = "cpu", quick: bool = False,
         raise FootprintError("--device cuda: no CUDA device is visible to PyTorch here")
     step = on_step or (lambda s: None)
     t_start = time.perf_counter()
+    before = contention.sample()
     reps = 3 if quick else 7
     if device == "cpu":
         # CPUs without native half-precision units run fp16/bf16 matmuls ~100x slower: small sizes
@@ -190,4 +192,37 @@ def calibrate(device: str = "cpu", quick: bool = False,
     result["view_overhead_us"] = view_s * 1e6
     result["op_overhead_us"] = _overhead(device, view_s) * 1e6
     result["seconds"] = round(time.perf_counter() - t_start, 2)
+    result["contention"] = contention.between(before, contention.sample(), torch.get_num_threads()).to_dict()
     return result
+
+
+FAR_OFF = 2.0  # a ceiling this many times above or below the previous calibration's is suspect
+_COMPARED = (("matmul fp32", lambda r: r["matmul_tflops"].get("fp32"), "{:.3g} TFLOP/s"),
+             ("convolution fp32", lambda r: r["conv_tflops"].get("fp32"), "{:.3g} TFLOP/s"),
+             ("copy bandwidth", lambda r: r.get("copy_gbs"), "{:.1f} GB/s"))
+
+
+def check(result: dict[str, Any], previous: dict[str, Any] | None = None) -> list[str]:
+    """What is wrong with a calibration, one sentence each (empty: it is consistent): a
+    copy that fits the caches slower than one from DRAM, a ceiling ``FAR_OFF`` times away
+    from the previous calibration of this device, or other processes competing for the CPUs."""
+    problems = []
+    cache, dram = result.get("cache_copy_gbs"), result.get("copy_gbs")
+    if cache is not None and dram is not None and cache < dram:
+        problems.append(f"the 4 MiB copy that fits the caches ran at {cache:.1f} GB/s, slower than the copy "
+                        f"from DRAM at {dram:.1f} GB/s")
+    for name, get, fmt in _COMPARED if previous else ():
+        try:
+            new, old = get(result), get(previous)
+        except (KeyError, TypeError, AttributeError):
+            continue
+        if new and old and not 1 / FAR_OFF <= new / old <= FAR_OFF:
+            problems.append(f"{name} {fmt.format(new)} is {new / old:.2g}x the previous calibration's "
+                            f"{fmt.format(old)} ({previous.get('when', '?')})")
+    busy = result.get("contention") or {}
+    if busy.get("busy"):
+        why = (f"{busy['threads']} threads on {busy['cpus']} usable CPUs" if busy.get("oversubscribed") else
+               f"other processes used {busy['others_cores']:.2f} of {busy['cpus']} CPUs")
+        problems.append(f"the machine was busy ({why}); --threads {busy['suggested_threads']} "
+                        "or an idle machine measures cleanly")
+    return problems

@@ -5,16 +5,19 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..errors import FootprintError
+from ..errors import FootprintError, Interrupted
 from ..hardware.local import proc_kib
 from ..trace.step import run_step
 from .search import OutOfMemory, SearchResult, largest_runnable_batch, release_memory
@@ -60,6 +63,8 @@ class BenchResult:
     search: SearchResult | None = None
     profiler_table: str | None = None
     notes: list[str] = field(default_factory=list)
+    unfinished: list[int | str] = field(default_factory=list)  # what Ctrl-C left undone
+    profiler_ops: list[dict[str, Any]] = field(default_factory=list)  # torch.profiler's table, as rows
 
     def add_predictions(self, latency: dict[int, Any], accelerator: Any) -> None:
         """Put the roofline latency (by batch) on the device's row beside each measured point."""
@@ -89,7 +94,43 @@ class BenchResult:
         return {"model": self.model, "device": self.device, "mode": self.mode, "settings": self.settings,
                 "points": [p.to_dict() for p in self.points], "notes": self.notes,
                 "largest_batch": self.search.batch if self.search else None,
-                "search": self.search.tried if self.search else None, "profiler_table": self.profiler_table}
+                "search": self.search.tried if self.search else None, "profiler_table": self.profiler_table,
+                "interrupted": bool(self.unfinished), "unfinished": self.unfinished,
+                "profiler_ops": self.profiler_ops}
+
+
+_KINETO_NOISE = re.compile(r"^(USDT:.*profiler_(start|stop)|ERROR:.*gpuGetDeviceCount failed.*)$")
+
+
+@contextlib.contextmanager
+def kineto_quiet() -> Iterator[None]:
+    """Hold back what kineto writes straight to file descriptor 2 when the profiler starts and
+    stops ("USDT: ... profiler_start"; "gpuGetDeviceCount failed" where there is no GPU); any
+    other line written meanwhile is passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            for line in held.read().decode(errors="replace").splitlines():
+                if not _KINETO_NOISE.match(line.strip()):
+                    print(line, file=sys.stderr)
+
+
+def profiler_rows(averages: Any, cuda: bool, limit: int = 15) -> list[dict[str, Any]]:
+    """torch.profiler's operator averages as rows (seconds), the most self time first."""
+    def self_s(e: Any) -> float:
+        return (e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e6
+
+    total = sum(self_s(e) for e in averages) or 1.0
+    rows = [{"op": e.key, "calls": e.count, "self_s": self_s(e), "self_share": self_s(e) / total,
+             "total_s": (e.device_time_total if cuda else e.cpu_time_total) / 1e6} for e in averages]
+    return sorted(rows, key=lambda r: -r["self_s"])[:limit]
 
 
 def pick_device(device: str | None) -> str:
@@ -239,56 +280,69 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
         del fn, args, kwargs
 
     concrete: list[int] = []
-    for b in batches:
-        if b == "auto":
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-            baseline = torch.cuda.memory_allocated() if cuda else None
-            result.search = largest_runnable_batch(try_batch, start=default_batch)
-            release_memory()
-            if baseline is not None:
-                result.notes.append(f"after the batch search CUDA memory allocated is "
-                                    f"{torch.cuda.memory_allocated()} bytes (before: {baseline})")
-            if result.search.batch == 0:
-                raise FootprintError("not even the smallest batch fits in memory")
-            concrete.append(result.search.batch)
-        else:
-            concrete.append(int(b))
+    try:
+        for b in batches:
+            if b == "auto":
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                baseline = torch.cuda.memory_allocated() if cuda else None
+                result.search = largest_runnable_batch(try_batch, start=default_batch)
+                release_memory()
+                if baseline is not None:
+                    result.notes.append(f"after the batch search CUDA memory allocated is "
+                                        f"{torch.cuda.memory_allocated()} bytes (before: {baseline})")
+                if result.search.batch == 0:
+                    raise FootprintError("not even the smallest batch fits in memory")
+                concrete.append(result.search.batch)
+            else:
+                concrete.append(int(b))
 
-    for b in concrete:
-        if progress:
-            progress(f"batch {b}: warming up", None)
-        args, kwargs = inputs_at(b)
-        fn = step_fn(args, kwargs)
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        sampler: Any = contextlib.nullcontext() if cuda else RssSampler()
-        with sampler:
-            stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds, threads=torch.get_num_threads(),
-                            on_progress=(lambda f, b=b: progress(f"batch {b}: timing", f)) if progress else None)
-        if cuda:
-            mem = {"cuda_max_allocated": torch.cuda.max_memory_allocated(),
-                   "cuda_max_reserved": torch.cuda.max_memory_reserved()}
-        else:
-            mem = {"cpu_peak_rss_delta": sampler.peak - sampler.base}
-        result.points.append(BenchPoint(b, stats, flops_of(b) if flops_of else None, mem))
-        del fn, args, kwargs
-        gc.collect()
-
-    if profile and concrete:
-        # kineto logs "gpuGetDeviceCount failed" as an ERROR on machines without a GPU
-        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-        args, kwargs = inputs_at(concrete[0])
-        fn = step_fn(args, kwargs)
-        acts = [torch.profiler.ProfilerActivity.CPU]
-        if cuda:
-            acts.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=acts) as prof_run:
-            for _ in range(5):
-                fn()
+        for b in concrete:
+            if progress:
+                progress(f"batch {b}: warming up", None)
+            args, kwargs = inputs_at(b)
+            fn = step_fn(args, kwargs)
             if cuda:
                 torch.cuda.synchronize()
-        key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
-        result.profiler_table = prof_run.key_averages().table(sort_by=key, row_limit=15)
+                torch.cuda.reset_peak_memory_stats()
+            sampler: Any = contextlib.nullcontext() if cuda else RssSampler()
+            with sampler:
+                stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds, threads=torch.get_num_threads(),
+                                on_progress=(lambda f, b=b: progress(f"batch {b}: timing", f)) if progress else None)
+            if cuda:
+                mem = {"cuda_max_allocated": torch.cuda.max_memory_allocated(),
+                       "cuda_max_reserved": torch.cuda.max_memory_reserved()}
+            else:
+                mem = {"cpu_peak_rss_delta": sampler.peak - sampler.base}
+            result.points.append(BenchPoint(b, stats, flops_of(b) if flops_of else None, mem))
+            del fn, args, kwargs
+            gc.collect()
+
+        if profile and concrete:
+            # kineto logs "gpuGetDeviceCount failed" as an ERROR on machines without a GPU
+            os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+            args, kwargs = inputs_at(concrete[0])
+            fn = step_fn(args, kwargs)
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if cuda:
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            prof_run = torch.profiler.profile(activities=acts)
+            with kineto_quiet():
+                prof_run.start()
+            try:
+                for _ in range(5):
+                    fn()
+                if cuda:
+                    torch.cuda.synchronize()
+            finally:
+                with kineto_quiet():
+                    prof_run.stop()
+            key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+            averages = prof_run.key_averages()
+            result.profiler_table = averages.table(sort_by=key, row_limit=15)
+            result.profiler_ops = profiler_rows(averages, cuda)
+    except KeyboardInterrupt:  # keep what was measured; say what was not
+        done = {p.batch for p in result.points}
+        result.unfinished = [b for b in [*concrete, *batches[len(concrete):]] if b not in done] or ["profiler table"]
+        raise Interrupted(result) from None
     return result

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from . import contention
+from .contention import Contention
+
 NOISY_SPREAD = 0.10  # IQR / median above which a result is flagged as noisy
 
 
@@ -75,6 +78,7 @@ class Stats:
     user: float = 0.0  # CPU user time of this process over the timed loop
     sys: float = 0.0  # CPU system time
     threads: int = 0
+    contention: Contention | None = field(repr=False, default=None)  # what the CPUs did meanwhile
 
     @property
     def spread(self) -> float:
@@ -91,7 +95,8 @@ class Stats:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("samples")
-        d.update(spread=self.spread, noisy=self.noisy)
+        d.update(spread=self.spread, noisy=self.noisy,
+                 contention=self.contention.to_dict() if self.contention else None)
         return d
 
 
@@ -151,6 +156,7 @@ def measure(fn: Callable[[], Any], clock: Clock | None = None, *, min_reps: int 
         if warm:
             clock.stop(clock.start())  # a synchronisation: the warm-up calls are finished
     samples: list[float] = []
+    before = contention.sample()
     t0 = os.times()
     wall0 = time.perf_counter()
     spent = 0.0
@@ -166,4 +172,6 @@ def measure(fn: Callable[[], Any], clock: Clock | None = None, *, min_reps: int 
     t1 = os.times()
     st = summarize(samples, warm)
     st.wall, st.user, st.sys, st.threads = wall, t1.user - t0.user, t1.system - t0.system, threads
+    if threads:
+        st.contention = contention.between(before, contention.sample(), threads)
     return st

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..dtypes import RATE_KEYS
+from .layout import Column, fit_tables
 from .terminal import describe_workload, make_console
 from .units import binary, si
 
@@ -38,24 +38,18 @@ def _fig(acc: Any, field: str, value: float | None, fmt: str = "{:g}") -> str:
 def render_gpus(rows: list[Any], console: Console | None = None, sources: bool = False) -> None:
     """The database as a table: memory, bandwidth, dense peaks per dtype, power."""
     console = console or make_console()
-    t = Table(header_style="bold", pad_edge=False, title="accelerators (dense peaks; ~ derived, see notes)",
-              title_justify="left")
-    t.add_column("id", no_wrap=True)
-    t.add_column("memory", justify="right", no_wrap=True)
-    t.add_column("GB/s", justify="right", no_wrap=True)
-    for d in RATE_KEYS:
-        t.add_column(d, justify="right", no_wrap=True)
-    t.add_column("TDP", justify="right", no_wrap=True)
-    if sources:
-        t.add_column("source", overflow="fold")
+    cols = [Column("id", "left", wrap=True), Column("memory"), Column("GB/s"), *(Column(d) for d in RATE_KEYS),
+            Column("TDP")]
+    cells = []
     for a in rows:
-        cells = [a.id, _fig(a, "memory_gb", a.memory_gb, "{:g} GB"), _fig(a, "bandwidth_gbs", a.bandwidth_gbs)]
-        cells += [_fig(a, d, a.tflops.get(d)) for d in RATE_KEYS]
-        cells.append(_fig(a, "tdp_w", a.tdp_w, "{:g} W"))
-        if sources:
-            cells.append(a.source)
-        t.add_row(*cells, style="cyan" if a.kind == "cpu" else None)
-    console.print(t)
+        cells.append([a.id, _fig(a, "memory_gb", a.memory_gb, "{:g} GB"), _fig(a, "bandwidth_gbs", a.bandwidth_gbs),
+                      *(_fig(a, d, a.tflops.get(d)) for d in RATE_KEYS), _fig(a, "tdp_w", a.tdp_w, "{:g} W")])
+    console.print(*fit_tables(cols, cells, console.width, title="accelerators (dense peaks; ~ derived, see notes)",
+                              row_styles=["cyan" if a.kind == "cpu" else None for a in rows]))
+    if sources:  # one line each, never folded: a URL split across lines cannot be copied
+        console.print(Text("sources", style="bold"))
+        for a in rows:
+            console.print(Text(f"{a.id}: {a.source}"), soft_wrap=True)
     console.print(Text("TFLOPS (TOPS for int8), dense, with fp32 accumulate where the chip has tensor cores. "
                        "GB as sold (read as GiB: memory comes in binary sizes). `footprint gpus --sources` "
                        "adds each row's datasheet; `--json` writes everything.", style="dim italic"))
@@ -78,30 +72,32 @@ def render_prediction(pred: Any, console: Console | None = None, depth: int = 1,
     console.print(Text.assemble(("roofline latency: ", "bold"), (_t(pred.time_s), "bold green"),
                                 f"   lower bound (FLOPs / {pred.main_dtype} peak): {_t(pred.lower_bound_s)}",
                                 f"   {si(pred.flops, 'FLOP')}"))
-    console.print(Text(f"time in compute-bound ops {_t(tb['compute'])}, memory-bound {_t(tb['memory'])}, "
-                       f"launch-bound {_t(tb['overhead'])}; mostly {pred.bound}-bound", style="dim"))
+    console.print(Text(f"whole operators by what bounds them: compute {_t(tb['compute'])}, memory "
+                       f"{_t(tb['memory'])}, launch {_t(tb['overhead'])}; mostly {pred.bound}-bound", style="dim"))
     phases = pred.by_phase()
     if len(phases) > 1:
         console.print(Text("by phase: " + ", ".join(f"{k} {_t(v)}" for k, v in phases.items()), style="dim"))
-    t = Table(title=f"by module (depth {depth})", title_justify="left", header_style="bold", pad_edge=False)
-    for col in ("module", "time", "share", "compute", "memory", "launch", "ops"):
-        t.add_column(col, justify="left" if col == "module" else "right", no_wrap=True)
     total = pred.time_s or 1.0
-    for m in pred.by_module(depth):
-        t.add_row(m.module or "<total>", _t(m.time_s), f"{100 * m.time_s / total:.1f}%", _t(m.compute_s),
-                  _t(m.memory_s), _t(m.overhead_s), str(m.ops), style="bold" if not m.module else None)
-    console.print(t)
-    o = Table(title=f"slowest {top} operators", title_justify="left", header_style="bold", pad_edge=False)
-    for col in ("op", "module", "phase", "dtype", "FLOPs", "bytes", "time", "bound"):
-        o.add_column(col, justify="right" if col in ("FLOPs", "bytes", "time") else "left", no_wrap=True)
-    for op in sorted(pred.ops, key=lambda x: -x.time_s)[:top]:
-        o.add_row(op.op, op.module or "<root>", op.phase, op.dtype, si(op.flops, "FLOP"), binary(op.bytes),
-                  _t(op.time_s), op.bound)
-    console.print(o)
+    mods = pred.by_module(depth)
+    cols = [Column("module", "left", wrap=True), Column("time"), Column("share"), Column("compute"),
+            Column("memory"), Column("launch"), Column("ops")]
+    cells = [[m.module or "<total>", _t(m.time_s), f"{100 * m.time_s / total:.1f}%", _t(m.compute_s), _t(m.memory_s),
+              _t(m.overhead_s), str(m.ops)] for m in mods]
+    console.print(*fit_tables(cols, cells, console.width, title=f"by module (depth {depth})",
+                              row_styles=["bold" if not m.module else None for m in mods]))
+    cols = [Column("op", "left", wrap=True), Column("module", "left", wrap=True, priority=8),
+            Column("phase", "left", priority=9), Column("dtype", "left", priority=10), Column("FLOPs"),
+            Column("bytes"), Column("time"), Column("bound", "left")]
+    cells = [[op.op, op.module or "<root>", op.phase, op.dtype, si(op.flops, "FLOP"), binary(op.bytes), _t(op.time_s),
+              op.bound] for op in sorted(pred.ops, key=lambda x: -x.time_s)[:top]]
+    console.print(*fit_tables(cols, cells, console.width, title=f"slowest {top} operators"))
     for n in pred.notes:
         console.print(Text(f"note: {n}", style="dim"))
     console.print(Text("time = max(FLOPs / compute ceiling, bytes / bandwidth ceiling) + launch overhead, per "
-                       "operator; a prediction, not a measurement.", style="dim italic"))
+                       "operator; a prediction, not a measurement. The compute, memory and launch columns sum "
+                       "each term over the operators, so they add up to more than the time (only the larger of "
+                       "compute and memory counts per operator); the line above the table sums whole operators "
+                       "by their bound.", style="dim italic"))
 
 
 def render_fit(res: Any, console: Console | None = None) -> None:
@@ -114,28 +110,28 @@ def render_fit(res: Any, console: Console | None = None) -> None:
                 + (f"  ·  {res.gpus} GPUs, {res.strategy}" if res.gpus > 1 else "")
                 + (f", tensor parallel {res.tp}" if getattr(res, "tp", 1) > 1 else ""), style="dim")
     console.print(head)
-    t = Table(header_style="bold", pad_edge=False)
-    cols = ["accelerator", "memory", "needs", "fits", "largest batch", f"latency @{res.batch}", "lower bound",
-            "bound", "samples/s @largest"]
+    # two-line headers: the figures below them are short
+    cols = [Column("accelerator", "left", wrap=True), Column("memory"), Column("needs"), Column("fits"),
+            Column("max\nbatch"), Column(f"latency\n@{res.batch}"), Column("lower\nbound", priority=20),
+            Column("bound", "left", priority=21), Column("samples/s\n@max")]
     if res.target_s is not None:
-        cols.insert(6, "meets")
+        cols.insert(6, Column("meets"))
     notes = any(r.reason for r in res.rows)
     if notes:
-        cols.append("note")
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("accelerator", "bound", "note") else "right", no_wrap=c != "note")
+        cols.append(Column("note", "left", wrap=True, priority=30))
     rows = sorted(res.rows, key=lambda r: (not r.fits, r.latency_s if r.latency_s is not None else float("inf")))
+    cells = []
     for r in rows:
         p = r.prediction
-        cells = [r.accelerator.id, binary(r.capacity), binary(r.need), "yes" if r.fits else "no",
-                 str(r.largest_batch) if r.largest_batch else "0" if r.largest_batch == 0 else "-",
-                 _t(r.latency_s), _t(p.lower_bound_s) if p else "", p.bound if p else "",
-                 _rate(r.throughput)] + ([r.reason] if notes else [])
+        row = [r.accelerator.id, binary(r.capacity), binary(r.need), "yes" if r.fits else "no",
+               str(r.largest_batch) if r.largest_batch else "0" if r.largest_batch == 0 else "-",
+               _t(r.latency_s), _t(p.lower_bound_s) if p else "", p.bound if p else "",
+               _rate(r.throughput)] + ([r.reason] if notes else [])
         if res.target_s is not None:
-            cells.insert(6, "" if r.meets_target is None else "yes" if r.meets_target else "no")
-        style = "bold green" if r.accelerator.id == res.pick else None if r.fits else "dim"
-        t.add_row(*cells, style=style)
-    console.print(t)
+            row.insert(6, "" if r.meets_target is None else "yes" if r.meets_target else "no")
+        cells.append(row)
+    console.print(*fit_tables(cols, cells, console.width, row_styles=[
+        "bold green" if r.accelerator.id == res.pick else None if r.fits else "dim" for r in rows]))
     if res.states is not None:
         st = res.states
         line = (f"model states per rank: weights {binary(st.weights)}, gradients {binary(st.gradients)}, "
@@ -160,36 +156,45 @@ def render_fit(res: Any, console: Console | None = None) -> None:
         console.print(Text.assemble(("pick: none", "bold red"), f"  ({res.why})"))
     for n in res.notes:
         console.print(Text(f"note: {n}", style="dim"))
-    console.print(Text("Latency and throughput are roofline predictions (per operator: max of compute and memory "
-                       "time, plus launch overhead); lower bound = FLOPs / peak, the seed documents' estimate.",
+    console.print(Text("max batch: the largest batch that fits; samples/s @max: the throughput there. Latency and "
+                       "throughput are roofline predictions (per operator: max of compute and memory time, plus "
+                       "launch overhead); lower bound = FLOPs / peak FLOP/s of the main dtype.",
                        style="dim italic"))
 
 
 def render_calibration(res: dict[str, Any], path: Any, console: Console | None = None) -> None:
     console = console or make_console()
-    console.print(Text(f"{res['name']}  ·  {res['device']}  ·  {res['threads']} threads  ·  torch {res['torch']}",
+    threads = f"{res['threads']} thread" + ("" if res["threads"] == 1 else "s")
+    console.print(Text(f"{res['name']}  ·  {res['device']}  ·  {threads}  ·  torch {res['torch']}",
                        style="bold cyan"))
-    t = Table(header_style="bold", pad_edge=False)
-    t.add_column("ceiling", no_wrap=True)
-    t.add_column("measured", justify="right", no_wrap=True)
-    for k, v in res["matmul_tflops"].items():
-        t.add_row(f"matmul {k}", si(v * 1e12, "FLOP/s"))
-    for k, v in res["conv_tflops"].items():
-        t.add_row(f"convolution {k} (3x3, 64 channels)", si(v * 1e12, "FLOP/s"))
-    t.add_row("copy bandwidth (read + write)", f"{res['copy_gbs']:.1f} GB/s")
+    cells = [[f"matmul {k}", si(v * 1e12, "FLOP/s")] for k, v in res["matmul_tflops"].items()]
+    cells += [[f"convolution {k} (3x3, 64 channels)", si(v * 1e12, "FLOP/s")] for k, v in res["conv_tflops"].items()]
+    cells.append(["copy bandwidth (read + write)", f"{res['copy_gbs']:.1f} GB/s"])
     if "cache_copy_gbs" in res:
-        t.add_row("copy bandwidth, 4 MiB (cache)", f"{res['cache_copy_gbs']:.1f} GB/s")
-    t.add_row("per-operator overhead (eager model)", f"{res['op_overhead_us']:.2f} us")
+        cells.append(["copy bandwidth, 4 MiB (cache)", f"{res['cache_copy_gbs']:.1f} GB/s"])
+    cells.append(["per-operator overhead (eager model)", f"{res['op_overhead_us']:.2f} us"])
+    if "view_overhead_us" in res:
+        cells.append(["per view (eager dispatch, no kernel)", f"{res['view_overhead_us']:.2f} us"])
     if "link" in res:
         ln = res["link"]
-        t.add_row(f"all-reduce bus bandwidth, {ln['nproc']} ranks ({ln['backend']})", f"{ln['busbw_gbs']:.3g} GB/s")
-        t.add_row("all-reduce latency per ring step", f"{ln['latency_us']:.1f} us")
-    console.print(t)
-    for b, table in res.get("conv_fp32_by_batch_k", {}).items():
-        console.print(Text(f"convolution fp32 at batch {b} by reduction length K: "
-                           + ", ".join(f"K={int(k)} {si(r * 1e12, 'FLOP/s')}" for k, r in table), style="dim"))
-    console.print(Text("matmul fp32 by K: " + ", ".join(f"K={int(k)} {si(r * 1e12, 'FLOP/s')}"
-                                                       for k, r in res.get("matmul_fp32_by_k", [])), style="dim"))
+        cells.append([f"all-reduce bus bandwidth, {ln['nproc']} ranks ({ln['backend']})",
+                      f"{ln['busbw_gbs']:.3g} GB/s"])
+        cells.append(["all-reduce latency per ring step", f"{ln['latency_us']:.1f} us"])
+    console.print(*fit_tables([Column("ceiling", "left", wrap=True), Column("measured")], cells, console.width))
+    # by reduction length: one row per K, one column per kernel and batch
+    by_k: dict[str, dict[int, float]] = {f"conv batch {b}": {int(k): r for k, r in table}
+                                         for b, table in res.get("conv_fp32_by_batch_k", {}).items()}
+    by_k["matmul"] = {int(k): r for k, r in res.get("matmul_fp32_by_k", [])}
+    ks = sorted({k for col in by_k.values() for k in col})
+    if ks:
+        cells = [[str(k), *(si(col[k] * 1e12, "FLOP/s") if k in col else "" for col in by_k.values())] for k in ks]
+        console.print(*fit_tables([Column("K"), *(Column(name) for name in by_k)], cells, console.width,
+                                  title="fp32 rate by reduction length K (MACs behind one output element)"))
+    for problem in res.get("problems", []):
+        console.print(Text(f"check failed: {problem}", style="yellow bold"))
+    if path is None:
+        console.print(Text(f"not saved ({res['seconds']:.1f} s)", style="yellow"))
+        return
     console.print(Text(f"saved to {path} ({res['seconds']:.1f} s); `footprint fit` and `footprint predict` now "
                        "use these ceilings for this device", style="dim"))
 
@@ -210,15 +215,13 @@ def render_ranks(res: Any, console: Console | None = None) -> None:
     console.print(header)
     p = res.predicted
     step = p.step if p else None
-    t = Table(header_style="bold", pad_edge=False)
-    for col in ("rank", "peak", "predicted", "error", "step", "predicted", "error", "comm", "predicted"):
-        t.add_column(col, justify="right", no_wrap=True)
-    for r in res.ranks:
-        t.add_row(str(r.rank), binary(r.peak_bytes), binary(p.peak.peak_bytes) if p else "",
-                  _err(p.peak.peak_bytes if p else None, r.peak_bytes), _t(r.step_s),
-                  _t(step.time_s) if step else "", _err(step.time_s if step else None, r.step_s), _t(r.comm_s),
-                  _t(step.comm_s) if step else "")
-    console.print(t)
+    cols = [Column(c) for c in ("rank", "peak", "predicted", "error", "step", "predicted", "error", "comm",
+                                "predicted")]
+    cells = [[str(r.rank), binary(r.peak_bytes), binary(p.peak.peak_bytes) if p else "",
+              _err(p.peak.peak_bytes if p else None, r.peak_bytes), _t(r.step_s),
+              _t(step.time_s) if step else "", _err(step.time_s if step else None, r.step_s), _t(r.comm_s),
+              _t(step.comm_s) if step else ""] for r in res.ranks]
+    console.print(*fit_tables(cols, cells, console.width))
     if step is not None:
         exposed = step.exposed_s / step.time_s if step.time_s else 0.0
         console.print(Text(f"predicted step: compute {_t(sum(step.compute_s.values()))}, communication "

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis import ModuleRow, OperatorRow, Totals
+from .layout import Cell, Column, fit_tables
 from .units import binary, count, percent, shape, si
 
 CONVENTIONS = (
@@ -26,16 +27,15 @@ def _tree_label(row: ModuleRow, root_name: str) -> str:
     return "  " * (row.depth - 1) + "├─ " + row.name
 
 
-def module_table(rows: list[ModuleRow], root_name: str, title: str | None = None) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold", show_lines=False, pad_edge=False)
-    t.add_column("module", no_wrap=True)
-    t.add_column("type", style="dim", no_wrap=True)
-    t.add_column("output", no_wrap=True)
-    for col in ("params", "MACs", "FLOPs", "share", "read", "written"):
-        t.add_column(col, justify="right", no_wrap=True)
+def module_table(rows: list[ModuleRow], root_name: str, title: str | None = None,
+                 width: int = 160) -> list[Table]:
+    cols = [Column("module", "left", wrap=True), Column("type", "left", style="dim", priority=7),
+            Column("output", "left", priority=6), Column("params"), Column("MACs"), Column("FLOPs"),
+            Column("share"), Column("read", priority=8), Column("written", priority=9)]
+    cells = []
     for r in rows:
         calls = f" x{r.calls}" if r.calls > 1 else ""
-        t.add_row(
+        cells.append([
             _tree_label(r, root_name),
             r.type + calls,
             shape(r.out_shapes),
@@ -45,23 +45,18 @@ def module_table(rows: list[ModuleRow], root_name: str, title: str | None = None
             percent(r.share) if r.flops else "",
             binary(r.bytes_read) if r.bytes_read else "",
             binary(r.bytes_written) if r.bytes_written else "",
-            style="bold" if r.path == "" else None,
-        )
-    return t
+        ])
+    return fit_tables(cols, cells, width, title=title, row_styles=["bold" if r.path == "" else None for r in rows])
 
 
-def operator_table(rows: list[OperatorRow], title: str | None = None) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
-    t.add_column("operator", no_wrap=True)
-    t.add_column("kind", style="dim", no_wrap=True)
-    for col in ("calls", "MACs", "FLOPs", "share", "read", "written"):
-        t.add_column(col, justify="right", no_wrap=True)
-    for r in rows:
-        t.add_row(r.op, r.kind, str(r.calls), si(r.macs, "MAC") if r.macs else "",
-                  si(r.flops, "FLOP") if r.flops else "", percent(r.share) if r.flops else "",
-                  binary(r.bytes_read), binary(r.bytes_written),
-                  style="yellow" if r.kind == "unknown" else None)
-    return t
+def operator_table(rows: list[OperatorRow], title: str | None = None, width: int = 160) -> list[Table]:
+    cols = [Column("operator", "left", wrap=True), Column("kind", "left", style="dim", priority=7),
+            Column("calls"), Column("MACs"), Column("FLOPs"), Column("share"), Column("read", priority=8),
+            Column("written", priority=9)]
+    cells = [[r.op, r.kind, str(r.calls), si(r.macs, "MAC") if r.macs else "", si(r.flops, "FLOP") if r.flops else "",
+              percent(r.share) if r.flops else "", binary(r.bytes_read), binary(r.bytes_written)] for r in rows]
+    return fit_tables(cols, cells, width, title=title,
+                      row_styles=["yellow" if r.kind == "unknown" else None for r in rows])
 
 
 def _totals_line(label: str, t: Totals) -> Text:
@@ -93,12 +88,14 @@ def render_profile(p: Any, by: str = "module", depth: int | None = 2, console: C
     console.print(header)
     phases = ("forward",)
     if by == "operator":
-        console.print(operator_table(p.by_operator(phases), title="forward, by operator"))
+        console.print(*operator_table(p.by_operator(phases), title="forward, by operator", width=console.width))
         if s.get("backward"):
-            console.print(operator_table(p.by_operator(("backward",)), title="backward, by operator"))
+            console.print(*operator_table(p.by_operator(("backward",)), title="backward, by operator",
+                                          width=console.width))
     else:
-        console.print(module_table(p.by_module(depth, phases), tr.modules[0].type,
-                                   title=f"forward, by module (depth {depth})" if depth is not None else None))
+        console.print(*module_table(p.by_module(depth, phases), tr.modules[0].type,
+                                    title=f"forward, by module (depth {depth})" if depth is not None else None,
+                                    width=console.width))
     dtypes = ", ".join(f"{count(n)} {d}" for d, n in p.params_by_dtype.items())
     console.print(Text.assemble(
         ("params: ", "bold"), f"{p.params:,} ({count(p.params)}; {dtypes}), trainable {p.trainable_params:,}; ",
@@ -126,7 +123,8 @@ def describe_workload(s: dict[str, Any]) -> tuple[str, str]:
     what = "training step" if s.get("backward") else "inference"
     if s.get("backward"):
         what += f" ({s.get('optimizer') or 'no optimizer'}, {s.get('precision')}"
-        what += ", checkpointing)" if s.get("checkpointing") else ")"
+        what += ", checkpointing" if s.get("checkpointing") else ""
+        what += ", a later step)" if s.get("step") == "steady" else ")"
     elif s.get("precision") not in (None, "fp32"):
         what += f" ({s.get('precision')})"
     return inputs, what
@@ -141,38 +139,48 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
     header.append(f"  input {inputs}  ·  {what}  ·  for {s.get('target')}", style="dim")
     console.print(header)
     peak = est.peak
-    t = Table(title="memory at the peak", title_justify="left", header_style="bold", pad_edge=False)
-    t.add_column("category", no_wrap=True)
-    t.add_column("bytes", justify="right", no_wrap=True)
-    t.add_column("share", justify="right", no_wrap=True)
+    cells: list[list[Cell]] = []
+    styles: list[str | None] = []
     for cat, nbytes in peak.breakdown.items():
-        t.add_row(cat, binary(nbytes), percent(nbytes / peak.peak_bytes) if peak.peak_bytes else "")
-    t.add_row("peak of tensors", binary(peak.peak_bytes), "", style="bold")
+        cells.append([cat, binary(nbytes), percent(nbytes / peak.peak_bytes) if peak.peak_bytes else ""])
+        styles.append(None)
+    cells.append(["peak of tensors", binary(peak.peak_bytes), ""])
+    styles.append("bold")
     for name, nbytes in est.overheads.items():
-        t.add_row(f"+ {name.replace('_', ' ')}", binary(nbytes), "", style="dim")
-    t.add_row("total", binary(est.total), "", style="bold")
-    t.add_row(f"provision (total / {est.utilisation:g})", binary(est.provision), "", style="bold green")
-    console.print(t)
+        cells.append([f"+ {name.replace('_', ' ')}", binary(nbytes), ""])
+        styles.append("dim")
+    cells += [["total", binary(est.total), ""], [f"provision (total / {est.utilisation:g})", binary(est.provision), ""]]
+    styles += ["bold", "bold green"]
+    console.print(*fit_tables([Column("category", "left", wrap=True), Column("bytes"), Column("share")], cells,
+                              console.width, title="memory at the peak", row_styles=styles))
     console.print(Text.assemble(("peak: ", "bold"), f"{binary(peak.peak_bytes)} during the {peak.phase}, after ",
                                 f"{peak.op} in '{peak.module or '<root>'}'; ",
                                 f"{binary(peak.baseline_bytes)} alive before the first op"))
     if peak.activations_by_module:
-        a = Table(title="activations saved for the backward, by module", min_width=60, title_justify="left",
-                  header_style="bold", pad_edge=False)
-        a.add_column("module", no_wrap=True)
-        a.add_column("bytes", justify="right", no_wrap=True)
-        for mod, nbytes in list(peak.activations_by_module.items())[:top]:
-            a.add_row(mod or "<root>", binary(nbytes))
+        acts = [[mod or "<root>", binary(nbytes)] for mod, nbytes in list(peak.activations_by_module.items())[:top]]
         rest = list(peak.activations_by_module.values())[top:]
         if rest:
-            a.add_row(f"({len(rest)} more)", binary(sum(rest)), style="dim")
-        console.print(a)
+            acts.append([f"({len(rest)} more)", binary(sum(rest))])
+        console.print(*fit_tables([Column("module", "left", wrap=True), Column("bytes")], acts, console.width,
+                                  title="activations saved for the backward, by module",
+                                  row_styles=[None] * top + ["dim"] if rest else None))
     fit = est.scaling
     if fit is not None:
+        traced = f"traced at batches {', '.join(map(str, fit.batches))}"
         line = Text("batch: ", style="bold")
-        line.append(f"peak = {binary(fit.fixed)} + {binary(fit.per_sample)} x batch "
-                    f"(traced at batches {', '.join(map(str, fit.batches))}; "
-                    f"{'affine' if fit.affine else 'NOT affine: a line does not describe it'})")
+        if len(fit.pieces) > 1:  # the peak moves from one operator (or phase) to another as the batch grows
+            line.append(f"the peak, exactly ({traced}; every operator's bytes are affine in the batch):")
+            ranges = [f"batches {p.start}-{nxt.start - 1}" if nxt.start - 1 > p.start else f"batch {p.start}"
+                      for p, nxt in zip(fit.pieces, fit.pieces[1:])] + [f"batches {fit.pieces[-1].start} and up"]
+            for p, r in zip(fit.pieces, ranges):
+                line.append(f"\n  {r}: {binary(p.fixed)} + {_per_sample(p.per_sample)} x batch (in the {p.phase})",
+                            style="")
+        elif fit.pieces or fit.affine:
+            line.append(f"peak = {binary(fit.fixed)} + {_per_sample(fit.per_sample)} x batch ({traced}; affine)")
+        else:
+            line.append(f"peak ≈ {binary(fit.fixed)} + {_per_sample(fit.per_sample)} x batch through batches "
+                        f"{fit.batches[0]} and {fit.batches[1]} (peaks {', '.join(binary(x) for x in fit.peaks)}: "
+                        "the model ran different operators at these batch sizes, so this line is approximate)")
         console.print(line)
         if est.budget is not None:
             console.print(Text.assemble(("largest batch within ", "bold"), (binary(est.budget), "bold"),
@@ -182,8 +190,18 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
                                         else ""))
     for note in est.notes:
         console.print(Text(f"note: {note}", style="dim"))
+    state = peak.persistent.get("optimizer state", 0)
+    if s.get("backward") and s.get("step") == "first" and state and not peak.breakdown.get("optimizer state"):
+        console.print(Text(f"note: this is the first training step: the optimizer allocates its state "
+                           f"({binary(state)}) in its step, after this peak; `--step steady` models a later step, "
+                           "with the state allocated before it", style="yellow"))
     console.print(Text("Memory in binary units. Activations: tensors made in the forward and alive when it ends "
                        "(saved for the backward). Temporaries: anything else alive at the peak.", style="dim italic"))
+
+
+def _per_sample(nbytes: float) -> str:
+    """Bytes per sample, with a sign where the line falls and decimals where it is small."""
+    return binary(nbytes) if abs(nbytes) >= 1024 or nbytes == int(nbytes) else f"{nbytes:.1f} B"
 
 
 def _ms(seconds: float) -> str:
@@ -204,26 +222,30 @@ def render_bench(res: Any, console: Console | None = None) -> None:
     else:
         opts.append(f"optimizer {s.get('optimizer')}")
     header = Text(f"{res.model}", style="bold cyan")
-    header.append(f"  ·  {res.mode} on {res.device}  ·  {', '.join(opts)}  ·  {s.get('threads')} threads",
+    threads = s.get("threads")
+    header.append(f"  ·  {res.mode} on {res.device}  ·  {', '.join(opts)}  ·  {threads} "
+                  f"thread{'' if threads == 1 else 's'}",
                   style="dim")
     console.print(header)
-    t = Table(header_style="bold", pad_edge=False)
     predicted = any(p.predicted_s for p in res.points)
-    cols = ["batch", "median", "mean", "std", "p90", "p99", "min", "spread", "samples/s", "GFLOP/s"]
-    cols += ["predicted", "% of peak"] if predicted else []
-    for col in (*cols, "memory", "reps"):
-        t.add_column(col, justify="right", no_wrap=True)
+    # the first table holds what most readers want; the rest continue below when the terminal is narrow
+    cols = [Column("batch"), Column("median"), Column("mean", priority=20), Column("std", priority=21),
+            Column("p90", priority=22), Column("p99", priority=23), Column("min", priority=24), Column("spread"),
+            Column("samples/s"), Column("GFLOP/s", priority=11)]
+    cols += [Column("predicted", priority=12), Column("% of peak", priority=13)] if predicted else []
+    cols += [Column("memory", priority=25), Column("reps", priority=26)]
+    cells: list[list[Cell]] = []
     for p in res.points:
         st = p.stats
         mem = p.memory.get("cuda_max_allocated", p.memory.get("cpu_peak_rss_delta"))
         label = "max alloc " if "cuda_max_allocated" in p.memory else "RSS +"
-        t.add_row(str(p.batch), _ms(st.median), _ms(st.mean), _ms(st.std), _ms(st.p90), _ms(st.p99), _ms(st.min),
-                  Text(percent(st.spread), style="yellow bold" if st.noisy else ""),
-                  f"{p.samples_per_second:,.1f}", f"{p.achieved_flops / 1e9:,.1f}" if p.achieved_flops else "",
-                  *([_ms(p.predicted_s) if p.predicted_s else "", percent(p.utilisation) if p.utilisation else ""]
-                    if predicted else []),
-                  label + binary(mem) if mem is not None else "", f"{st.reps} (+{st.warmup_reps} warm-up)")
-    console.print(t)
+        cells.append([str(p.batch), _ms(st.median), _ms(st.mean), _ms(st.std), _ms(st.p90), _ms(st.p99),
+                      _ms(st.min), Text(percent(st.spread), style="yellow bold" if st.noisy else ""),
+                      f"{p.samples_per_second:,.1f}", f"{p.achieved_flops / 1e9:,.1f}" if p.achieved_flops else "",
+                      *([_ms(p.predicted_s) if p.predicted_s else "", percent(p.utilisation) if p.utilisation else ""]
+                        if predicted else []),
+                      label + binary(mem) if mem is not None else "", f"{st.reps} (+{st.warmup_reps} warm-up)"])
+    console.print(*fit_tables(cols, cells, console.width))
     for p in res.points:
         st = p.stats
         console.print(Text(f"batch {p.batch}: {st.reps} timed calls in {st.wall:.2f} s real, {st.user:.2f} s user, "
@@ -231,6 +253,11 @@ def render_bench(res: Any, console: Console | None = None) -> None:
         if st.noisy:
             console.print(Text(f"batch {p.batch}: noisy: spread (IQR / median) {percent(st.spread)} is over 10%; "
                                "the machine was busy or the clock unstable", style="yellow"))
+        if st.contention is not None and st.contention.busy:
+            console.print(Text(f"batch {p.batch}: {st.contention.describe()}", style="yellow bold"))
+    if res.unfinished:
+        console.print(Text("interrupted (Ctrl-C): not measured: " + ", ".join(map(str, res.unfinished)),
+                           style="yellow bold"))
     if res.search is not None:
         tried = ", ".join(f"{b}{'' if ok else ' (out of memory)'}" for b, ok in res.search.tried)
         console.print(Text.assemble(("largest batch: ", "bold"), (str(res.search.batch), "bold green"),
@@ -238,9 +265,13 @@ def render_bench(res: Any, console: Console | None = None) -> None:
     if res.search is not None and s.get("memory_budget") and not res.device.startswith("cuda"):
         console.print(Text(f"CPU memory budget for the batch search: {binary(s['memory_budget'])} "
                            "(a batch whose predicted peak is over it counts as out of memory)", style="dim"))
-    if res.profiler_table:
-        console.print(Text("torch.profiler, 5 calls at the first batch size:", style="bold"))
-        console.print(res.profiler_table, markup=False, highlight=False)
+    if res.profiler_ops:
+        where = "CUDA" if res.device.startswith("cuda") else "CPU"
+        cells = [[r["op"], str(r["calls"]), _ms(r["self_s"]), percent(r["self_share"]), _ms(r["total_s"])]
+                 for r in res.profiler_ops]
+        console.print(*fit_tables([Column("operator", "left", wrap=True), Column("calls"),
+                                   Column(f"self {where}"), Column("self %"), Column(f"{where} total")], cells,
+                                  console.width, title="torch.profiler, 5 calls at the first batch size"))
     for note in res.notes:
         console.print(Text(f"note: {note}", style="dim"))
     console.print(Text("Latency per call; spread = IQR / median. GFLOP/s: the traced FLOPs of one call over its "

@@ -402,6 +402,14 @@ def _load_file(path: str) -> Any:
     return module
 
 
+def _current_directory_importable() -> None:
+    """``package.module:factory`` resolves from the current directory, as under ``python -m``
+    (the ``footprint`` script, unlike ``python -m``, does not put it on sys.path)."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
+        sys.path.insert(0, cwd)
+
+
 def build_factory(ref: str) -> Built:
     target, _, attr = ref.rpartition(":")
     if not attr:
@@ -409,10 +417,14 @@ def build_factory(ref: str) -> Built:
     if target.endswith(".py") or os.sep in target or "/" in target:
         module = _load_file(target)
     else:
+        _current_directory_importable()
         try:
             module = importlib.import_module(target)
         except ImportError as e:
-            raise FootprintError(f"cannot import module '{target}': {e}") from e
+            raise FootprintError(f"cannot import module '{target}' (from {os.getcwd()} or the installed "
+                                 f"packages): {e}") from e
+        except Exception as e:
+            raise FootprintError(f"importing '{target}' raised {type(e).__name__}: {e}") from e
     factory = getattr(module, attr, None)
     if factory is None:
         public = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]

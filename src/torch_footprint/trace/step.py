@@ -59,6 +59,9 @@ class StepOptions:
     # gradients kept from the previous step (zero_grad(set_to_none=False)): they exist before
     # the forward and the backward accumulates into them
     grads_kept: bool = False
+    # the optimizer's state kept from the previous step (every step after the first): it exists
+    # before the forward instead of being allocated in the optimizer step
+    state_kept: bool = False
 
 
 class StepHooks:

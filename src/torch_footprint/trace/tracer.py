@@ -139,9 +139,12 @@ class _ModelRaised(Exception):
     def user_error(self) -> FootprintError:
         msg = str(self.original).strip().splitlines()
         first = msg[0] if msg else ""
+        hint = ""
+        if self.mtype == "Embedding" and "indices" in first:  # token ids given as a float shape
+            hint = ". An embedding takes integer token ids: give them with --input-ids B,T (or --input B,T:int64)"
         return FootprintError(
             f"the model raised {type(self.original).__name__} during the {self.phase} pass, in module "
-            f"'{self.where}' ({self.mtype}): {first}"
+            f"'{self.where}' ({self.mtype}): {first}{hint}"
         )
 
 
@@ -229,6 +232,19 @@ class _TraceHooks(StepHooks):
                                if isinstance(v, torch.Tensor)])
 
 
+def _previous_step_state(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Run one untraced optimizer step on zero gradients, so the state a later step finds
+    exists; the gradients are put back as they were. Returns the state's tensors."""
+    params = [p for g in opt.param_groups for p in g["params"]]
+    before = [p.grad for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p) if p.grad is None else p.grad
+    opt.step()
+    for p, g in zip(params, before):
+        p.grad = g
+    return [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+
+
 def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]], *, name: str,
          backward: bool, device: str, tensors: str, params: list[TensorInfo], buffers: list[TensorInfo],
          inputs_meta: list[dict[str, Any]], step: StepOptions | None = None) -> Trace:
@@ -270,6 +286,11 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                                    for i, (_, p) in enumerate(model.named_parameters())}
                 opt = (step.optimizer([p for p in model.parameters() if p.requires_grad])
                        if backward and step.optimizer is not None else None)
+                if opt is not None and step.state_kept:
+                    for t in _previous_step_state(opt):
+                        new = rec.watch(t)
+                        if new is not None:
+                            pre.append([new[0], new[1], "optimizer state"])
                 with rec:
                     out = run_step(model, args, kwargs, backward=backward, optimizer=opt, autocast=step.autocast,
                                    device_type=device, grads_kept=step.grads_kept, hooks=hooks)
@@ -293,7 +314,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training,
                 "optimizer": getattr(step.optimizer, "label", None) if step.optimizer is not None else None,
                 "autocast": name_of(step.autocast) if step.autocast is not None else None,
-                "grads_kept": step.grads_kept}
+                "grads_kept": step.grads_kept, "state_kept": step.state_kept}
     tags = hooks.tags
     if rec.param_casts:
         tags["parameter casts"] = rec.param_casts
