@@ -157,10 +157,11 @@ CASES = [
     (["show", "/no/such/profile.json"], "does not exist"),
     (["show", "FILE:saved-not-json.json"], "is not valid JSON"),
     (["show", "FILE:saved-empty.json"], "is not valid JSON"),
-    (["show", "FILE:saved-no-trace.json"], "holds no trace"),
-    (["show", "FILE:saved-list.json"], "not a profile"),
-    (["show", "FILE:saved-bad-trace.json"], "malformed trace"),
-    (["show", "FILE:saved-other-format.json"], "not a torch-footprint trace"),
+    # files without a schema_version that are no older result either (the loader's check, report/schema.py)
+    (["show", "FILE:saved-no-trace.json"], "is not a torch-footprint result (no schema_version"),
+    (["show", "FILE:saved-list.json"], "is not a torch-footprint result (its JSON is not an object)"),
+    (["show", "FILE:saved-bad-trace.json"], "is not a torch-footprint result (no schema_version"),
+    (["show", "FILE:saved-other-format.json"], "is not a torch-footprint result (no schema_version"),
     (["show", "FILE:."], "is a folder"),
     # the command itself
     (["profil", "resnet18"], "invalid choice: 'profil'"),

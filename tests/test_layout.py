@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,11 +15,12 @@ from torch import nn
 import torch_footprint as tfp
 from torch_footprint.report.hardware import render_calibration, render_fit, render_gpus, render_prediction
 from torch_footprint.report.layout import Column, fit_tables, table_width
+from torch_footprint.report.llm import render_llm
 from torch_footprint.report.terminal import render_bench, render_memory, render_profile
 
 WIDTHS = (80, 100, 160)
 WIDE = 1000  # the reference: every table in one piece
-FOLDING = {"module", "note", "op", "operator", "accelerator", "id", "category", "ceiling"}  # names, not figures
+FOLDING = {"module", "note", "op", "operator", "accelerator", "id", "category", "ceiling", ""}  # names, not figures
 
 
 def render(fn: Callable[[Console], None], width: int) -> str:
@@ -74,6 +76,9 @@ def _renderers() -> dict[str, Callable[[Console], None]]:
     fit = tfp.fit("resnet18", batch=8, latency="10ms", only=["h100-sxm", "t4", "cpu", "jetson-agx-orin-64gb"])
     pred = tfp.predict("resnet50", "a100-sxm-80gb", batch=8)
     rows = tfp.gpus()
+    tiny = str(Path(__file__).parent / "configs" / "gpt2-tiny")
+    lm = tfp.llm(tiny, prompt=16, output=16, gpu=["h100-sxm", "l4", "jetson-agx-orin-64gb", "rtx-4060-ti-16gb"])
+    lm_one = tfp.llm(tiny, prompt=16, output=16, gpu="a100-sxm-80gb", engine="vllm", gpus=2)
     return {
         "profile by module": lambda c: render_profile(prof, depth=3, console=c),
         "profile by operator": lambda c: render_profile(prof, by="operator", console=c),
@@ -84,6 +89,8 @@ def _renderers() -> dict[str, Callable[[Console], None]]:
         "predict": lambda c: render_prediction(pred, depth=2, console=c),
         "gpus": lambda c: render_gpus(rows, console=c, sources=True),
         "calibration": lambda c: render_calibration(CALIBRATION, "/tmp/calibration.json", console=c),
+        "llm": lambda c: render_llm(lm, console=c),
+        "llm, one accelerator": lambda c: render_llm(lm_one, console=c),
     }
 
 

@@ -64,7 +64,7 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
     from .estimate.memory import estimate_memory
     from .estimate.workload import StepSpec
 
-    spec = StepSpec(train, optimizer, precision, checkpointing, grads, step)
+    spec = StepSpec(train, optimizer, precision, checkpointing, grads, step=step)
     return estimate_memory(model, inputs, spec, batch=batch, device=device, budget=budget, utilisation=utilisation,
                            scaling=scaling, overheads=overheads, weights=weights,
                            trust_remote_code=trust_remote_code)
