@@ -230,7 +230,7 @@ def _parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="render a profile saved with --json, without running the model")
     show.add_argument("file", help="a file written by `footprint ... --json FILE`")
-    show.add_argument("--depth", type=int, help="module depth: of the table (default 2), of the HTML's bars "
+    show.add_argument("--depth", type=int, help="module tree depth: of the table (default 2), of the HTML's bars "
                                                 "(default: the shallowest with five modules)")
     show.add_argument("--by", choices=("module", "operator"), default="module", help="table to show")
     show.add_argument("--debug", action="store_true", help="show tracebacks")

@@ -55,7 +55,9 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise FootprintError(f"file '{path}' does not exist") from None
     except IsADirectoryError:
         raise FootprintError(f"'{path}' is a folder, not a file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise FootprintError(f"cannot read '{path}': {getattr(e, 'strerror', None) or e}") from None
+    except UnicodeDecodeError:
+        raise FootprintError(f"'{path}' is not a JSON file (it is not text)") from None
+    except OSError as e:
+        raise FootprintError(f"cannot read '{path}': {e.strerror or e}") from None
     except json.JSONDecodeError as e:
         raise FootprintError(f"'{path}' is not valid JSON: {e}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import FootprintError
@@ -25,6 +26,8 @@ def parse_bytes(text: str | int) -> int:
         raise FootprintError(f"cannot read the memory size '{text}': use e.g. 24GiB, 80GB or 512MiB") from None
     if value < 0:
         raise FootprintError(f"a memory size cannot be negative, got '{text}'")
+    if not math.isfinite(value * _BYTES[unit]):
+        raise FootprintError(f"the memory size '{text}' is not a finite number of bytes")
     return int(value * _BYTES[unit])
 
 
