@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import pytest
 import torch
@@ -179,3 +180,41 @@ def test_cuda_overheads_are_stated_apart_and_configurable() -> None:
     assert cuda.provision == -(-cuda.total * 10 // 8)  # total / 0.8, rounded up
     gone = tfp.memory(MLP(), "8,256", device="cuda", overheads={"cuda_context": 0})
     assert "cuda_context" not in gone.overheads
+
+
+LLAMA_TINY = str(Path(__file__).parent / "configs" / "llama-tiny")
+
+
+def test_checkpointing_with_autocast_frees_all_but_the_model_states_before_the_optimizer() -> None:
+    # The leak of issue 15: with checkpointing and autocast, grad hooks hung on a checkpoint's
+    # recomputation kept its graph (its saved tensors, the blocks' inputs) alive into the optimizer.
+    pytest.importorskip("transformers")
+    from torch_footprint.analysis.memory import replay
+    from torch_footprint.estimate.workload import StepSpec, trace_step
+
+    trace, _ = trace_step(LLAMA_TINY, {"input_ids": "2,32:int64"}, StepSpec(True, "adamw", "bf16-mixed", True))
+    timeline = replay(trace, keep_timeline=True).timeline
+    first_opt = next(i for i, e in enumerate(trace.events) if e.phase == "optimizer")
+    p = sum(t.numel for t in trace.params)
+    # closed form: fp32 weights and their gradients, the rotary inverse frequencies (head_dim / 2
+    # floats) and the 2 x 32 int64 token ids; nothing else survives the backward
+    assert timeline[first_opt - 1][1] == 4 * p + 4 * p + 4 * 16 // 2 + 8 * 2 * 32
+
+
+def test_checkpointing_with_autocast_matches_the_cpu_allocator() -> None:
+    transformers = pytest.importorskip("transformers")
+    from torch_footprint.estimate.training import enable_checkpointing
+    from torch_footprint.estimate.training import optimizer as make_optimizer
+    from torch_footprint.measure.measured import allocator_peak, one_step
+
+    est = tfp.memory(LLAMA_TINY, {"input_ids": "2,32:int64"}, train=True, optimizer="adamw",
+                     precision="bf16-mixed", checkpointing=True)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(LLAMA_TINY),
+                                                          dtype=torch.float32).train()
+    enable_checkpointing(model)
+    opt = make_optimizer("adamw")(list(model.parameters()))
+    ids = torch.zeros(2, 32, dtype=torch.int64)
+    gc.collect()
+    measured = allocator_peak(lambda: one_step(model, (), {"input_ids": ids}, opt, True, torch.bfloat16))
+    assert est.peak.above_baseline == measured

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .formulas import causal_pairs, causal_scope, enter_causal_scope, leave_causal_scope
+from .step import recomputing
 
 _FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
@@ -33,10 +34,15 @@ def _sdpa_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def cpu_flash_eligible(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any]) -> bool:
     """A close reading of ATen's ``use_flash_attention_cpp`` checks (dense 4-D inputs, equal
-    head sizes, a supported dtype, a mask that broadcasts, no dropout while training)."""
+    head sizes, a supported dtype, a mask that broadcasts, no dropout while training), on
+    the dtypes the kernel sees: under autocast, q, k and v cast to autocast's dtype first."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return False
-    if q.dtype not in _FLASH_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+    dtypes = {t.dtype for t in (q, k, v)}
+    if q.device.type != "meta" and torch.is_autocast_enabled(q.device.type) and all(
+            t.is_floating_point() for t in (q, k, v)):
+        dtypes = {torch.get_autocast_dtype(q.device.type)}
+    if len(dtypes) != 1 or dtypes.pop() not in _FLASH_DTYPES:
         return False
     if not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
         return False
@@ -60,7 +66,7 @@ def _count_math_causal(original: Any, args: tuple[Any, ...], kwargs: dict[str, A
     scope = (causal_pairs(lq, lk), lq * lk)
     with causal_scope(*scope):
         out = original(*args, **kwargs)
-    if torch.is_grad_enabled() and isinstance(out, torch.Tensor) and out.requires_grad:
+    if torch.is_grad_enabled() and not recomputing() and isinstance(out, torch.Tensor) and out.requires_grad:
         ins = [t for t in (q, k, v) if isinstance(t, torch.Tensor) and t.requires_grad]
         if ins:  # the same scope while autograd runs this call's backward
             torch.autograd.graph.register_multi_grad_hook([out], lambda _g: enter_causal_scope(*scope))

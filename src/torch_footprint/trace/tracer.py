@@ -192,13 +192,12 @@ def _quiet_fake_logs() -> Iterator[None]:
 
 
 class _TraceHooks(StepHooks):
-    """The trace's ears on the step: the recorder's phase, the module stack's backward
-    flag, and the storages of the outputs, gradients and optimizer state."""
+    """The trace's ears on the step: the recorder's phase, and the storages of the outputs,
+    gradients and optimizer state."""
 
-    def __init__(self, rec: Recorder, stack: ModuleStack, model: nn.Module) -> None:
+    def __init__(self, rec: Recorder, model: nn.Module) -> None:
         self.rec = rec
         self.model = model  # its parameters are the swapped ones while the step runs
-        self.stack = stack
         self.current = "inputs"  # where an error happened
         self.tags: dict[str, list[int]] = {"output": [], "gradients": [], "optimizer": []}
 
@@ -207,10 +206,8 @@ class _TraceHooks(StepHooks):
         self.current = name
         old = self.rec.phase
         self.rec.phase = name
-        self.stack.in_backward = name == "backward"
         yield
         self.rec.phase = old
-        self.stack.in_backward = False
 
     def tag(self, kind: str, ts: list[torch.Tensor]) -> None:
         for t in ts:
@@ -236,7 +233,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     stack = ModuleStack(model)
     stack.track_backward = backward
     rec = Recorder(stack, device)
-    hooks = _TraceHooks(rec, stack, model)
+    hooks = _TraceHooks(rec, model)
     types = stack.types
     restore: Callable[[], None] = lambda: None  # noqa: E731
     pre: list[list[Any]] = []
