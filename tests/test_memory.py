@@ -196,9 +196,9 @@ def test_checkpointing_with_autocast_frees_all_but_the_model_states_before_the_o
     timeline = replay(trace, keep_timeline=True).timeline
     first_opt = next(i for i, e in enumerate(trace.events) if e.phase == "optimizer")
     p = sum(t.numel for t in trace.params)
-    # closed form: fp32 weights and their gradients, the rotary inverse frequencies (head_dim / 2
-    # floats) and the 2 x 32 int64 token ids; nothing else survives the backward
-    assert timeline[first_opt - 1][1] == 4 * p + 4 * p + 4 * 16 // 2 + 8 * 2 * 32
+    # closed form: fp32 weights and their gradients, the rotary inverse frequencies (two buffers
+    # of head_dim / 2 floats) and the 2 x 32 int64 token ids; nothing else survives the backward
+    assert timeline[first_opt - 1][1] == 4 * p + 4 * p + 2 * 4 * 16 // 2 + 8 * 2 * 32
 
 
 def test_checkpointing_with_autocast_matches_the_cpu_allocator() -> None:

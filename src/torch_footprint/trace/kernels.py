@@ -160,6 +160,34 @@ CPU_SCRATCH = {
 }
 
 
+_WRAPPED = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+_TENSOR_SLOTS: dict[Any, tuple[int, ...]] = {}
+
+
+def wrapped_scalars(func: Any, args: tuple[Any, ...], device: str) -> int:
+    """A Python number passed where the op takes a Tensor (``x.mul_(0.9)`` is ``mul_.Tensor``)
+    becomes a 0-dim CPU tensor for the call (8 bytes for a float or an int), and the CPU
+    kernel casts it to the other operand's dtype (4 bytes for float32) when that differs:
+    both appear in the CPU allocator's records, alive for the call only. A dispatch mode sees
+    the number, not the tensor, so the trace adds them here. (On CUDA they live in host
+    memory: nothing on the device.)"""
+    if device != "cpu":
+        return 0
+    slots = _TENSOR_SLOTS.get(func)
+    if slots is None:
+        slots = _TENSOR_SLOTS[func] = tuple(i for i, a in enumerate(func._schema.arguments)
+                                            if isinstance(a.type, torch.TensorType) and not a.kwarg_only)
+    total = 0
+    for i in slots:
+        if i < len(args) and type(args[i]) in _WRAPPED:
+            wrapped = _WRAPPED[type(args[i])]
+            total += wrapped.itemsize
+            other = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            if other is not None and other.dtype != wrapped:
+                total += other.dtype.itemsize
+    return total
+
+
 def kernel_scratch(func: Any, args: tuple[Any, ...], device: str) -> int:
     """The scratch bytes ``func``'s kernel on ``device`` allocates for itself (CPU only, so far)."""
     fn = CPU_SCRATCH.get(func._overloadpacket) if device == "cpu" else None

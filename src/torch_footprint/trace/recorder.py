@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..dtypes import name_of
 from .fastmeta import fast_meta
 from .formulas import formula_for, is_cast
-from .kernels import kernel_scratch
+from .kernels import kernel_scratch, wrapped_scalars
 from .modules import ModuleStack
 from .records import MemFree, OpEvent
 from .step import tensors_in
@@ -83,6 +83,7 @@ class Recorder(TorchDispatchMode):
             return out
         cost = formula_for(func)(func, args, kwargs, out)
         scratch = kernel_scratch(func, args, self.device) if cost.macs else 0
+        scratch += wrapped_scalars(func, args, self.device)
         outs = tensors_in(out)
         if cost.kind == "view":
             read = written = 0
