@@ -51,11 +51,20 @@ class MemoryEstimate:
     notes: list[str] = field(default_factory=list)
     scaling: BatchScaling | None = None
     budget: int | None = None
+    # a training step with optimizer state: the second and later steps, with that state
+    # allocated before the step (``peak`` is the first step, which allocates it in its optimizer phase)
+    steady: MemoryPeak | None = None
+
+    @property
+    def larger(self) -> MemoryPeak:
+        """The larger of the first step's peak and the steady-state step's: what a run needs."""
+        return self.steady if self.steady is not None and self.steady.peak_bytes > self.peak.peak_bytes \
+            else self.peak
 
     @property
     def total(self) -> int:
-        """Peak of the tensors plus the fixed overheads."""
-        return self.peak.peak_bytes + sum(self.overheads.values())
+        """The larger peak of the tensors (first or steady-state step) plus the fixed overheads."""
+        return self.larger.peak_bytes + sum(self.overheads.values())
 
     @property
     def provision(self) -> int:
@@ -68,6 +77,9 @@ class MemoryEstimate:
              "notes": self.notes, "budget": self.budget}
         if self.scaling is not None:
             d["batch_fit"] = self.scaling.__dict__
+        if self.steady is not None:
+            d["steady_peak"] = self.steady.to_dict()
+            d["larger"] = "steady" if self.larger is self.steady else "first"
         return d
 
 
@@ -102,18 +114,25 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
     if not 0 < utilisation <= 1:
         raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
 
-    def at(b: int | None, timeline: bool = False) -> tuple[MemoryPeak, Trace, list[str]]:
+    def at(b: int | None, timeline: bool = False) -> tuple[MemoryPeak, MemoryPeak | None, Trace, list[str]]:
+        """The first step's peak, the steady-state step's (with optimizer state), the trace and its notes."""
         tr, nt = trace_step(model, inputs, spec, batch=b, weights=weights, trust_remote_code=trust_remote_code)
-        return replay(tr, keep_timeline=timeline), tr, nt
+        steady = replay(tr, keep_timeline=timeline, steady=True) if tr.tags.get("optimizer") else None
+        return replay(tr, keep_timeline=timeline), steady, tr, nt
 
-    peak, trace, notes = at(batch, timeline=True)
+    def larger(b: int) -> int:
+        first, steady, _, _ = at(b)
+        return max(first.peak_bytes, steady.peak_bytes if steady is not None else 0)
+
+    peak, steady, trace, notes = at(batch, timeline=True)
     fixed = overheads_for(device, allocation_count(trace), ALLOCATOR_ROUNDING[device])
     for name, value in (overheads or {}).items():
         fixed[name] = parse_bytes(value)
     kept = {k: v for k, v in fixed.items() if v}
     settings = dict(trace.settings, precision=spec.precision, checkpointing=spec.checkpointing, target=device,
                     inputs=trace.inputs, model=trace.model)
-    est = MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes)
+    est = MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes,
+                         steady=steady)
     fixed_costs = sum(kept.values())
     budget_b = None
     if budget is not None:
@@ -131,7 +150,7 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
     if budget_b is None and not scaling:
         return est
     b1 = first_batch(trace, batch)
-    traced = {b1: peak.peak_bytes, 2 * b1: at(2 * b1)[0].peak_bytes, 3 * b1: at(3 * b1)[0].peak_bytes}
+    traced = {b1: est.larger.peak_bytes, 2 * b1: larger(2 * b1), 3 * b1: larger(3 * b1)}
     line = est.scaling = scaling_line(list(traced), list(traced.values()))
     if not line.affine:
         est.notes.append("peak memory is not affine in the batch size here (a third trace is off the line "
@@ -143,7 +162,7 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
 
     def fits(b: int) -> bool:
         if b not in peaks:
-            peaks[b] = at(b)[0].peak_bytes
+            peaks[b] = larger(b)
         return peaks[b] <= room
 
     if not fits(1):

@@ -105,11 +105,13 @@ def model_states(persistent: dict[str, int], strategy: str, n: int, gather_bytes
                        extra=extra, extra_what=what)
 
 
-def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool = False) -> MemoryPeak:
-    """Peak memory of one rank: the trace replayed with sharded storages (module docstring).
+def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool = False,
+              steady: bool = False) -> MemoryPeak:
+    """Peak memory of one rank: the trace replayed with sharded storages (module docstring);
+    ``steady``: the steady-state step (optimizer state allocated before it; see :func:`replay`).
     The result keeps ``highs`` (live bytes at every op) for :func:`~.recommend.largest_fitting_batch`."""
     if n == 1:
-        return replay(trace, keep_timeline=True)
+        return replay(trace, keep_timeline=True, steady=steady)
     f = shard_factors(strategy, n)
     scale: dict[int, float] = {}
     for uid, _, kind in trace.preexisting:
@@ -129,4 +131,14 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
         extra = sum(p.nbytes for p in trace.params if p.trainable)
     elif strategy in ("zero3", "fsdp"):
         extra = gather_bytes(trace)
-    return replay(trace, keep_timeline=True, scale={k: v for k, v in scale.items() if v != 1.0}, extra=extra)
+    return replay(trace, keep_timeline=True, scale={k: v for k, v in scale.items() if v != 1.0}, extra=extra,
+                  steady=steady)
+
+
+def step_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool = False) -> MemoryPeak:
+    """The larger of one rank's first-step peak and its steady-state peak: what a run needs."""
+    first = rank_peak(trace, strategy, n, bucket_view)
+    if not trace.tags.get("optimizer"):
+        return first
+    steady = rank_peak(trace, strategy, n, bucket_view, steady=True)
+    return steady if steady.peak_bytes > first.peak_bytes else first

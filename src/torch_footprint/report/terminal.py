@@ -148,6 +148,8 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
     for cat, nbytes in peak.breakdown.items():
         t.add_row(cat, binary(nbytes), percent(nbytes / peak.peak_bytes) if peak.peak_bytes else "")
     t.add_row("peak of tensors", binary(peak.peak_bytes), "", style="bold")
+    if est.steady is not None:
+        t.add_row("peak, later steps", binary(est.steady.peak_bytes), "", style="bold")
     for name, nbytes in est.overheads.items():
         t.add_row(f"+ {name.replace('_', ' ')}", binary(nbytes), "", style="dim")
     t.add_row("total", binary(est.total), "", style="bold")
@@ -156,6 +158,11 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
     console.print(Text.assemble(("peak: ", "bold"), f"{binary(peak.peak_bytes)} during the {peak.phase}, after ",
                                 f"{peak.op} in '{peak.module or '<root>'}'; ",
                                 f"{binary(peak.baseline_bytes)} alive before the first op"))
+    if est.steady is not None:
+        st = est.steady
+        console.print(Text.assemble(("later steps: ", "bold"), f"{binary(st.peak_bytes)} during the {st.phase}, after ",
+                                    f"{st.op} in '{st.module or '<root>'}' (optimizer state alive from the start); the "
+                                    f"total uses the {'later steps' if est.larger is st else 'first step'}"))
     if peak.activations_by_module:
         a = Table(title="activations saved for the backward, by module", min_width=60, title_justify="left",
                   header_style="bold", pad_edge=False)
