@@ -89,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     _model_args(mem)
     mem.add_argument("--batch", type=int, help="set the first dimension of every input")
     mem.add_argument("--train", action="store_true", help="a training step: forward, backward and optimizer step")
-    mem.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor (with --train)")
+    mem.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor; "
+                     "the first four also as NAME-foreach, NAME-fused (with --train)")
     mem.add_argument("--precision", default="fp32", help="fp32, fp16, bf16, fp16-mixed, bf16-mixed (default fp32)")
     mem.add_argument("--checkpointing", action="store_true", help="activation checkpointing (with --train)")
     mem.add_argument("--max-batch", metavar="BUDGET", help="largest batch whose provisioned memory fits, e.g. 24GiB")
@@ -171,7 +172,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, help="set the first dimension of every input (per rank)")
     p.add_argument("--dtype", help="inference arithmetic: fp32, fp16, bf16 (weights and inputs cast)")
     p.add_argument("--train", action="store_true", help="a training step: forward, backward and optimizer step")
-    p.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor (with --train)")
+    p.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor; "
+                     "the first four also as NAME-foreach, NAME-fused (with --train)")
     p.add_argument("--precision", help="training arithmetic: fp32, fp16, bf16, fp16-mixed, bf16-mixed")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing (with --train)")
     p.add_argument("--tf32", choices=("on", "off"), help="fp32 matmuls and convolutions as TF32 (default: "

@@ -265,6 +265,12 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                 rec.param_uids = {uid for uid, _, kind in pre if kind == "weights"}
                 opt = (step.optimizer([p for p in model.parameters() if p.requires_grad])
                        if backward and step.optimizer is not None else None)
+                # state made by the optimizer's constructor (Adagrad's sums) exists before the step
+                for st in opt.state.values() if opt is not None else ():
+                    for t in st.values():
+                        new = rec.watch(t) if isinstance(t, torch.Tensor) else None
+                        if new is not None:
+                            pre.append([new[0], new[1], "optimizer state"])
                 with rec:
                     out = run_step(model, args, kwargs, backward=backward, optimizer=opt, autocast=step.autocast,
                                    device_type=device, grads_kept=step.grads_kept, hooks=hooks)
