@@ -14,6 +14,7 @@ visible pairs only: causal attention is counted as causal whichever kernel runs 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -80,15 +81,33 @@ class CpuKernels:
     A context manager that swaps ``torch.nn.functional.scaled_dot_product_attention`` for
     the span of a trace (nn.MultiheadAttention, transformers and timm all call it through
     that name), and puts the original back on exit.
+
+    It also hands ``host_tensor`` the CPU tensors made outside the dispatcher that the CPU
+    allocator records: ``torch.get_rng_state()``'s copy of the generator (5056 bytes), which
+    activation checkpointing keeps per checkpointed call until its backward and takes again
+    around each recomputation (``torch.random.fork_rng``).
     """
 
-    def __init__(self, reroute: bool = True) -> None:
+    def __init__(self, reroute: bool = True,
+                 host_tensor: Callable[[str, torch.Tensor], None] | None = None) -> None:
         self._saved: Any = None
+        self._saved_rng: Any = None
         self.reroute = reroute  # send meta-tensor calls to the CPU's fused kernel
+        self.host_tensor = host_tensor
 
     def __enter__(self) -> CpuKernels:
         self._saved = F.scaled_dot_product_attention
         original = self._saved
+        self._saved_rng = torch.get_rng_state
+        if self.host_tensor is not None:
+            get_state, note = self._saved_rng, self.host_tensor
+
+            def get_rng_state() -> torch.Tensor:
+                state = get_state()
+                note("torch.get_rng_state", state)
+                return state
+
+            torch.get_rng_state = get_rng_state
 
         def sdpa(*args: Any, **kwargs: Any) -> Any:
             a = _sdpa_args(args, kwargs)
@@ -115,6 +134,7 @@ class CpuKernels:
 
     def __exit__(self, *exc: Any) -> None:
         F.scaled_dot_product_attention = self._saved
+        torch.get_rng_state = self._saved_rng
 
 
 # --------------------------------------------------------------------------- kernel scratch

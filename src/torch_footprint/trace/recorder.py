@@ -75,6 +75,16 @@ class Recorder(TorchDispatchMode):
             f.detach()
         self._finalizers.clear()
 
+    def host_tensor(self, name: str, t: torch.Tensor) -> None:
+        """A tensor made outside the dispatcher (no aten op to record) that the allocator
+        holds all the same: one event of its own, allocating its storage."""
+        new = self.watch(t)
+        if new is None:
+            return
+        self.events.append(OpEvent(op=name, module=self.stack.current(self.phase), phase=self.phase, flops=0,
+                                   macs=0, kind="data", bytes_read=0, bytes_written=span_bytes(t),
+                                   out_shapes=[list(t.shape)], out_dtypes=[name_of(t.dtype)], allocs=[list(new)]))
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         fast = fast_meta(func, args)

@@ -239,7 +239,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     pre: list[list[Any]] = []
     run_device = "meta" if tensors == "meta" else device
     mode: Any = _fake_mode() if tensors == "fake" else contextlib.nullcontext()
-    kernels: Any = CpuKernels(reroute=tensors == "meta") if device == "cpu" else contextlib.nullcontext()
+    kernels: Any = (CpuKernels(reroute=tensors == "meta", host_tensor=rec.host_tensor) if device == "cpu"
+                    else contextlib.nullcontext())
 
     try:
         with mode, kernels:
