@@ -16,7 +16,9 @@ Low-precision copies of the weights (autocast's cached casts in mixed precision)
 sharded like the weights under ZeRO-3/FSDP, which gathers each unit in that precision.
 
 The per-rank peak replays the trace with every parameter, gradient and optimizer-state
-storage scaled by its factor, so activations and temporaries stay where they were.
+storage scaled by its factor, and the optimizer step's temporaries with the optimizer
+state's (a rank steps over its shard only), so activations and the forward's and
+backward's temporaries stay where they were.
 Communication time is not modelled: throughput with N ranks is N x one rank's.
 """
 
@@ -125,6 +127,12 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
         scale[uid] = f["optimizer state"]
     for uid in trace.tags.get("parameter casts", []):  # low-precision copies of weights follow the weights
         scale[uid] = f["weights"]
+    # each rank steps the optimizer over the state it holds: the step's temporaries (Adam's
+    # denominator, a foreach step's per-tensor lists) are shards of the whole model's too
+    for e in trace.events:
+        if e.phase == "optimizer":
+            for uid, _ in e.allocs:
+                scale.setdefault(uid, f["optimizer state"])
     extra = 0
     training = bool(trace.settings.get("backward"))
     if strategy == "ddp" and training and not bucket_view:
