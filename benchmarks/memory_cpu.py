@@ -33,7 +33,7 @@ from torch_footprint.estimate import training
 from torch_footprint.measure.measured import allocator_peak, one_step
 
 ROOT = Path(__file__).resolve().parent.parent
-LLAMA_TINY = ROOT / "tests" / "configs" / "llama-tiny"
+LLAMA_TINY = ROOT / "tests" / "configs" / "llama-gqa-tiny"
 
 
 def tv(name: str) -> Callable[[], nn.Module]:

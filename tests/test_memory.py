@@ -184,7 +184,7 @@ def test_cuda_overheads_are_stated_apart_and_configurable() -> None:
     assert "cuda_context" not in gone.overheads
 
 
-LLAMA_TINY = str(Path(__file__).parent / "configs" / "llama-tiny")
+LLAMA_TINY = str(Path(__file__).parent / "configs" / "llama-gqa-tiny")
 
 
 def test_checkpointing_with_autocast_frees_all_but_the_model_states_before_the_optimizer() -> None:
