@@ -28,6 +28,9 @@ bench: $(VENV)/.installed-all,dev,bench
 	$(PY) benchmarks/roofline_cpu.py
 	$(PY) benchmarks/timer_agreement.py
 	$(PY) benchmarks/model_zoo_sweep.py
+	$(PY) benchmarks/llm_quantized.py
+	$(PY) benchmarks/llm_published.py
+	$(PY) benchmarks/llm_speed.py
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
 		$(PY) benchmarks/gpu_validate.py; else echo "benchmarks/gpu_validate.py: no CUDA device here, not run"; fi
 

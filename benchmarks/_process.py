@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 import time
@@ -25,3 +26,22 @@ def timed_process(cmd: list[str]) -> tuple[float, float, str]:
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}")
     rss_kib = float(proc.stdout.rsplit("MAXRSS_KIB", 1)[1].split()[0])
     return wall, rss_kib / 1024, proc.stdout
+
+
+def compare(commands: dict[str, list[str]], reference: str, repeat: int) -> None:
+    """Run each command ``repeat`` times, alternating, as whole processes; print every run,
+    then the median wall time and peak RSS of each and their ratios to ``reference``'s."""
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    for i in range(repeat):
+        for name, cmd in commands.items():
+            wall, rss, _ = timed_process(cmd)
+            results[name].append((wall, rss))
+            print(f"run {i + 1} {name:24s} {wall:6.2f} s {rss:7.0f} MiB", flush=True)
+    print()
+    ref_t = statistics.median(w for w, _ in results[reference])
+    ref_m = statistics.median(m for _, m in results[reference])
+    print(f"{'tool':26s} {'wall (median)':>14s} {'peak RSS':>10s} {'time ratio':>11s} {'RSS ratio':>10s}")
+    for name, rows in results.items():
+        t = statistics.median(w for w, _ in rows)
+        m = statistics.median(r for _, r in rows)
+        print(f"{name:26s} {t:12.2f} s {m:6.0f} MiB {t / ref_t:10.2f}x {m / ref_m:9.2f}x")

@@ -12,11 +12,10 @@ Targets (issue 2): footprint within 1.5x the reference's wall time and 1.25x its
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
-from _process import timed_process
+from _process import compare
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tests" / "configs" / "llama3-70b"
@@ -45,20 +44,7 @@ def main() -> None:
     footprint = [sys.executable, "-m", "torch_footprint", "profile", str(CONFIG), "--input-ids", "1,2048",
                  "--backward", "--depth", "1"]
     reference = [sys.executable, "-c", REFERENCE]
-    results: dict[str, list[tuple[float, float]]] = {"footprint": [], "FlopCounterMode (meta)": []}
-    for i in range(args.repeat):
-        for name, cmd in (("footprint", footprint), ("FlopCounterMode (meta)", reference)):
-            wall, rss, _ = timed_process(cmd)
-            results[name].append((wall, rss))
-            print(f"run {i + 1} {name:24s} {wall:6.2f} s {rss:7.0f} MiB", flush=True)
-    print()
-    ref_t = statistics.median(w for w, _ in results["FlopCounterMode (meta)"])
-    ref_m = statistics.median(m for _, m in results["FlopCounterMode (meta)"])
-    print(f"{'tool':26s} {'wall (median)':>14s} {'peak RSS':>10s} {'time ratio':>11s} {'RSS ratio':>10s}")
-    for name, rows in results.items():
-        t = statistics.median(w for w, _ in rows)
-        m = statistics.median(r for _, r in rows)
-        print(f"{name:26s} {t:12.2f} s {m:6.0f} MiB {t / ref_t:10.2f}x {m / ref_m:9.2f}x")
+    compare({"footprint": footprint, "FlopCounterMode (meta)": reference}, "FlopCounterMode (meta)", args.repeat)
     print("\ntargets: footprint time ratio <= 1.50x, RSS ratio <= 1.25x")
 
 

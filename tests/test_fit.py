@@ -48,20 +48,22 @@ def test_whole_model_states_equal_the_closed_form():
 
 
 @pytest.mark.parametrize("strategy, expected", [
-    # ZeRO paper, figure 1, with N = 4 ranks:
+    # ZeRO paper, figure 1, with N = 4 ranks, as torch runs the stages:
     ("ddp", W + G + OPT + G),            # + DDP's bucket copy of the gradients
-    ("zero1", W + G + OPT // 4),         # optimizer state sharded: 44,496 / 4 = 11,124
-    ("zero2", W + G // 4 + OPT // 4),    # + gradients: 22,240 / 4 = 5,560
-    ("zero3", W // 4 + G // 4 + OPT // 4 + W),  # + parameters; gather = units "0" (20,200) + "2" (2,040)
-    ("fsdp", W // 4 + G // 4 + OPT // 4 + W),
+    ("zero1", W + G + OPT // 4 + G),     # optimizer state sharded: 44,496 / 4 = 11,124; DDP's buckets stay
+    # FSDP2 without resharding after forward: everything sharded at rest, all of W gathered in fwd/bwd
+    ("zero2", W // 4 + G // 4 + OPT // 4 + W),
+    # + parameters; gathered: units "0" (20,200) + "2" (2,040), the root owns none = 22,240 = W here
+    ("zero3", W // 4 + G // 4 + OPT // 4 + 20_200 + 2_040),
+    ("fsdp", W // 4 + G // 4 + OPT // 4 + 20_200 + 2_040),
 ])
 def test_model_states_per_rank_by_hand(strategy, expected):
     from torch_footprint.analysis.memory import replay
 
     t = _adam_trace()
-    gather = sum(sorted(sharding.wrap_units(t).values(), reverse=True)[:2])
-    assert gather == 20_200 + 2_040
-    st = sharding.model_states(replay(t).persistent, strategy, 4, gather)
+    assert sorted(sharding.wrap_units(t).values(), reverse=True)[:2] == [20_200, 2_040]
+    assert sharding.root_bytes(t) == 0
+    st = sharding.model_states(replay(t).persistent, strategy, 4, sharding.gather_bytes(t, strategy))
     assert st.total == expected
 
 
@@ -181,6 +183,8 @@ def test_cli_fit_json_for_several_ranks(tmp_path, capsys):
 
     d = json.loads(out.read_text())
     st = d["model_states_per_rank"]
-    # resnet18: 11,689,512 parameters in fp32; ZeRO-2 on 2 ranks keeps all weights, half the gradients
-    assert st["weights"] == 4 * 11_689_512 and st["gradients"] == 2 * 11_689_512
+    # resnet18: 11,689,512 parameters in fp32; ZeRO-2 as FSDP2 runs it on 2 ranks: half the weights and
+    # gradients at rest, all the weights gathered from the forward to the end of the backward
+    assert st["weights"] == 2 * 11_689_512 and st["gradients"] == 2 * 11_689_512
+    assert st["extra"] == 4 * 11_689_512
     assert d["pick"] == "t4" and d["rows"][0]["largest_batch"] >= 1

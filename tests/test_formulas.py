@@ -362,3 +362,15 @@ def test_factorizations_use_lapack_counts() -> None:
     p = tfp.profile(Chol(), "3,6,6", tensors="real")
     [chol] = [e for e in p.trace.events if e.op == "aten.linalg_cholesky_ex.default"]
     assert chol.flops == 3 * 6**3 // 3 and chol.kind == "vector"  # n^3 / 3 per matrix, no MACs
+
+
+def test_untracked_views_move_no_bytes() -> None:
+    # _unsafe_view and _reshape_alias return tensors sharing the input's storage: no kernel runs
+    from torch_footprint.trace.formulas import formula_for
+
+    x = torch.randn(4, 6)
+    for op, args in ((torch.ops.aten._unsafe_view.default, (x, [24])),
+                     (torch.ops.aten._reshape_alias.default, (x, [24], [1]))):
+        out = op(*args)
+        assert out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        assert formula_for(op)(op, args, {}, out).kind == "view"

@@ -98,6 +98,9 @@ def test_memory_is_read_in_binary_units():
     (lambda r: r.replace('"https://example.com/datasheet.pdf"', '"a blog"'), "field 'source' must be the URL"),
     (lambda r: r.replace('kind = "gpu"', 'kind = "tpu"'), "field 'kind' must be one of"),
     (lambda r: r + 'colour = "green"\n', "unknown field 'colour'"),
+    (lambda r: r + "link_gbs = 32\n", "fields 'link_gbs' and 'link' go together"),
+    (lambda r: r + 'link_gbs = 0\nlink = "PCIe"\n', "field 'link_gbs': must be positive"),
+    (lambda r: r + 'link_gbs = 32\nlink = "PCIe"\nlink_source = "a forum"\n', "field 'link_source' must be a URL"),
 ])
 def test_malformed_row_names_file_row_and_field(tmp_path, change, message):
     f = tmp_path / "mine.toml"
@@ -147,3 +150,23 @@ def test_bench_stays_the_verb_after_the_measuring_package_is_imported():
     import torch_footprint.measure.runner  # noqa: F401
 
     assert callable(tfp.bench) and tfp.bench.__name__ == "bench"
+
+
+@pytest.mark.parametrize("acc_id, both_ways_gbs", [
+    # the vendors' two-way figures (datasheets): one direction is half
+    ("v100-sxm2-32gb", 300), ("a100-sxm-80gb", 600), ("h100-sxm", 900), ("h200-sxm", 900), ("b200", 1800),
+    ("h100-pcie", 128), ("a100-pcie-80gb", 64), ("l4", 64), ("l40s", 64), ("a10", 64), ("mi300x", 896),
+])
+def test_interconnect_is_one_direction_per_gpu(acc_id, both_ways_gbs):
+    acc = tfp.hardware.get(acc_id)
+    assert acc.link_gbs == both_ways_gbs / 2 and acc.link_bandwidth == both_ways_gbs / 2 * 1e9
+    assert acc.link and acc.to_dict()["link_gbs"] == both_ways_gbs / 2
+
+
+def test_link_fields_load_from_a_user_file(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text(ROW.format(id="linked", mem=8) + 'link_gbs = 25\nlink = "RoCE 200 Gb/s"\n'
+                 'link_source = "https://example.com/nic.pdf"\n' + ROW.format(id="plain", mem=8))
+    linked, plain = load_file(f)
+    assert (linked.link_gbs, linked.link, linked.link_source) == (25.0, "RoCE 200 Gb/s", "https://example.com/nic.pdf")
+    assert plain.link_gbs is None and plain.link_bandwidth is None

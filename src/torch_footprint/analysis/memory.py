@@ -66,17 +66,20 @@ def _forward_end(trace: Trace) -> int:
 
 
 def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float] | None = None,
-           extra: int = 0, steady: bool = False) -> MemoryPeak:
+           extra: int = 0, extra_in: Mapping[str, int] | None = None, steady: bool = False) -> MemoryPeak:
     """Replay allocations and frees; return the peak and the breakdown there.
 
     ``scale`` maps storage uids to a factor on their size (a shard of a parameter, its
     gradient or optimizer state on one rank); ``extra`` bytes are alive throughout (buffers
-    outside the model's tensors, such as DDP's gradient buckets). ``steady``: the second and
-    later steps of a training run, where the optimizer state the first step created exists
-    before the step begins (the first step allocates it lazily, in its optimizer phase) and
-    is only updated in place; the gradients are as the trace has them (kept from the step
-    before with ``grads_kept``, else dropped by ``zero_grad`` before the forward).
+    outside the model's tensors, such as DDP's gradient buckets); ``extra_in`` bytes are
+    alive while the operators of a phase run (FSDP's gathered parameters in the forward
+    and backward). ``steady``: the second and later steps of a training run, where the
+    optimizer state the first step created exists before the step begins (the first step
+    allocates it lazily, in its optimizer phase) and is only updated in place; the gradients
+    are as the trace has them (kept from the step before with ``grads_kept``, else dropped
+    by ``zero_grad`` before the forward).
     """
+    during = extra_in or {}
     factor = scale or {}
     size: dict[int, int] = {}
     born: dict[int, int] = {}  # uid -> event index of its allocation (-1: before the run)
@@ -101,7 +104,7 @@ def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float]
             alive.discard(uid)
             live -= size[uid]
     peak, peak_at, peak_alive = live, -1, set(alive)
-    peak_scratch = 0
+    peak_scratch = peak_during = 0
     timeline: list[tuple[int, int]] = []
     highs: list[int] = [live] if keep_timeline else []
     for i, e in enumerate(trace.events):
@@ -112,11 +115,12 @@ def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float]
             born[uid] = i
             alive.add(uid)
             live += size[uid]
+        x = during.get(e.phase, 0)
         if keep_timeline:
-            highs.append(live + e.scratch)
-        if live + e.scratch > peak:  # the op's outputs exist together with its inputs (and its scratch)
-            peak, peak_at, peak_alive = live + e.scratch, i, set(alive)
-            peak_scratch = e.scratch
+            highs.append(live + e.scratch + x)
+        if live + e.scratch + x > peak:  # the op's outputs exist together with its inputs (and its scratch)
+            peak, peak_at, peak_alive = live + e.scratch + x, i, set(alive)
+            peak_scratch, peak_during = e.scratch, x
         for uid in frees_after.get(i, []):
             if uid in alive:
                 alive.discard(uid)
@@ -129,6 +133,8 @@ def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float]
     breakdown["temporaries"] += peak_scratch
     if extra:
         breakdown["buffers (outside the model)"] = extra
+    if peak_during:
+        breakdown["gathered parameters"] = peak_during
     by_module: dict[str, int] = {}
     if trace.settings.get("backward"):
         outputs = set(trace.tags.get("output", []))

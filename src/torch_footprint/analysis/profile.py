@@ -110,6 +110,17 @@ class Profile:
             d["trace"] = self.trace.to_dict()
         return d
 
+    def __repr__(self) -> str:  # the trace would fill a screen: the headline figures instead
+        back = f", backward_flops={self.backward_flops}" if self.trace.settings.get("backward") else ""
+        return (f"Profile(model={self.trace.model!r}, params={self.params}, flops={self.flops}, "
+                f"macs={self.macs}{back}, events={len(self.trace.events)})")
+
+    def _repr_html_(self) -> str:
+        """A notebook draws the profile: cards, module bars, the module tree, the operators."""
+        from ..report.html import render_profile_html
+
+        return render_profile_html(self.to_dict(depth=None))
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Profile:
         """A profile saved with ``to_dict(include_trace=True)`` (``footprint profile --json``)."""

@@ -71,6 +71,15 @@ class MemoryEstimate:
         """What to provision: the total divided by the utilisation (the seed's /0.8)."""
         return math.ceil(self.total / self.utilisation)
 
+    def __repr__(self) -> str:
+        return (f"MemoryEstimate(model={self.settings.get('model')!r}, peak_bytes={self.peak.peak_bytes}, "
+                f"phase={self.peak.phase!r}, total_bytes={self.total}, provision_bytes={self.provision})")
+
+    def _repr_html_(self) -> str:
+        from ..report.html import render_result_html
+
+        return render_result_html("memory", self.to_dict())
+
     def to_dict(self) -> dict[str, Any]:
         d = {"peak": self.peak.to_dict(), "settings": self.settings, "overheads": self.overheads,
              "total_bytes": self.total, "utilisation": self.utilisation, "provision_bytes": self.provision,
@@ -125,15 +134,9 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
         return max(first.peak_bytes, steady.peak_bytes if steady is not None else 0)
 
     peak, steady, trace, notes = at(batch, timeline=True)
-    fixed = overheads_for(device, allocation_count(trace), ALLOCATOR_ROUNDING[device])
-    for name, value in (overheads or {}).items():
-        fixed[name] = parse_bytes(value)
-    kept = {k: v for k, v in fixed.items() if v}
-    settings = dict(trace.settings, precision=spec.precision, checkpointing=spec.checkpointing, target=device,
-                    inputs=trace.inputs, model=trace.model)
-    est = MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes,
-                         steady=steady)
-    fixed_costs = sum(kept.values())
+    est = memory_of(trace, spec, notes, peak=peak, steady=steady, device=device, utilisation=utilisation,
+                    overheads=overheads)
+    fixed_costs = sum(est.overheads.values())
     budget_b = None
     if budget is not None:
         budget_b = parse_bytes(budget)
@@ -178,6 +181,25 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
         raise FootprintError("the peak does not grow with the batch size: no largest batch to find")
     line.max_batch, line.max_batch_checked = best, True
     return est
+
+
+def memory_of(trace: Trace, spec: StepSpec, notes: list[str], *, peak: MemoryPeak | None = None,
+              steady: MemoryPeak | None = None, device: str = "cpu", utilisation: float = 0.8,
+              overheads: Mapping[str, int | str] | None = None) -> MemoryEstimate:
+    """The estimate of one traced step: its peak and, with optimizer state, the steady-state
+    step's (both replayed here unless given) plus the fixed overheads of ``device``,
+    ``overheads`` replacing or adding some by name."""
+    if peak is None:
+        peak = replay(trace, keep_timeline=True)
+        steady = replay(trace, keep_timeline=True, steady=True) if trace.tags.get("optimizer") else None
+    fixed = overheads_for(device, allocation_count(trace), ALLOCATOR_ROUNDING[device])
+    for name, value in (overheads or {}).items():
+        fixed[name] = parse_bytes(value)
+    kept = {k: v for k, v in fixed.items() if v}
+    settings = dict(trace.settings, precision=spec.precision, checkpointing=spec.checkpointing, target=device,
+                    inputs=trace.inputs, model=trace.model)
+    return MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes,
+                          steady=steady)
 
 
 def allocation_count(trace: Trace) -> int:

@@ -10,6 +10,7 @@ any batch; throughput there from operator costs extrapolated from the same trace
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from ..analysis.memory import MemoryPeak, replay
 from ..errors import FootprintError
 from ..hardware import Accelerator, find, load
 from ..trace import Trace
+from .comm import StepTime, link_of, step_time
 from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for, scaling_line
+from .ranks import phase_times
 from .roofline import Prediction, estimate_latency
 from .sharding import STRATEGIES, ModelStates, gather_bytes, model_states, step_peak
 from .workload import StepSpec, first_batch, trace_step
@@ -100,9 +103,12 @@ class FitRow:
     throughput_batch: int | None
     meets_target: bool | None = None
     reason: str = ""
+    step: StepTime | None = None  # one rank's training step with communication (several ranks)
 
     @property
     def latency_s(self) -> float | None:
+        if self.step is not None:
+            return self.step.time_s
         return self.prediction.time_s if self.prediction else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,7 +118,8 @@ class FitRow:
                 "latency_s": self.latency_s, "lower_bound_s": p.lower_bound_s if p else None,
                 "bound": p.bound if p else None, "ceilings": p.ceilings.source if p else None,
                 "throughput_samples_per_s": self.throughput, "throughput_batch": self.throughput_batch,
-                "meets_target": self.meets_target, "reason": self.reason, "tdp_w": self.accelerator.tdp_w}
+                "meets_target": self.meets_target, "reason": self.reason, "tdp_w": self.accelerator.tdp_w,
+                "step": self.step.to_dict() if self.step else None, "link_gbs": self.accelerator.link_gbs}
 
 
 @dataclass
@@ -124,13 +131,23 @@ class FitResult:
     gpus: int
     strategy: str
     settings: dict[str, Any]
+    tp: int = 1
     states: ModelStates | None = None
     peak: MemoryPeak | None = None
     notes: list[str] = field(default_factory=list)
     target_s: float | None = None
 
+    def __repr__(self) -> str:
+        return (f"FitResult(model={self.settings.get('model')!r}, pick={self.pick!r}, "
+                f"fits={[r.accelerator.id for r in self.rows if r.fits]})")
+
+    def _repr_html_(self) -> str:
+        from ..report.html import render_result_html
+
+        return render_result_html("fit", self.to_dict())
+
     def to_dict(self) -> dict[str, Any]:
-        return {"pick": self.pick, "why": self.why, "batch_per_rank": self.batch, "gpus": self.gpus,
+        return {"pick": self.pick, "why": self.why, "batch_per_rank": self.batch, "gpus": self.gpus, "tp": self.tp,
                 "strategy": self.strategy, "settings": self.settings, "target_latency_s": self.target_s,
                 "model_states_per_rank": self.states.__dict__ if self.states else None,
                 "peak_per_rank": self.peak.to_dict() if self.peak else None,
@@ -189,8 +206,11 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
               strategy: str = "ddp", target_s: float | None = None, utilisation: float = 0.8,
               hardware: str | None = None, only: Sequence[str] | None = None, tf32: bool | None = None,
               efficiency: Mapping[str, float] | None = None, bucket_view: bool = False,
-              weights: str | None = None, trust_remote_code: bool = False) -> FitResult:
-    """Every accelerator's answer for ``spec`` at ``batch`` per rank, and the pick (see the module docstring)."""
+              weights: str | None = None, trust_remote_code: bool = False, tp: int = 1) -> FitResult:
+    """Every accelerator's answer for ``spec`` at ``batch`` per rank, and the pick (see the module docstring).
+    ``tp`` of the ``gpus`` split each layer (tensor parallelism, :mod:`~torch_footprint.parallel`); the
+    rest, ``gpus / tp``, are data-parallel ranks under ``strategy``. Training over several ranks
+    is timed with its communication (:mod:`.comm`)."""
     if strategy not in STRATEGIES:
         raise FootprintError(f"unknown strategy '{strategy}': use {', '.join(STRATEGIES)}")
     if gpus < 1:
@@ -199,6 +219,11 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
         raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
     if batch is not None and batch < 1:
         raise FootprintError(f"batch must be at least 1, got {batch}")
+    if tp < 1 or gpus % tp:
+        raise FootprintError(f"--tp {tp} must divide --gpus {gpus}")
+    dp = gpus // tp
+    if tp > 1:
+        spec = dataclasses.replace(spec, tp=tp)
     rows_db = load(hardware)
     if only:
         rows_db = [find(rows_db, x) for x in only]
@@ -207,12 +232,12 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
     b1 = first_batch(t1, batch)
     traces = {b1: t1, 2 * b1: trace_step(model, inputs, spec, batch=2 * b1, **common)[0],
               3 * b1: trace_step(model, inputs, spec, batch=3 * b1, **common)[0]}
-    peaks = {b: step_peak(t, strategy, gpus, bucket_view) for b, t in traces.items()}
+    peaks = {b: step_peak(t, strategy, dp, bucket_view) for b, t in traces.items()}
     n_allocs = allocation_count(t1)
     states = None
     if spec.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
-        persistent = peaks[b1].persistent if gpus == 1 else replay(t1).persistent
-        states = model_states(persistent, strategy, gpus, gather_bytes(t1), bucket_view)
+        persistent = peaks[b1].persistent if dp == 1 else replay(t1).persistent
+        states = model_states(persistent, strategy, dp, gather_bytes(t1, strategy), bucket_view)
     pair = aligned_pair(traces)
     if pair is not None:
         p, q = pair
@@ -241,6 +266,18 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
     def latency(tr: Trace, acc: Accelerator) -> Prediction:
         return estimate_latency(tr, acc, tf32=tf32, efficiency=efficiency)
 
+    no_link: list[str] = []
+
+    def with_comm(tr: Trace, acc: Accelerator, pred: Prediction) -> StepTime | None:
+        """One rank's training step with its communication (None: one rank, or no link figure)."""
+        if not spec.train or gpus == 1:
+            return None
+        link = link_of(acc)
+        if link is None:
+            no_link.append(acc.id)
+            return None
+        return step_time(tr, phase_times(pred), strategy, dp, link, tp)
+
     out_rows: list[FitRow] = []
     for acc in rows_db:
         fixed = sum(fixed_overheads(acc, n_allocs).values())
@@ -258,18 +295,26 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
                                    reason="no bandwidth figure: run `footprint calibrate` on it"))
             continue
         pred = latency(traces[b1], acc)
+        step = with_comm(traces[b1], acc, pred)
+
+        def total(tr: Trace) -> float:
+            p = latency(tr, acc)
+            s = with_comm(tr, acc, p)
+            return s.time_s if s is not None else p.time_s
+
         thr, thr_b = None, None
         if largest:
             tl = trace_at(largest)
             if tl is not None:
-                t = latency(tl, acc).time_s
+                t = total(tl)
             else:  # a line through the predicted times at the first two batch sizes
-                t2 = latency(traces[2 * b1], acc).time_s
-                t = pred.time_s + (t2 - pred.time_s) * (largest - b1) / b1
-            thr, thr_b = (largest * gpus / t if t > 0 else None), largest
-        row = FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b)
+                t0 = step.time_s if step is not None else pred.time_s
+                t2 = total(traces[2 * b1])
+                t = t0 + (t2 - t0) * (largest - b1) / b1
+            thr, thr_b = (largest * dp / t if t > 0 else None), largest
+        row = FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b, step=step)
         if target_s is not None:
-            row.meets_target = row.fits and pred.time_s <= target_s
+            row.meets_target = row.fits and (row.latency_s or 0.0) <= target_s
         out_rows.append(row)
     pick, why = rank(out_rows, target_s)
     missing: dict[str, list[str]] = {}
@@ -279,11 +324,17 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
     for d, ids in missing.items():
         notes.append(f"no published {d} rate for {', '.join(ids)}: their fp32 rate is used")
     if gpus > 1:
-        notes.append(f"{gpus} ranks ({strategy}): memory per rank; throughput is {gpus} x one rank's "
-                     "(communication not modelled)")
+        how_many = f"{dp} data-parallel ranks ({strategy})" + (f" x {tp} tensor-parallel" if tp > 1 else "")
+        notes.append(f"{how_many}: memory per rank; " + (
+            "latency is one rank's training step with its communication (ring collectives over the "
+            "accelerator's link_gbs); throughput is samples per second over all ranks" if spec.train else
+            "throughput is the sum over the data-parallel ranks"))
+        if no_link:
+            notes.append(f"no interconnect figure for {', '.join(sorted(set(no_link)))}: their communication is "
+                         "not timed")
     if how:
         notes.append(how)
     settings = dict(t1.settings, precision=spec.precision, checkpointing=spec.checkpointing,
                     utilisation=utilisation, model=t1.model, inputs=t1.inputs)
     return FitResult(rows=out_rows, pick=pick, why=why, batch=b1, gpus=gpus, strategy=strategy, settings=settings,
-                     states=states, peak=peaks[b1], notes=notes, target_s=target_s)
+                     states=states, peak=peaks[b1], notes=notes, target_s=target_s, tp=tp)

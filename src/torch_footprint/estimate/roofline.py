@@ -222,6 +222,45 @@ class Prediction:
             out[o.phase] = out.get(o.phase, 0.0) + o.time_s
         return out
 
+    def __repr__(self) -> str:
+        return (f"Prediction(accelerator={self.accelerator.id!r}, time_s={self.time_s:.6g}, "
+                f"lower_bound_s={self.lower_bound_s:.6g}, bound={self.bound!r}, ops={len(self.ops)})")
+
+    def _repr_html_(self) -> str:
+        from ..report.html import render_result_html
+
+        acc = {**self.accelerator.to_dict(), "memory_bytes": self.accelerator.memory_bytes}
+        return render_result_html("predict", {**self.to_dict(), "roofline": self.roofline_points()}, accelerator=acc)
+
+    def starts(self) -> list[float]:
+        """When each operator starts (seconds) if they run back to back, in trace order."""
+        out, t = [], 0.0
+        for o in self.ops:
+            out.append(t)
+            t += o.time_s
+        return out
+
+    def roofline_points(self) -> list[dict[str, Any]]:
+        """Operators as points of a roofline plot: arithmetic intensity (FLOP per byte) and
+        the FLOP/s they reach in their predicted time. Calls of one operator with the same
+        FLOPs, bytes, dtype and phase land on the same spot and are merged (``calls``, their
+        summed ``time_s``, the first one's ``module``). Operators without FLOPs or bytes
+        have no place on log axes and are left out."""
+        merged: dict[tuple[str, str, str, str, int, int], dict[str, Any]] = {}
+        for o in self.ops:
+            if o.kind == "view" or o.flops <= 0 or o.bytes <= 0:
+                continue
+            key = (o.op, o.kind, o.phase, o.dtype, o.flops, o.bytes)
+            pt = merged.get(key)
+            if pt is None:
+                merged[key] = {"op": o.op, "kind": o.kind, "phase": o.phase, "dtype": o.dtype, "module": o.module,
+                               "calls": 1, "flops": o.flops, "bytes": o.bytes, "time_s": o.time_s,
+                               "intensity": o.flops / o.bytes, "flop_per_s": o.flops / o.time_s, "bound": o.bound}
+            else:
+                pt["calls"] += 1
+                pt["time_s"] += o.time_s
+        return list(merged.values())
+
     def to_dict(self, ops: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {
             "accelerator": self.accelerator.id, "time_s": self.time_s, "lower_bound_s": self.lower_bound_s,

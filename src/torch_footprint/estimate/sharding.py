@@ -2,15 +2,18 @@
 
 Multi-GPU memory per rank (N ranks, data parallel, batch per rank unchanged). With W the
 parameters, G their gradients and O the optimizer state of the whole model, the model
-states each rank holds are (ZeRO, Rajbhandari et al. 2020, figure 1; FSDP's FULL_SHARD
-is ZeRO-3, SHARD_GRAD_OP is ZeRO-2):
+states each rank holds are those of ZeRO (Rajbhandari et al. 2020, figure 1) as torch
+implements the stages (what ``bench --nproc`` runs and measures):
 
     ddp     W + G + O  (+ G again: DDP copies gradients into its buckets unless
                         gradient_as_bucket_view=True)
-    zero1   W + G + O/N
-    zero2   W + G/N + O/N
-    zero3   (W + G + O)/N  + the gathered parameters of two wrapped units (the one
-    fsdp                     running and the one prefetched)
+    zero1   W + G + O/N  (+ G: torch's ZeroRedundancyOptimizer runs under DDP, buckets and all)
+    zero2   (W + G + O)/N at rest; FSDP2 with reshard_after_forward=False keeps every
+            unit's parameters gathered from the forward to the end of the backward: + W then
+            (the paper's ZeRO-2 keeps W whole throughout; FSDP2 shards it between steps)
+    zero3   (W + G + O)/N at rest; in the forward and backward + the parameters of two
+    fsdp    wrapped units (the one running and the one prefetched) + the root module's own
+            (embeddings, head: FSDP2 keeps the root gathered from forward to backward)
 
 Low-precision copies of the weights (autocast's cached casts in mixed precision) are
 sharded like the weights under ZeRO-3/FSDP, which gathers each unit in that precision.
@@ -18,8 +21,8 @@ sharded like the weights under ZeRO-3/FSDP, which gathers each unit in that prec
 The per-rank peak replays the trace with every parameter, gradient and optimizer-state
 storage scaled by its factor, and the optimizer step's temporaries with the optimizer
 state's (a rank steps over its shard only), so activations and the forward's and
-backward's temporaries stay where they were.
-Communication time is not modelled: throughput with N ranks is N x one rank's.
+backward's temporaries stay where they were, and the gathered parameters alive while the
+forward and backward run. Communication time is :mod:`.comm`'s.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from dataclasses import dataclass
 
 from ..analysis.memory import MemoryPeak, replay
 from ..errors import FootprintError
+from ..parallel import fsdp_units
 from ..trace import Trace
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 _FACTORS = {  # (weights, gradients, optimizer state) held by one of N ranks, as powers of 1/N
-    "ddp": (0, 0, 0), "zero1": (0, 0, 1), "zero2": (0, 1, 1), "zero3": (1, 1, 1), "fsdp": (1, 1, 1),
+    "ddp": (0, 0, 0), "zero1": (0, 0, 1), "zero2": (1, 1, 1), "zero3": (1, 1, 1), "fsdp": (1, 1, 1),
 }
 
 
@@ -48,32 +52,21 @@ def shard_factors(strategy: str, n: int) -> dict[str, float]:
 
 
 def wrap_units(trace: Trace) -> dict[str, int]:
-    """Parameter bytes of the units FSDP would wrap: the items of the deepest repeated
-    container (ModuleList/Sequential: a model's blocks), else the model's top-level children."""
-    subtree: dict[str, int] = {}
-    for m in trace.modules:
-        parts = m.path.split(".") if m.path else []
-        for i in range(len(parts) + 1):
-            key = ".".join(parts[:i])
-            subtree[key] = subtree.get(key, 0) + m.param_bytes
-    containers = [m for m in trace.modules if m.type in ("ModuleList", "Sequential") and m.path]
-    units: dict[str, int] = {}
-    if containers:
-        deepest = max(c.depth for c in containers)
-        for c in containers:
-            if c.depth == deepest or not units:
-                pre = c.path + "."
-                for m in trace.modules:
-                    if m.path.startswith(pre) and "." not in m.path[len(pre):]:
-                        units[m.path] = subtree.get(m.path, 0)
-    if not units:
-        units = {m.path: subtree.get(m.path, 0) for m in trace.modules if m.path and "." not in m.path}
-    return units
+    """Parameter bytes of the units FSDP would wrap (:func:`~torch_footprint.parallel.fsdp_units`)."""
+    return fsdp_units(trace.modules)
 
 
-def gather_bytes(trace: Trace) -> int:
-    """What ZeRO-3/FSDP gathers at once: the parameters of the two largest wrapped units."""
-    return sum(sorted(wrap_units(trace).values(), reverse=True)[:2])
+def root_bytes(trace: Trace) -> int:
+    """Parameter bytes of the root module's own, outside every wrapped unit."""
+    return max(0, sum(p.nbytes for p in trace.params) - sum(wrap_units(trace).values()))
+
+
+def gather_bytes(trace: Trace, strategy: str = "zero3") -> int:
+    """What FSDP2 holds gathered while the forward and backward run: the two largest wrapped
+    units and the root's own parameters (zero3, fsdp), or all of them (zero2)."""
+    if strategy == "zero2":
+        return sum(p.nbytes for p in trace.params)
+    return sum(sorted(wrap_units(trace).values(), reverse=True)[:2]) + root_bytes(trace)
 
 
 @dataclass
@@ -84,7 +77,7 @@ class ModelStates:
     gradients: int
     optimizer: int
     buffers: int
-    extra: int  # DDP's bucket copy of the gradients, or FSDP/ZeRO-3's gathered units
+    extra: int  # DDP's bucket copy of the gradients, or FSDP's gathered parameters
     extra_what: str = ""
 
     @property
@@ -98,10 +91,10 @@ def model_states(persistent: dict[str, int], strategy: str, n: int, gather_bytes
     f = shard_factors(strategy, n)
     w, g, o = persistent.get("weights", 0), persistent.get("gradients", 0), persistent.get("optimizer state", 0)
     extra, what = 0, ""
-    if strategy == "ddp" and n > 1 and not bucket_view and g:
+    if strategy in ("ddp", "zero1") and n > 1 and not bucket_view and g:
         extra, what = g, "DDP gradient buckets"
-    elif strategy in ("zero3", "fsdp") and n > 1:
-        extra, what = gather_bytes, "gathered parameters of two wrapped units"
+    elif strategy in ("zero2", "zero3", "fsdp") and n > 1:
+        extra, what = gather_bytes, "parameters gathered in the forward and backward"
     return ModelStates(weights=math.ceil(w * f["weights"]), gradients=math.ceil(g * f["gradients"]),
                        optimizer=math.ceil(o * f["optimizer state"]), buffers=persistent.get("buffers", 0),
                        extra=extra, extra_what=what)
@@ -133,14 +126,15 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
         if e.phase == "optimizer":
             for uid, _ in e.allocs:
                 scale.setdefault(uid, f["optimizer state"])
-    extra = 0
+    extra, during = 0, {}
     training = bool(trace.settings.get("backward"))
-    if strategy == "ddp" and training and not bucket_view:
+    if strategy in ("ddp", "zero1") and training and not bucket_view:
         extra = sum(p.nbytes for p in trace.params if p.trainable)
-    elif strategy in ("zero3", "fsdp"):
-        extra = gather_bytes(trace)
+    elif strategy in ("zero2", "zero3", "fsdp"):
+        g = gather_bytes(trace, strategy)
+        during = {"forward": g, "loss": g, "backward": g}
     return replay(trace, keep_timeline=True, scale={k: v for k, v in scale.items() if v != 1.0}, extra=extra,
-                  steady=steady)
+                  extra_in=during, steady=steady)
 
 
 def step_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool = False) -> MemoryPeak:

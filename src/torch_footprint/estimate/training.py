@@ -38,6 +38,7 @@ def _make(cls: Any, label: str, **kw: Any) -> Callable[[list[nn.Parameter]], tor
         return cls(params, **kw)
 
     factory.label = label  # type: ignore[attr-defined]
+    factory.cls, factory.kwargs = cls, kw  # type: ignore[attr-defined]  # for ZeroRedundancyOptimizer
     return factory
 
 

@@ -3,6 +3,7 @@ precision and checkpointing. ``memory``, ``predict`` and ``fit`` all start here.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,7 @@ from torch import nn
 
 from ..dtypes import name_of
 from ..errors import FootprintError
+from ..parallel import shrink_for_tp
 from ..sources import Workload, prepare
 from ..sources.inputs import InputsLike
 from ..trace import StepOptions, Trace, trace_model
@@ -25,6 +27,7 @@ class StepSpec:
     precision: str = "fp32"
     checkpointing: bool = False
     grads: str = "none"  # "none": gradients appear in the backward; "zero": kept between steps
+    tp: int = 1  # tensor-parallel ranks: the trace is one rank's share of the model (parallel.py)
 
     def check(self) -> None:
         training.precision(self.precision)
@@ -58,6 +61,10 @@ def trace_step(model: nn.Module | str, inputs: InputsLike, spec: StepSpec, *, ba
         m = built.model = m.to(param_dtype)
         notes.append(f"weights cast to {name_of(param_dtype)} for precision {spec.precision}")
         work = work.cast(param_dtype)
+    if spec.tp > 1:  # one rank's share, on a copy: a module the caller gave stays whole
+        m = built.model = copy.deepcopy(m)
+        shrink_for_tp(m, spec.tp)
+        notes.append(f"tensor parallel over {spec.tp} ranks: one rank's share of the attention and MLP linears")
     undo: Any = lambda: None  # noqa: E731
     if spec.checkpointing:
         what, undo = training.enable_checkpointing(m)

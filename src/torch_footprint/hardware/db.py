@@ -28,7 +28,7 @@ DTYPES = RATE_KEYS  # the rate keys of a row's tflops table
 KINDS = ("gpu", "soc", "cpu")
 BUILTIN = Path(__file__).with_name("accelerators.toml")
 _REQUIRED = ("id", "name", "vendor", "kind", "memory_gb", "bandwidth_gbs", "tflops", "source")
-_OPTIONAL = ("tdp_w", "vector_fp32", "notes", "estimated", "aliases")
+_OPTIONAL = ("tdp_w", "vector_fp32", "notes", "estimated", "aliases", "link_gbs", "link", "link_source")
 _ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 
@@ -50,6 +50,9 @@ class Accelerator:
     estimated: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     origin: str = "built-in"
+    link_gbs: float | None = None  # interconnect to its peers, one direction, GB/s (decimal)
+    link: str = ""  # that link in words ("NVLink 4, 18 links")
+    link_source: str = ""  # where the link figure comes from, when not ``source``
     calibrated: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
@@ -61,6 +64,11 @@ class Accelerator:
     def bandwidth(self) -> float | None:
         """Peak memory bandwidth in bytes per second."""
         return None if self.bandwidth_gbs is None else self.bandwidth_gbs * 1e9
+
+    @property
+    def link_bandwidth(self) -> float | None:
+        """Interconnect bandwidth to its peers in bytes per second, one direction (None: unpublished)."""
+        return None if self.link_gbs is None else self.link_gbs * 1e9
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak in FLOP/s (OP/s for int8) for ``dtype``; None where none is published."""
@@ -75,7 +83,7 @@ class Accelerator:
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("id", "name", "vendor", "kind", "memory_gb", "bandwidth_gbs", "tdp_w",
                                             "tflops", "vector_fp32", "source", "notes", "estimated", "aliases",
-                                            "origin")}
+                                            "origin", "link_gbs", "link", "link_source")}
         d["estimated"], d["aliases"] = list(self.estimated), list(self.aliases)
         if self.calibrated:
             d["calibrated"] = self.calibrated
@@ -122,7 +130,7 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
     estimated = raw.get("estimated", [])
     if not isinstance(estimated, list) or not all(isinstance(x, str) for x in estimated):
         raise FootprintError(f"{at}: field 'estimated' must be a list of field names, got {estimated!r}")
-    fields = {*DTYPES, "memory_gb", "bandwidth_gbs", "tdp_w", "vector_fp32"}
+    fields = {*DTYPES, "memory_gb", "bandwidth_gbs", "tdp_w", "vector_fp32", "link_gbs"}
     for x in estimated:
         if x not in fields:
             raise FootprintError(f"{at}: field 'estimated' names '{x}', which is not a figure of the row")
@@ -132,6 +140,14 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
     notes = raw.get("notes", "")
     if not isinstance(notes, str):
         raise FootprintError(f"{at}: field 'notes' must be a string, got {notes!r}")
+    link = raw.get("link", "")
+    if not isinstance(link, str):
+        raise FootprintError(f"{at}: field 'link' must be a string, got {link!r}")
+    if ("link_gbs" in raw) != bool(link.strip()):
+        raise FootprintError(f"{at}: fields 'link_gbs' and 'link' go together (the figure and the link it is for)")
+    link_source = raw.get("link_source", "")
+    if link_source and not (isinstance(link_source, str) and re.match(r"^https?://\S+$", link_source)):
+        raise FootprintError(f"{at}: field 'link_source' must be a URL, got {link_source!r}")
     return Accelerator(
         id=raw["id"], name=raw["name"], vendor=raw["vendor"], kind=raw["kind"],
         memory_gb=_number(raw["memory_gb"], f"{at}: field 'memory_gb'"),
@@ -140,6 +156,8 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
         tdp_w=_number(raw["tdp_w"], f"{at}: field 'tdp_w'") if "tdp_w" in raw else None,
         vector_fp32=_number(raw["vector_fp32"], f"{at}: field 'vector_fp32'") if "vector_fp32" in raw else None,
         notes=" ".join(notes.split()), estimated=tuple(estimated), aliases=tuple(aliases), origin=origin,
+        link_gbs=_number(raw["link_gbs"], f"{at}: field 'link_gbs'") if "link_gbs" in raw else None,
+        link=link.strip(), link_source=link_source,
     )
 
 

@@ -76,6 +76,15 @@ class BenchResult:
         elif not self.device.startswith("cuda"):
             self.notes.append("run `footprint calibrate` to see the roofline prediction and % of peak beside this")
 
+    def __repr__(self) -> str:
+        medians = {p.batch: round(p.stats.median, 9) for p in self.points}
+        return f"BenchResult(model={self.model!r}, device={self.device!r}, mode={self.mode!r}, median_s={medians})"
+
+    def _repr_html_(self) -> str:
+        from ..report.html import render_result_html
+
+        return render_result_html("bench", self.to_dict())
+
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "mode": self.mode, "settings": self.settings,
                 "points": [p.to_dict() for p in self.points], "notes": self.notes,

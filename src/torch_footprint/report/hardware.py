@@ -111,7 +111,8 @@ def render_fit(res: Any, console: Console | None = None) -> None:
     inputs, what = describe_workload(s)
     head = Text(f"{s.get('model')}", style="bold cyan")
     head.append(f"  input {inputs}  ·  {what}  ·  batch {res.batch} per rank"
-                + (f"  ·  {res.gpus} GPUs, {res.strategy}" if res.gpus > 1 else ""), style="dim")
+                + (f"  ·  {res.gpus} GPUs, {res.strategy}" if res.gpus > 1 else "")
+                + (f", tensor parallel {res.tp}" if getattr(res, "tp", 1) > 1 else ""), style="dim")
     console.print(head)
     t = Table(header_style="bold", pad_edge=False)
     cols = ["accelerator", "memory", "needs", "fits", "largest batch", f"latency @{res.batch}", "lower bound",
@@ -146,6 +147,13 @@ def render_fit(res: Any, console: Console | None = None) -> None:
         console.print(Text(f"peak of tensors per rank at batch {res.batch}: {binary(res.peak.peak_bytes)} "
                            f"(during the {res.peak.phase}); needs = (peak + fixed overheads) / "
                            f"{s.get('utilisation', 0.8):g}", style="dim"))
+    for r in rows:
+        if r.step is not None and (r.accelerator.id == res.pick or (res.pick is None and r is rows[0])):
+            st = r.step
+            console.print(Text(f"{r.accelerator.id}: step {_t(st.time_s)} = compute {_t(sum(st.compute_s.values()))}"
+                               f" + communication not hidden {_t(st.exposed_s)} (of {_t(st.comm_s)}: "
+                               + "; ".join(f"{c.op} of {c.what} {_t(c.time_s)}" for c in st.collectives)
+                               + f"; link {st.link.source if st.link else '?'})", style="dim"))
     if res.pick:
         console.print(Text.assemble(("pick: ", "bold"), (res.pick, "bold green"), f"  ({res.why})"))
     else:
@@ -172,6 +180,10 @@ def render_calibration(res: dict[str, Any], path: Any, console: Console | None =
     if "cache_copy_gbs" in res:
         t.add_row("copy bandwidth, 4 MiB (cache)", f"{res['cache_copy_gbs']:.1f} GB/s")
     t.add_row("per-operator overhead (eager model)", f"{res['op_overhead_us']:.2f} us")
+    if "link" in res:
+        ln = res["link"]
+        t.add_row(f"all-reduce bus bandwidth, {ln['nproc']} ranks ({ln['backend']})", f"{ln['busbw_gbs']:.3g} GB/s")
+        t.add_row("all-reduce latency per ring step", f"{ln['latency_us']:.1f} us")
     console.print(t)
     for b, table in res.get("conv_fp32_by_batch_k", {}).items():
         console.print(Text(f"convolution fp32 at batch {b} by reduction length K: "
@@ -180,3 +192,40 @@ def render_calibration(res: dict[str, Any], path: Any, console: Console | None =
                                                        for k, r in res.get("matmul_fp32_by_k", [])), style="dim"))
     console.print(Text(f"saved to {path} ({res['seconds']:.1f} s); `footprint fit` and `footprint predict` now "
                        "use these ceilings for this device", style="dim"))
+
+
+def _err(pred: float | None, meas: float) -> str:
+    return f"{100 * (pred - meas) / meas:+.1f}%" if pred is not None and meas else ""
+
+
+def render_ranks(res: Any, console: Console | None = None) -> None:
+    """Print a :class:`~torch_footprint.measure.distributed.RanksBench`: per rank, the
+    measured peak, step and communication time beside the prediction."""
+    console = console or make_console()
+    s = res.settings
+    header = Text(res.model, style="bold cyan")
+    header.append(f"  ·  training, {res.strategy} over {res.nproc} ranks on {res.device} (torchrun)  ·  "
+                  f"optimizer {s.get('optimizer')}, {s.get('precision')}, {s.get('threads')} thread(s) per rank",
+                  style="dim")
+    console.print(header)
+    p = res.predicted
+    step = p.step if p else None
+    t = Table(header_style="bold", pad_edge=False)
+    for col in ("rank", "peak", "predicted", "error", "step", "predicted", "error", "comm", "predicted"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in res.ranks:
+        t.add_row(str(r.rank), binary(r.peak_bytes), binary(p.peak.peak_bytes) if p else "",
+                  _err(p.peak.peak_bytes if p else None, r.peak_bytes), _t(r.step_s),
+                  _t(step.time_s) if step else "", _err(step.time_s if step else None, r.step_s), _t(r.comm_s),
+                  _t(step.comm_s) if step else "")
+    console.print(t)
+    if step is not None:
+        exposed = step.exposed_s / step.time_s if step.time_s else 0.0
+        console.print(Text(f"predicted step: compute {_t(sum(step.compute_s.values()))}, communication "
+                           f"{_t(step.comm_s)} of which {_t(step.exposed_s)} not hidden ({exposed:.0%} of the step)",
+                           style="dim"))
+        for c in step.collectives:
+            console.print(Text(f"  {c.op} of {c.what}: {c.calls} call(s), {binary(c.nbytes)}, {_t(c.time_s)}"
+                               f"{', overlapped' if c.overlapped else ''}", style="dim"))
+    for n in [*(p.notes if p else []), *(step.notes if step else []), *res.notes]:
+        console.print(Text(n, style="dim"))

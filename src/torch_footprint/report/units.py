@@ -46,3 +46,12 @@ def shape(shapes: list[list[int]]) -> str:
         return ""
     first = "x".join(str(d) for d in shapes[0]) or "scalar"
     return first + (f" (+{len(shapes) - 1})" if len(shapes) > 1 else "")
+
+
+def duration(seconds: float) -> str:
+    """``0.00135`` -> ``"1.35 ms"`` (s, ms, µs or ns, 3 significant digits)."""
+    s = float(seconds)
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(s) >= scale:
+            return f"{_sig(s / scale, 3)} {unit}"
+    return f"{_sig(s / 1e-9, 3)} ns" if s else "0 s"

@@ -1017,6 +1017,8 @@ register(*_ops(
     "is_set_to", "_has_same_storage_numel", "_validate_compressed_sparse_indices", "_functional_assert_scalar",
     "_linalg_check_errors", "_nested_tensor_size", "_nested_tensor_storage_offsets", "_nested_tensor_strides",
     "_nested_compute_contiguous_strides_offsets",
+    # views that autograd does not track: the result shares the input's storage, no kernel runs
+    "_unsafe_view", "_reshape_alias",
 ))(constant(VIEW))
 
 
@@ -1027,8 +1029,7 @@ register(*_ops(
     "clone", "copy", "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "contiguous", "lift_fresh_copy",
     "alias_copy", "_pin_memory", "_to_dense", "view_copy", "unfold_copy", "slice_copy", "narrow_copy",
     "permute_copy", "transpose_copy", "t_copy", "expand_copy", "squeeze_copy", "unsqueeze_copy", "detach_copy",
-    "split_with_sizes_copy", "unbind_copy", "split_copy", "unsafe_split", "unsafe_chunk", "_reshape_alias",
-    "_unsafe_view", "tensor_split",
+    "split_with_sizes_copy", "unbind_copy", "split_copy", "unsafe_split", "unsafe_chunk", "tensor_split",
     # joining, gathering, scattering, selecting
     "cat", "stack", "index", "_unsafe_index", "index_select", "gather", "scatter", "scatter_", "embedding", "take",
     "masked_select", "masked_scatter", "nonzero", "where", "masked_fill", "masked_fill_", "_index_put_impl",

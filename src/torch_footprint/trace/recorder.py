@@ -46,6 +46,7 @@ class Recorder(TorchDispatchMode):
         # low-precision weights): sharded training keeps these per unit, not per model
         self.param_uids: set[int] = set()
         self.param_casts: list[int] = []
+        self.param_index: dict[int, int] = {}  # parameter storage -> index in Trace.params
 
     def watch(self, t: torch.Tensor) -> tuple[int, int] | None:
         """Start tracking ``t``'s storage; return (uid, nbytes) if it was not tracked yet.
@@ -95,6 +96,7 @@ class Recorder(TorchDispatchMode):
         scratch = kernel_scratch(func, args, self.device) if cost.macs else 0
         scratch += wrapped_scalars(func, args, self.device)
         outs = tensors_in(out)
+        weights: list[int] = []
         if cost.kind == "view":
             read = written = 0
         else:
@@ -107,6 +109,10 @@ class Recorder(TorchDispatchMode):
                 if id(t) not in seen:
                     seen.add(id(t))
                     read += span_bytes(t)
+                    if self.param_index:
+                        w = self.param_index.get(t.untyped_storage()._cdata)
+                        if w is not None and w not in weights:
+                            weights.append(w)
             written = sum(span_bytes(t) for t in outs)
         allocs = []
         for t in outs:
@@ -133,5 +139,6 @@ class Recorder(TorchDispatchMode):
             out_dtypes=[name_of(t.dtype) for t in outs],
             allocs=allocs,
             scratch=scratch,
+            weights=weights,
         ))
         return out

@@ -33,6 +33,8 @@ class OpEvent:
     allocs: list[list[int]] = field(default_factory=list)
     # bytes the kernel allocates and frees inside itself (copies of operands it cannot use as they are)
     scratch: int = 0
+    # the model's parameters this op reads: indices into ``Trace.params``
+    weights: list[int] = field(default_factory=list)
 
     @property
     def matrix_flops(self) -> int:

@@ -264,6 +264,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                         if new is not None:
                             pre.append([new[0], new[1], kind])
                 rec.param_uids = {uid for uid, _, kind in pre if kind == "weights"}
+                rec.param_index = {p.untyped_storage()._cdata: i
+                                   for i, (_, p) in enumerate(model.named_parameters())}
                 opt = (step.optimizer([p for p in model.parameters() if p.requires_grad])
                        if backward and step.optimizer is not None else None)
                 # state made by the optimizer's constructor (Adagrad's sums) exists before the step

@@ -1,0 +1,220 @@
+"""Communication of one training step over N ranks, and the step time that includes it.
+
+Ring collectives (Thakur, Rabenseifner and Gropp 2005, "Optimization of Collective
+Communication Operations in MPICH"; NCCL's "Performance reported by NCCL tests" page, which
+calls ``S x 2(N-1)/N / t`` the bus bandwidth): with N ranks, each sending to the next at B
+bytes/s (the link's bandwidth, one direction) and ``a`` seconds per ring step,
+
+    all-reduce of S bytes                 2(N-1)/N x S / B + 2(N-1) a
+    reduce-scatter or all-gather of S     (N-1)/N  x S / B +  (N-1) a   (S: the whole buffer)
+
+What each strategy issues in one step (W: parameter bytes, G: gradient bytes, A: a
+layer's activation [batch, sequence, hidden] in the compute dtype):
+
+    ddp    all-reduce of G in buckets (DDP's ``bucket_cap_mb`` = 25 MiB, the first 1 MiB),
+           launched as buckets fill during the backward (Li et al. 2020, "PyTorch
+           Distributed", section 3.2.3): hidden behind the backward but for the last bucket
+    zero1  DDP's all-reduce of G, then each rank's updated shard sent to the others
+           (ZeroRedundancyOptimizer: (N-1)/N x W, an all-gather's volume) after the step,
+           exposed; the optimizer step itself runs on 1/N of the parameters
+    zero2  FSDP2 without resharding after forward (ZeRO-2 with W gathered once):
+           all-gather of W in the forward, reduce-scatter of G in the backward
+    zero3  FSDP2 (fully_shard; ZeRO-3, Rajbhandari et al. 2020, section 5): all-gather of
+    fsdp   W in the forward, again in the backward, reduce-scatter of G; each wrapped unit's
+           gather prefetched behind the previous unit's compute (the FSDP2 design notes,
+           pytorch/pytorch#114299): hidden but for the first unit's gather and the last
+           unit's reduce-scatter
+    tp     per row-parallel linear, an all-reduce of A in the forward; per column-parallel
+           linear, an all-reduce of its input's gradient (A) in the backward (DTensor's
+           ColwiseParallel reduces each one's; Megatron-LM fuses q, k and v: two per layer
+           each way, Shoeybi et al. 2019, figure 3); on the critical path, not overlapped
+
+ZeRO's own accounting (paper, section 7): DDP moves 2W per rank per step, ZeRO-1/2 the
+same 2W (reduce-scatter + all-gather), ZeRO-3 3W: the ring formulas give these at large N.
+
+Overlap: a phase's hidden collectives cost ``max(0, collectives - compute)`` beyond the
+compute of that phase, plus the part that cannot overlap (the last bucket, the first
+gather). The link: ``footprint calibrate --nproc N`` measures it here (a bus bandwidth
+and a per-step latency from all-reduces of two sizes); otherwise the database's
+``link_gbs`` x LINK_EFFICIENCY (NCCL's all-reduce bus bandwidth reaches about 80% of the
+NVLink figure on 8 GPUs in NVIDIA's published nccl-tests runs) and LINK_LATENCY_S.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import FootprintError
+from ..hardware.db import Accelerator
+from ..parallel import tp_plan_of_trace
+from ..trace import Trace
+from .sharding import wrap_units
+
+LINK_EFFICIENCY = 0.8
+LINK_LATENCY_S = 10e-6  # per ring step on GPUs: assumed, NCCL's small-message all-reduce is ~10-30 us
+DDP_BUCKET = 25 * 2**20
+DDP_FIRST_BUCKET = 2**20
+SHARDED_OPTIMIZER = ("zero1", "zero2", "zero3", "fsdp")
+
+
+@dataclass(frozen=True)
+class Link:
+    """What one rank sends per second to its ring neighbour, and the cost of one ring step."""
+
+    bandwidth: float  # bytes/s, one direction
+    latency: float  # seconds per ring step
+    source: str
+
+
+def link_of(acc: Accelerator, efficiency: float = LINK_EFFICIENCY) -> Link | None:
+    """The link of ``acc``: measured by ``footprint calibrate --nproc N`` where it ran, else
+    the database's figure x ``efficiency``; None when neither is known."""
+    cal = (acc.calibrated or {}).get("link")
+    if cal:
+        return Link(cal["busbw_gbs"] * 1e9, cal["latency_us"] * 1e-6,
+                    f"calibrated over {cal.get('nproc', '?')} ranks ({cal.get('backend', '?')})")
+    if acc.link_bandwidth is None:
+        return None
+    return Link(acc.link_bandwidth * efficiency, LINK_LATENCY_S,
+                f"{acc.link}, {efficiency:.0%} of {acc.link_gbs:g} GB/s")
+
+
+def all_reduce_s(nbytes: float, n: int, link: Link) -> float:
+    """Ring all-reduce of ``nbytes`` over ``n`` ranks (module docstring)."""
+    return 0.0 if n <= 1 or nbytes <= 0 else 2 * (n - 1) / n * nbytes / link.bandwidth + 2 * (n - 1) * link.latency
+
+
+def gather_s(nbytes: float, n: int, link: Link) -> float:
+    """Ring all-gather or reduce-scatter of a buffer of ``nbytes`` (whole) over ``n`` ranks."""
+    return 0.0 if n <= 1 or nbytes <= 0 else (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
+
+
+@dataclass
+class Collective:
+    """The calls of one kind a step makes: ``calls`` of them moving ``nbytes`` in all."""
+
+    what: str
+    op: str  # all-reduce, all-gather, reduce-scatter
+    nbytes: int
+    calls: int
+    phase: str  # forward, backward, optimizer
+    overlapped: bool
+    time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class StepTime:
+    """One rank's training step: compute by phase, the collectives, and what they add."""
+
+    strategy: str
+    ranks: int
+    compute_s: dict[str, float]
+    collectives: list[Collective]
+    exposed_s: float  # communication not hidden behind compute
+    link: Link | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def comm_s(self) -> float:
+        return sum(c.time_s for c in self.collectives)
+
+    @property
+    def time_s(self) -> float:
+        return sum(self.compute_s.values()) + self.exposed_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "ranks": self.ranks, "time_s": self.time_s, "compute_s": self.compute_s,
+                "comm_s": self.comm_s, "exposed_comm_s": self.exposed_s,
+                "link": self.link.__dict__ if self.link else None,
+                "collectives": [c.to_dict() for c in self.collectives], "notes": self.notes}
+
+
+def ddp_buckets(nbytes: int) -> list[int]:
+    """DDP's gradient buckets: the first of 1 MiB, the rest of 25 MiB (the last what is left)."""
+    out, left = [], nbytes
+    cap = DDP_FIRST_BUCKET
+    while left > 0:
+        out.append(min(cap, left))
+        left -= out[-1]
+        cap = DDP_BUCKET
+    return out
+
+
+def activation_bytes(trace: Trace, path: str) -> int:
+    """Bytes of the output of module ``path`` in the forward (what a row-parallel linear all-reduces)."""
+    best = 0
+    for e in trace.events:
+        if e.module == path and e.phase == "forward" and e.out_shapes and e.out_dtypes:
+            best = max(best, math.prod(e.out_shapes[0]) * getattr(torch, e.out_dtypes[0]).itemsize)
+    return best
+
+
+def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, link: Link | None,
+              tp: int = 1) -> StepTime:
+    """One rank's step time under ``strategy`` over ``n`` data-parallel ranks (and ``tp``
+    tensor-parallel ones, ``trace`` being one rank's share): ``phases`` is the compute time
+    of each phase on one device (the roofline's by-phase times)."""
+    compute = {k: v for k, v in phases.items()}
+    if strategy in SHARDED_OPTIMIZER and n > 1 and "optimizer" in compute:
+        compute["optimizer"] /= n  # each rank steps its shard only
+    out = StepTime(strategy, n * tp, compute, [], 0.0, link)
+    if n * tp <= 1:
+        return out
+    if link is None:
+        raise FootprintError("no interconnect figure for this accelerator: add link_gbs to its row, or run "
+                             "`footprint calibrate --nproc N` on this machine")
+    grads = sum(p.nbytes for p in trace.params if p.trainable)
+    weights = sum(p.nbytes for p in trace.params)
+    fwd, bwd = compute.get("forward", 0.0), compute.get("backward", 0.0)
+    cs = out.collectives
+    exposed = 0.0
+    if n > 1 and strategy in ("ddp", "zero1"):
+        buckets = ddp_buckets(grads)
+        t = sum(all_reduce_s(b, n, link) for b in buckets)
+        cs.append(Collective("gradient buckets", "all-reduce", grads, len(buckets), "backward", True, t))
+        last = all_reduce_s(buckets[-1] if buckets else 0, n, link)
+        exposed += last + max(0.0, t - last - bwd)
+        if strategy == "zero1":
+            t = gather_s(weights, n, link)
+            cs.append(Collective("updated parameter shards", "all-gather", weights, 1, "optimizer", False, t))
+            exposed += t
+    elif n > 1 and strategy in ("zero2", "zero3", "fsdp"):
+        units = [b for b in wrap_units(trace).values() if b] or [weights]
+        rest = max(0, weights - sum(units))  # the root's own parameters
+        if rest:
+            units = [rest, *units]
+        ag = sum(gather_s(u, n, link) for u in units)
+        first = gather_s(units[0], n, link)
+        cs.append(Collective("parameters, forward", "all-gather", weights, len(units), "forward", True, ag))
+        exposed += first + max(0.0, ag - first - fwd)
+        bwd_comm = 0.0
+        if strategy != "zero2":
+            cs.append(Collective("parameters, backward", "all-gather", weights, len(units), "backward", True, ag))
+            bwd_comm += ag
+        share = grads / weights if weights else 0.0
+        rs = sum(gather_s(u * share, n, link) for u in units)
+        cs.append(Collective("gradients", "reduce-scatter", grads, len(units), "backward", True, rs))
+        bwd_comm += rs
+        last = gather_s(units[0] * share, n, link)
+        exposed += last + max(0.0, bwd_comm - last - bwd)
+    elif n > 1:
+        raise FootprintError(f"unknown strategy '{strategy}'")
+    if tp > 1:
+        plan = tp_plan_of_trace(trace)
+        rows = [p for p, s in plan.items() if s == "rowwise"]
+        cols = [p for p, s in plan.items() if s == "colwise"]
+        size = activation_bytes(trace, rows[0]) if rows else 0  # [batch, sequence, hidden]
+        fw, bw = len(rows) * all_reduce_s(size, tp, link), len(cols) * all_reduce_s(size, tp, link)
+        cs.append(Collective("row-parallel outputs", "all-reduce", size * len(rows), len(rows), "forward", False, fw))
+        cs.append(Collective("column-parallel input gradients", "all-reduce", size * len(cols), len(cols), "backward",
+                             False, bw))
+        exposed += fw + bw
+    out.exposed_s = exposed
+    return out

@@ -1,0 +1,491 @@
+"""What a language model needs to serve, on every accelerator: memory at a batch and context,
+the largest batch and the longest context that fit, time to first token, time per output
+token and tokens per second. Everything is read from one :class:`~.serving.ServingTrace`
+(a prefill and two decode steps traced at batch 1) and priced with the roofline.
+
+Scaling from the traced batch of 1: every FLOP of a prefill or a decode step belongs to one
+sequence, and so does every byte except the weights an operator reads (the trace knows which
+parameters each operator reads), so a step at batch B costs B x the per-sequence work plus
+one read of the weights. Mixture-of-experts weights are read for the experts the step's
+tokens reach: the expected number of distinct experts under uniform routing (a documented
+assumption: real routers are not uniform, which lowers the count).
+
+Defaults that stand for serving engines (replaced by ``footprint calibrate``'s figures on
+the local device, where eager PyTorch is what runs):
+
+* decode reads weights and cache at 70% of the datasheet bandwidth: gpt-fast measures
+  1,397 GB/s of 2,039 (68.5%) for Llama-2-7B bf16 on an A100-80GB
+  (https://github.com/pytorch-labs/gpt-fast), LMDeploy's 100 tokens/s for Llama-2-7B fp16 on
+  an A100 is 66%, llama.cpp's Q8_0 on an RTX 4090 70%;
+* prefill's matrix work at 60% of the dense peak: TensorRT-LLM's first-token latencies on an
+  A100 give 60-67% (https://nvidia.github.io/TensorRT-LLM/performance/perf-overview.html);
+* 0.5 us per traced operator on GPUs: engines replay a decode step as a CUDA graph of fused
+  kernels (about one for every five traced operators, a few microseconds each).
+
+Tensor parallelism (``tp``): each rank holds 1/tp of the weights and of the key/value heads
+(a latent cache is replicated), does 1/tp of the work, and all-reduces the hidden states
+twice per layer (after attention and after the MLP): a ring all-reduce moves
+2 (tp - 1) / tp x the bytes over the link, plus 10 us per collective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..analysis.memory import replay
+from ..errors import FootprintError
+from ..hardware.db import Accelerator
+from ..search import largest_true
+from ..trace.records import OpEvent, Trace
+from .memory import CUDA_OVERHEADS
+from .quantization import Param, Scheme
+from .roofline import estimate_latency
+from .serving import ServingTrace
+
+LLM_EFFICIENCY = {"matrix": 0.6, "vector": 0.5, "memory": 0.7}
+ENGINE_OVERHEAD_S = {"gpu": 0.5e-6, "soc": 2e-6, "cpu": 5e-6}
+COLLECTIVE_LATENCY_S = 10e-6
+PCIE4_GBS = 32.0  # PCIe 4.0 x16, one direction: the link assumed where the database has none
+VLLM_UTILISATION = 0.9
+VLLM_BLOCK = 16
+VLLM_BATCHED_TOKENS = 8192
+
+
+@dataclass
+class Serving:
+    """What is asked: the batch, prompt and output lengths, the storage schemes, the set-up."""
+
+    batch: int = 1
+    prompt: int = 1024
+    output: int = 256
+    weights: Scheme | None = None
+    kv_bytes: int | None = None  # bytes per cached element (None: the traced dtype's)
+    kv_name: str | None = None
+    gpus: int = 1
+    tp: int = 1
+    engine: str | None = None
+    chunk: int | None = None  # chunked prefill: tokens per chunk
+    batched_tokens: int = VLLM_BATCHED_TOKENS
+
+    @property
+    def context(self) -> int:
+        return self.prompt + self.output
+
+
+@dataclass
+class VllmCache:
+    """How vLLM sizes its cache: blocks of 16 tokens in what is left of 90% of the memory."""
+
+    capacity_bytes: int
+    blocks: int
+    tokens: int
+    concurrency: float  # requests of the asked context it holds at once
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class LlmRow:
+    """One accelerator (per rank where tp > 1)."""
+
+    accelerator: Accelerator
+    weights_bytes: int
+    kv_bytes: int
+    activation_bytes: int
+    overhead_bytes: int
+    fits: bool
+    max_batch: int
+    max_context: int
+    ttft_s: float
+    tpot_s: float  # mean time per output token over the output
+    tpot_first_s: float
+    tpot_last_s: float
+    max_batch_tokens_per_s: float
+    mfu: float  # prefill: model FLOPs / (TTFT x peak)
+    mbu: float  # decode: bytes read per step / (time per token x bandwidth)
+    comm_s: float = 0.0  # tensor-parallel all-reduces in one decode step
+    vllm: VllmCache | None = None
+    notes: list[str] = field(default_factory=list)
+    # the curves a report draws: (context, bytes needed at the batch), (batch, tokens/s in all)
+    memory_by_context: list[tuple[int, int]] = field(default_factory=list)
+    tokens_by_batch: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.activation_bytes + self.overhead_bytes
+
+    @property
+    def capacity(self) -> int:
+        return self.accelerator.memory_bytes
+
+    def to_dict(self, batch: int, output: int) -> dict[str, Any]:
+        e2e = self.ttft_s + output * self.tpot_s
+        return {
+            "accelerator": self.accelerator.id, "name": self.accelerator.name, "memory_bytes": self.capacity,
+            "weights_bytes": self.weights_bytes, "kv_bytes": self.kv_bytes,
+            "activation_bytes": self.activation_bytes, "overhead_bytes": self.overhead_bytes,
+            "total_bytes": self.total_bytes, "fits": self.fits, "max_batch": self.max_batch,
+            "max_context": self.max_context, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+            "tpot_first_s": self.tpot_first_s, "tpot_last_s": self.tpot_last_s,
+            "tokens_per_s_per_request": 1 / self.tpot_s if self.tpot_s else None,
+            "tokens_per_s": batch / self.tpot_s if self.tpot_s else None, "e2e_s": e2e,
+            "max_batch_tokens_per_s": self.max_batch_tokens_per_s, "mfu": self.mfu, "mbu": self.mbu,
+            "comm_s": self.comm_s, "vllm": self.vllm.to_dict() if self.vllm else None, "notes": self.notes,
+            "memory_by_context": [list(x) for x in self.memory_by_context],
+            "tokens_by_batch": [list(x) for x in self.tokens_by_batch],
+        }
+
+
+@dataclass
+class LlmResult:
+    """``footprint llm``'s answer: the model's parameters and cache, and one row per accelerator."""
+
+    model: str
+    serving: Serving
+    params: int
+    active_params: int
+    expert_params: int
+    experts: tuple[int, int] | None  # (experts per layer, experts per token)
+    weights_bytes: int  # whole model, in the weight scheme
+    weights_scheme: str
+    kv_scheme: str
+    kv_bytes_per_token: int  # one sequence, every layer, in the KV scheme
+    layers: list[dict[str, Any]]
+    prefill_flops: int  # at the asked batch and prompt
+    decode_flops: int  # one step at the asked batch, cache at the prompt
+    rows: list[LlmRow]
+    notes: list[str] = field(default_factory=list)
+    measured: dict[str, Any] | None = None
+
+    def row(self, accelerator_id: str) -> LlmRow:
+        return next(r for r in self.rows if r.accelerator.id == accelerator_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.serving
+        return {
+            "model": self.model, "batch": s.batch, "prompt": s.prompt, "output": s.output, "gpus": s.gpus,
+            "tp": s.tp, "engine": s.engine, "chunk": s.chunk, "params": self.params,
+            "active_params": self.active_params, "expert_params": self.expert_params,
+            "experts": list(self.experts) if self.experts else None, "weights_scheme": self.weights_scheme,
+            "weights_bytes": self.weights_bytes, "kv_scheme": self.kv_scheme,
+            "kv_bytes_per_token": self.kv_bytes_per_token, "layers": self.layers,
+            "prefill_flops": self.prefill_flops, "decode_flops": self.decode_flops,
+            "accelerators": [r.to_dict(s.batch, s.output) for r in self.rows], "notes": self.notes,
+            "measured": self.measured,
+        }
+
+
+# ------------------------------------------------------------------------------ the model's weights
+
+def _params(st: ServingTrace) -> list[Param]:
+    """The traced parameters with the roles the weight schemes price them by."""
+    tr = st.prefill
+    types = {m.path: m.type for m in tr.modules}
+    n_layers = len(st.layers)
+    experts = st.experts.count if st.experts else 0
+    out = []
+    for i, p in enumerate(tr.params):
+        role = st.roles.get(i)
+        if role is None:
+            if len(p.shape) < 2:
+                role = "vector"
+            elif types.get(p.module, "").endswith("Embedding"):
+                role = "embedding"
+            else:
+                role = "linear"
+        layer = next((int(x) for x in p.name.split(".") if x.isdigit()), None)
+        out.append(Param(p.name, tuple(p.shape), role, layer, n_layers, experts))
+    return out
+
+
+def weight_bytes(st: ServingTrace, scheme: Scheme | None) -> list[int]:
+    """Bytes of every traced parameter in ``scheme`` (None: as traced)."""
+    if scheme is None:
+        return [p.nbytes for p in st.prefill.params]
+    return [scheme.bytes_of(p) for p in _params(st)]
+
+
+def active_params(st: ServingTrace) -> tuple[int, int]:
+    """(parameters one token uses, parameters of the routed experts)."""
+    total = st.params
+    if st.experts is None:
+        return total, 0
+    routed = sum(st.prefill.params[i].numel for i in st.experts.params)
+    return total - routed + routed * st.experts.top_k // st.experts.count, routed
+
+
+# ------------------------------------------------------------------------------ steps at a batch
+
+def _weights_read(e: OpEvent, traced: list[int], priced: list[int], fraction: dict[int, float]) -> tuple[int, int]:
+    """(bytes of weights ``e`` read as traced, bytes it reads priced and for the experts reached)."""
+    was = now = 0
+    for w in e.weights:
+        was += traced[w]
+        now += int(priced[w] * fraction.get(w, 1.0))
+    return was, now
+
+
+def scaled(trace: Trace, batch: int, traced: list[int], priced: list[int], fraction: dict[int, float],
+           per_rank: int = 1) -> Trace:
+    """``trace`` (run at batch 1) at ``batch``: per-sequence work x batch, weights read once
+    in their scheme; with ``per_rank`` > 1, one tensor-parallel rank's share."""
+    events = []
+    for e in trace.events:
+        if e.kind == "view":
+            events.append(e)
+            continue
+        was, now = _weights_read(e, traced, priced, fraction)
+        rest = e.bytes_read - was
+        shapes = [[s[0] * batch, *s[1:]] if s else s for s in e.out_shapes]
+        events.append(replace(e, flops=e.flops * batch // per_rank, macs=e.macs * batch // per_rank,
+                              bytes_read=(now + rest * batch) // per_rank,
+                              bytes_written=e.bytes_written * batch // per_rank, out_shapes=shapes))
+    return replace(trace, events=events)
+
+
+@dataclass
+class Grouped:
+    """A trace with identical operators merged (the layers of a model repeat): each unique
+    operator once, and how many times it runs. A roofline time is linear in the count."""
+
+    trace: Trace
+    counts: list[int]
+
+    @classmethod
+    def of(cls, trace: Trace) -> Grouped:
+        index: dict[tuple[Any, ...], int] = {}
+        events: list[OpEvent] = []
+        counts: list[int] = []
+        for e in trace.events:
+            if e.kind == "view":
+                continue
+            key = (e.op, e.kind, e.flops, e.macs, e.bytes_read, e.bytes_written,
+                   tuple(map(tuple, e.out_shapes)), tuple(e.out_dtypes))
+            i = index.get(key)
+            if i is None:
+                index[key] = len(events)
+                events.append(e)
+                counts.append(1)
+            else:
+                counts[i] += 1
+        return cls(replace(trace, events=events), counts)
+
+    @property
+    def flops(self) -> int:
+        return sum(e.flops * c for e, c in zip(self.trace.events, self.counts, strict=True))
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(e.bytes_read * c for e, c in zip(self.trace.events, self.counts, strict=True))
+
+    def time_s(self, prediction: Any) -> float:
+        """The whole trace's time from a prediction over the unique operators."""
+        return sum(o.time_s * c for o, c in zip(prediction.ops, self.counts, strict=True))
+
+
+def _allreduce_s(nbytes: int, tp: int, link_gbs: float) -> float:
+    if tp <= 1:
+        return 0.0
+    return 2 * (tp - 1) / tp * nbytes / (link_gbs * 1e9) + COLLECTIVE_LATENCY_S
+
+
+# ------------------------------------------------------------------------------ memory
+
+@dataclass
+class _Memory:
+    """Per-rank bytes as functions of batch and context."""
+
+    weights: int
+    overhead: int
+    act_per_token: int  # prefill transient per prompt token
+    kv_elem_ratio: float
+    st: ServingTrace
+    tp: int
+    chunk: int | None
+
+    def kv(self, tokens: int, batch: int = 1) -> int:
+        total = 0
+        for layer in self.st.layers:
+            share = 1 if layer.kind == "latent" else self.tp
+            total += layer.bytes_at(tokens) // share
+        return int(batch * total * self.kv_elem_ratio)
+
+    def activation(self, prompt: int, batch: int) -> int:
+        tokens = prompt if self.chunk is None else min(prompt, self.chunk)
+        return batch * tokens * self.act_per_token
+
+    def peak(self, batch: int, prompt: int, context: int) -> tuple[int, int]:
+        """(KV at the end, prefill transient) such that weights + overhead + max(...) is the peak."""
+        return self.kv(context, batch), self.activation(prompt, batch)
+
+    def total(self, batch: int, prompt: int, context: int) -> int:
+        kv_end = self.kv(context, batch)
+        during_prefill = self.kv(prompt, batch) + self.activation(prompt, batch)
+        return self.weights + self.overhead + max(kv_end, during_prefill)
+
+
+def _activation_per_token(st: ServingTrace) -> int:
+    """The prefill's transient bytes per prompt token: the traced peak above the weights,
+    buffers and inputs, less the cache it built (which stays)."""
+    peak = replay(st.prefill)
+    cache = st.kv_bytes(st.prompt, st.batch)
+    return max(peak.peak_bytes - peak.baseline_bytes - cache, 0) // (st.batch * st.prompt)
+
+
+# ------------------------------------------------------------------------------ the answer
+
+def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *, max_context: int | None,
+          efficiency: dict[str, float] | None = None) -> LlmResult:
+    """Price ``st`` for ``serving`` on each accelerator (see the module docstring)."""
+    s = serving
+    tp = s.tp
+    traced = [p.nbytes for p in st.prefill.params]
+    priced = weight_bytes(st, s.weights)
+    buffers = sum(b.nbytes for b in st.prefill.buffers)
+    total_weights = sum(priced) + buffers
+    elem = 2 if st.dtype in ("bfloat16", "float16") else 4 if st.dtype == "float32" else 2
+    kv_ratio = (s.kv_bytes / elem) if s.kv_bytes else 1.0
+    act = _activation_per_token(st)
+    active, routed = active_params(st)
+    notes = list(st.notes)
+    fraction_prefill: dict[int, float] = {}
+    fraction_decode: dict[int, float] = {}
+    if st.experts is not None:
+        e = st.experts
+        fraction_prefill = dict.fromkeys(e.params, e.touched(s.batch * s.prompt) / e.count)
+        notes.append(f"mixture of experts: {e.top_k} of {e.count} experts per token; a decode step at batch "
+                     f"{s.batch} reads {e.touched(s.batch):.2f} experts per layer on average (uniform routing "
+                     "assumed), the prefill "
+                     f"{e.touched(s.batch * s.prompt):.2f}")
+    per_rank_weights = total_weights // tp
+    hidden = st.hidden_size or 0
+    n_layers = len(st.layers)
+    limit = max_context
+    rows: list[LlmRow] = []
+    prefill_flops = sum(e.flops for e in st.prefill.events) * s.batch
+    mid = s.prompt + max(s.output - 1, 0) // 2
+    lengths = sorted({s.prompt, mid, s.context - 1})
+    if st.experts is not None:
+        fraction_decode = dict.fromkeys(st.experts.params, st.experts.touched(s.batch) / st.experts.count)
+    pre_g = Grouped.of(scaled(st.prefill, s.batch, traced, priced, fraction_prefill, tp))
+    # datasheet rows are priced as engines serve; a calibrated (local) device as eager PyTorch runs
+    traces_at = {engine: {L: st.decode_at(L, engine) for L in lengths}
+                 for engine in {not a.calibrated for a in accelerators}}
+    dec_gs = {engine: {L: Grouped.of(scaled(t, s.batch, traced, priced, fraction_decode, tp)) for L, t in ts.items()}
+              for engine, ts in traces_at.items()}
+    at_batch: dict[tuple[bool, int], Grouped] = {}
+
+    def decode_at_batch(b: int, engine: bool) -> Grouped:
+        if (engine, b) not in at_batch:
+            frac = ({} if st.experts is None else
+                    dict.fromkeys(st.experts.params, st.experts.touched(b) / st.experts.count))
+            at_batch[engine, b] = Grouped.of(scaled(traces_at[engine][mid], b, traced, priced, frac, tp))
+        return at_batch[engine, b]
+
+    for acc in accelerators:
+        row_notes: list[str] = []
+        overhead = sum(CUDA_OVERHEADS.values()) if acc.kind == "gpu" else 0
+        mem = _Memory(per_rank_weights, overhead, act, kv_ratio, st, tp, s.chunk)
+        kv_end, act_now = mem.peak(s.batch, s.prompt, s.context)
+        total = mem.total(s.batch, s.prompt, s.context)
+        cap = acc.memory_bytes
+        fits = total <= cap
+
+        def fits_batch(b: int, mem: _Memory = mem, cap: int = cap) -> bool:
+            return mem.total(b, s.prompt, s.context) <= cap
+
+        def fits_context(c: int, mem: _Memory = mem, cap: int = cap) -> bool:
+            return mem.total(s.batch, c, c) <= cap
+
+        max_batch = largest_true(fits_batch, limit=1 << 20)
+        max_ctx = largest_true(fits_context, limit=limit or (1 << 24))
+        compute = None
+        if s.weights is not None and s.weights.compute:
+            if acc.peak(s.weights.compute) is not None:
+                compute = s.weights.compute
+            else:
+                row_notes.append(f"no {s.weights.compute} units: matrix work at the "
+                                 f"{'bf16' if acc.peak('bf16') else 'fp16' if acc.peak('fp16') else 'fp32'} rate")
+        eff = dict(LLM_EFFICIENCY, **(efficiency or {}))
+        overhead_s = None if acc.calibrated else ENGINE_OVERHEAD_S[acc.kind]
+
+        def time_of(g: Grouped, acc: Accelerator = acc, compute: str | None = compute,
+                    overhead_s: float | None = overhead_s) -> float:
+            return g.time_s(estimate_latency(g.trace, acc, efficiency=eff, overhead_s=overhead_s,
+                                             compute_dtype=compute))
+
+        link = getattr(acc, "link_gbs", None)
+        if tp > 1 and not link:
+            link = PCIE4_GBS
+            row_notes.append(f"no interconnect figure: PCIe 4.0 x16 ({PCIE4_GBS:g} GB/s) assumed")
+        comm_prefill = 2 * n_layers * _allreduce_s(s.batch * s.prompt * hidden * elem, tp, link or 0)
+        comm_decode = 2 * n_layers * _allreduce_s(s.batch * hidden * elem, tp, link or 0)
+        ttft = time_of(pre_g) + comm_prefill
+        engine = not acc.calibrated
+        dec_g = dec_gs[engine]
+        tpot = {L: time_of(g) + comm_decode for L, g in dec_g.items()}
+        tpot_mean = tpot[mid]
+        mb = max(max_batch, 1)
+        t_mb = time_of(decode_at_batch(mb, engine)) + 2 * n_layers * _allreduce_s(mb * hidden * elem, tp, link or 0)
+        peak = acc.peak(compute or _rate(st.dtype)) or acc.peak("fp32") or 0.0
+        mfu = prefill_flops / tp / ttft / peak if ttft and peak else 0.0
+        mbu = dec_g[mid].bytes_read / tpot_mean / acc.bandwidth if tpot_mean and acc.bandwidth else 0.0
+        vllm = _vllm(mem, cap, s) if s.engine == "vllm" else None
+        contexts = _doubling(256, limit or (1 << 20))
+        by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
+        batches = _doubling(1, max_batch) if max_batch else []
+        by_batch = [(b, b / (time_of(decode_at_batch(b, engine))
+                             + 2 * n_layers * _allreduce_s(b * hidden * elem, tp, link or 0))) for b in batches]
+        rows.append(LlmRow(acc, per_rank_weights, kv_end, act_now, overhead, fits, max_batch if fits_batch(1) else 0,
+                           max_ctx, ttft, tpot_mean, tpot[s.prompt], tpot[s.context - 1],
+                           mb / t_mb if max_batch else 0.0, mfu, mbu, comm_decode, vllm, row_notes,
+                           by_context, by_batch))
+    if s.weights is not None:
+        notes.append(f"weights in {s.weights.label}: {total_weights / 2**30:.2f} GiB ({s.weights.source})")
+    return LlmResult(
+        model=st.name, serving=s, params=st.params, active_params=active, expert_params=routed,
+        experts=(st.experts.count, st.experts.top_k) if st.experts else None, weights_bytes=total_weights,
+        weights_scheme=s.weights.name if s.weights else st.dtype, kv_scheme=s.kv_name or st.dtype,
+        kv_bytes_per_token=int(st.kv_bytes_per_token * kv_ratio),
+        layers=[la.to_dict() for la in st.layers], prefill_flops=prefill_flops,
+        decode_flops=sum(e.flops for e in st.decode_at(s.prompt).events) * s.batch, rows=rows, notes=notes)
+
+
+def _doubling(first: int, last: int) -> list[int]:
+    """first, 2 x first, 4 x first ... below ``last``, and ``last``."""
+    out = []
+    n = first
+    while n < last:
+        out.append(n)
+        n *= 2
+    return [*out, last] if last >= first else out
+
+
+def _rate(dtype: str) -> str:
+    return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp32")
+
+
+def _vllm(mem: _Memory, cap: int, s: Serving) -> VllmCache:
+    """vLLM's cache: 90% of the memory, less the weights, the profile run's activation peak
+    (a prefill of ``batched_tokens`` tokens) and the memory outside torch, in 16-token blocks."""
+    profile = mem.activation(s.batched_tokens, 1)
+    capacity = int(cap * VLLM_UTILISATION) - mem.weights - profile - mem.overhead
+    per_block = max(mem.kv(VLLM_BLOCK) - mem.kv(0), 1)
+    blocks = max(capacity // per_block, 0)
+    tokens = blocks * VLLM_BLOCK
+    return VllmCache(max(capacity, 0), blocks, tokens, tokens / s.context if s.context else 0.0)
+
+
+def check_context(serving: Serving, max_context: int | None, allow_longer: bool) -> None:
+    if serving.batch < 1 or serving.prompt < 1 or serving.output < 1:
+        raise FootprintError(f"batch, prompt and output must be at least 1, got {serving.batch}, "
+                             f"{serving.prompt}, {serving.output}")
+    if max_context and serving.context > max_context and not allow_longer:
+        raise FootprintError(f"a context of {serving.context:,} tokens (prompt {serving.prompt:,} + output "
+                             f"{serving.output:,}) is beyond the model's maximum of {max_context:,}: shorten it, "
+                             "or pass --allow-longer")
+
+
+__all__ = ["LlmResult", "LlmRow", "Serving", "VllmCache", "check_context", "serve"]

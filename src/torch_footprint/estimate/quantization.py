@@ -1,0 +1,231 @@
+"""Weight and KV-cache storage schemes, by their real bytes: packed values plus the scales,
+zero points and indices each format stores, and the tensors each tool leaves unquantized.
+
+A scheme prices one parameter of the traced model from its shape and its role:
+
+* ``linear``: a matrix (or a stack of experts' matrices) inside the decoder layers, the
+  tensors every tool quantizes; ``in`` is the last dimension (``F.linear``'s weight is
+  ``[out, in]``), the one groups and blocks run along;
+* ``embedding`` / ``head``: the input embeddings and the output head (tied: one tensor);
+* ``vector``: norms and biases (one dimension), never quantized.
+
+Sources, one per scheme (``Scheme.source``), and the storage each prices:
+
+* GPTQ int4 g128 (AutoGPTQ ``QuantLinear``): ``qweight`` int32 [in/8, out], ``qzeros``
+  int32 [in/128, out/8], ``scales`` fp16 [in/128, out], ``g_idx`` int32 [in];
+  embeddings, head and norms in fp16.
+* AWQ int4 g128 (AutoAWQ ``WQLinear_GEMM``): the same without ``g_idx``.
+* NF4 with double quantization (bitsandbytes ``quantize_4bit``, transformers'
+  integration): 4 bits, one 8-bit absmax per 64 weights, one fp32 scale per 256 absmax
+  blocks; ``lm_head`` and embeddings kept in 16 bits.
+* fp8 (compressed-tensors ``FP8``, llm-compressor's checkpoints): one byte per weight, a
+  per-tensor fp32 weight scale and input scale; embeddings, head and norms in bf16.
+* fp8 in 128 x 128 blocks (DeepSeek-V3's own checkpoint, its config's ``quantization_config``):
+  one byte per weight and an fp32 scale per block; embeddings, head and norms in bf16.
+* int8 per channel (compressed-tensors ``W8A16``): one byte per weight, a 16-bit scale per
+  output channel; embeddings, head and norms in 16 bits.
+* GGUF (llama.cpp ``ggml-common.h`` blocks; ``llama-quant.cpp`` picks each tensor's type):
+  Q4_0 18 bytes per 32 weights, Q8_0 34/32, Q4_K 144/256, Q5_K 176/256, Q6_K 210/256; the
+  ``_M`` mixes put ``attn_v`` and ``ffn_down`` of the "more bits" layers in Q6_K, the output
+  head in Q6_K (Q8_0 in a Q8_0 file), an untied token embedding in the base type (a tied one
+  gets the head's); norms stay F32. Rows not a multiple of 256 fall back (Q4_K to Q5_0,
+  Q5_K to Q5_1, Q6_K to Q8_0).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import FootprintError
+
+GGUF_SOURCE = "https://github.com/ggml-org/llama.cpp/blob/master/src/llama-quant.cpp"
+# bytes per block, weights per block (ggml-common.h)
+GGUF_BLOCKS = {"q4_0": (18, 32), "q5_0": (22, 32), "q5_1": (24, 32), "q8_0": (34, 32), "q4_k": (144, 256),
+               "q5_k": (176, 256), "q6_k": (210, 256), "f16": (2, 1), "f32": (4, 1)}
+_K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
+
+
+def gguf_bytes(kind: str, numel: int, row: int) -> int:
+    """Bytes of ``numel`` weights in GGUF type ``kind``, rows of ``row`` weights."""
+    size, block = GGUF_BLOCKS[kind]
+    if row % block:
+        if kind not in _K_FALLBACK:
+            raise FootprintError(f"a row of {row} weights cannot be stored in GGUF {kind.upper()} blocks of {block}")
+        return gguf_bytes(_K_FALLBACK[kind], numel, row)
+    return numel // block * size
+
+
+def more_bits(i: int, n: int) -> bool:
+    """llama.cpp's ``use_more_bits``: the layers its ``_M`` mixes keep in more bits."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+@dataclass(frozen=True)
+class Param:
+    """What a scheme needs to know of one parameter."""
+
+    name: str
+    shape: tuple[int, ...]
+    role: str  # "linear", "embedding", "head", "vector"
+    layer: int | None = None
+    layers: int = 1  # decoder layers in the model
+    experts: int = 0  # the model's experts per layer (0: dense)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def row(self) -> int:
+        return self.shape[-1] if self.shape else 1
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A weight storage scheme: bytes of each parameter, and the arithmetic it runs at."""
+
+    name: str
+    label: str
+    source: str
+    price: Callable[[Param], int]
+    compute: str | None = None  # rate key of the matrix work where the accelerator has it (None: 16-bit)
+    sixteen: str = "bf16"  # the dtype of what it leaves unquantized, and of the activations
+
+    def bytes_of(self, p: Param) -> int:
+        return self.price(p)
+
+
+def _plain(elem: float) -> Callable[[Param], int]:
+    return lambda p: int(p.numel * elem)
+
+
+def _keep16(quant: Callable[[Param], int]) -> Callable[[Param], int]:
+    """Quantize the decoder layers' matrices; embeddings, head and vectors stay in 16 bits."""
+    return lambda p: quant(p) if p.role == "linear" else 2 * p.numel
+
+
+def _int4_groups(g_idx: bool) -> Callable[[Param], int]:
+    def price(p: Param) -> int:
+        rows_in = p.row
+        out = p.numel // rows_in
+        groups = -(-rows_in // 128)
+        stacks = p.numel // (rows_in * out) if out else 1
+        per = rows_in * out // 2 + groups * out // 2 + groups * out * 2 + (4 * rows_in if g_idx else 0)
+        return stacks * per
+    return price
+
+
+def _nf4(p: Param) -> int:
+    blocks = -(-p.numel // 64)
+    return p.numel // 2 + blocks + 4 * -(-blocks // 256)
+
+
+def _fp8(p: Param) -> int:
+    stacks = p.numel // (p.shape[-2] * p.shape[-1]) if len(p.shape) >= 2 else 1
+    return p.numel + 8 * stacks  # fp32 weight scale and input scale per matrix
+
+
+def _fp8_blocks(p: Param) -> int:
+    """fp8 with one fp32 scale per 128 x 128 block (DeepSeek-V3's checkpoint: ``weight_scale_inv``)."""
+    rows_in = p.row
+    out = p.numel // rows_in
+    stacks = p.numel // (p.shape[-2] * p.shape[-1]) if len(p.shape) >= 2 else 1
+    out_per = out // stacks if stacks else out
+    return p.numel + 4 * stacks * -(-out_per // 128) * -(-rows_in // 128)
+
+
+def _int8(p: Param) -> int:
+    return p.numel + 2 * (p.numel // p.row)  # a 16-bit scale per output channel
+
+
+_V = re.compile(r"(^|[._])(v_proj|wv|value)($|[._])")
+_DOWN = re.compile(r"(^|[._])(down_proj|w2|fc2|c_proj|dense_4h_to_h|out_proj)($|[._])")
+
+
+def _gguf(base: str, mix: bool) -> Callable[[Param], int]:
+    head_type = "q8_0" if base == "q8_0" else "q6_k"
+
+    def price(p: Param) -> int:
+        if p.role == "vector":
+            return 4 * p.numel  # F32, as the converter writes norms
+        if p.role == "head":
+            return gguf_bytes(head_type, p.numel, p.row)
+        if p.role == "embedding":
+            return gguf_bytes(base, p.numel, p.row)
+        kind = base
+        if mix and p.layer is not None:
+            leaf = p.name.rsplit(".", 2)
+            where = ".".join(leaf[-2:])
+            if p.experts == 8 and _V.search(where):
+                kind = "q8_0"
+            elif (_V.search(where) or (_DOWN.search(where) and "mlp" in p.name or "experts" in p.name
+                                       and "down" in where)) and more_bits(p.layer, p.layers):
+                kind = "q6_k"
+        return gguf_bytes(kind, p.numel, p.row)
+    return price
+
+
+_GPTQ = "https://github.com/AutoGPTQ/AutoGPTQ/blob/main/auto_gptq/nn_modules/qlinear/qlinear_cuda_old.py"
+_AWQ = "https://github.com/casper-hansen/AutoAWQ/blob/main/awq/modules/linear/gemm.py"
+_BNB = "https://github.com/huggingface/transformers/blob/main/src/transformers/integrations/bitsandbytes.py"
+_CT = ("https://github.com/neuralmagic/compressed-tensors/blob/main/src/compressed_tensors/quantization/"
+       "quant_scheme.py")
+
+SCHEMES: dict[str, Scheme] = {s.name: s for s in (
+    Scheme("bf16", "bfloat16", "https://pytorch.org/docs/stable/tensor_attributes.html", _plain(2)),
+    Scheme("fp16", "float16", "https://pytorch.org/docs/stable/tensor_attributes.html", _plain(2), sixteen="fp16"),
+    Scheme("fp8", "fp8 e4m3, per-tensor scales (W8A8)", _CT, _keep16(_fp8), compute="fp8"),
+    Scheme("fp8-block128", "fp8 e4m3, a scale per 128 x 128 block (DeepSeek-V3)",
+           "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json", _keep16(_fp8_blocks),
+           compute="fp8"),
+    Scheme("int8", "int8 per output channel, 16-bit scales (W8A16)", _CT, _keep16(_int8)),
+    Scheme("int4-g128", "int4, groups of 128, GPTQ layout (qweight, qzeros, scales, g_idx)", _GPTQ,
+           _keep16(_int4_groups(True)), sixteen="fp16"),
+    Scheme("int4-g128-awq", "int4, groups of 128, AWQ layout (qweight, qzeros, scales)", _AWQ,
+           _keep16(_int4_groups(False)), sixteen="fp16"),
+    Scheme("nf4", "NF4 with double quantization (bitsandbytes)", _BNB, _keep16(_nf4)),
+    Scheme("q4_0", "GGUF Q4_0", GGUF_SOURCE, _gguf("q4_0", False), sixteen="fp16"),
+    Scheme("q8_0", "GGUF Q8_0", GGUF_SOURCE, _gguf("q8_0", False), sixteen="fp16"),
+    Scheme("q4_k_m", "GGUF Q4_K_M", GGUF_SOURCE, _gguf("q4_k", True), sixteen="fp16"),
+    Scheme("q5_k_m", "GGUF Q5_K_M", GGUF_SOURCE, _gguf("q5_k", True), sixteen="fp16"),
+    Scheme("q6_k", "GGUF Q6_K", GGUF_SOURCE, _gguf("q6_k", False), sixteen="fp16"),
+)}
+ALIASES = {"int4-g128-gptq": "int4-g128", "gptq": "int4-g128", "awq": "int4-g128-awq", "int4": "int4-g128",
+           "gguf-q4_0": "q4_0", "gguf-q8_0": "q8_0", "gguf-q4_k_m": "q4_k_m", "gguf-q5_k_m": "q5_k_m",
+           "gguf-q6_k": "q6_k", "nf4-dq": "nf4", "bfloat16": "bf16", "float16": "fp16", "fp8-e4m3": "fp8"}
+
+# KV cache: bytes per element (fp8 and int8 caches keep a per-tensor scale: negligible)
+KV_SCHEMES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+def weight_scheme(name: str) -> Scheme:
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in SCHEMES:
+        raise FootprintError(f"unknown weight scheme '{name}': use {', '.join(SCHEMES)}")
+    return SCHEMES[key]
+
+
+def kv_scheme(name: str) -> int:
+    key = name.strip().lower()
+    if key not in KV_SCHEMES:
+        raise FootprintError(f"unknown KV-cache scheme '{name}': use {', '.join(KV_SCHEMES)}")
+    return KV_SCHEMES[key]
+
+
+def checkpoint_scheme(config: object) -> Scheme | None:
+    """The scheme a config says its checkpoint is stored in, where it is one of ours
+    (``quantization_config``: fp8 with 128 x 128 blocks)."""
+    q = getattr(config, "quantization_config", None)
+    if q is None:
+        return None
+    get = q.get if isinstance(q, dict) else lambda k, d=None: getattr(q, k, d)
+    method = str(get("quant_method", "") or "").lower()
+    if method == "fp8" and list(get("weight_block_size", []) or []) == [128, 128]:
+        return SCHEMES["fp8-block128"]
+    if method == "fp8":
+        return SCHEMES["fp8"]
+    return None

@@ -1,0 +1,69 @@
+"""One rank's share of a multi-rank training step: its peak memory (:mod:`.sharding`, or a
+trace of its tensor-parallel share) and its step time with communication (:mod:`.comm`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..analysis.memory import MemoryPeak
+from ..errors import FootprintError
+from ..hardware.db import Accelerator
+from ..trace import Trace
+from .comm import StepTime, link_of, step_time
+from .roofline import Prediction, estimate_latency
+from .sharding import STRATEGIES, rank_peak
+
+BENCH_STRATEGIES = (*STRATEGIES, "tp")
+
+
+def check_strategy(strategy: str) -> None:
+    if strategy not in BENCH_STRATEGIES:
+        raise FootprintError(f"unknown strategy '{strategy}': use {', '.join(BENCH_STRATEGIES)}")
+
+
+def phase_times(pred: Prediction, share: float = 1.0) -> dict[str, float]:
+    """Compute seconds per phase, the operators' arithmetic and memory traffic slowed by
+    ``1/share`` (ranks sharing one machine's cores and memory each get ``share`` of them;
+    the per-operator overhead stays)."""
+    out: dict[str, float] = {}
+    for o in pred.ops:
+        out[o.phase] = out.get(o.phase, 0.0) + max(o.compute_s, o.memory_s) / share + o.overhead_s
+    return out
+
+
+@dataclass
+class RankPrediction:
+    strategy: str
+    dp: int  # data-parallel ranks
+    tp: int  # tensor-parallel ranks
+    peak: MemoryPeak
+    step: StepTime | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "data_parallel": self.dp, "tensor_parallel": self.tp,
+                "peak_bytes": self.peak.peak_bytes, "baseline_bytes": self.peak.baseline_bytes,
+                "step": self.step.to_dict() if self.step else None, "notes": self.notes}
+
+
+def predict_rank(trace: Trace, strategy: str, dp: int, tp: int = 1, acc: Accelerator | None = None,
+                 share: float = 1.0, tf32: bool | None = None) -> RankPrediction:
+    """What one rank holds and how long its step takes: ``trace`` is one rank's share of the
+    model (traced with ``StepSpec(tp=tp)``), ``strategy`` the data-parallel one over ``dp``
+    ranks ("tp" alone: no data parallelism)."""
+    check_strategy(strategy)
+    dp_strategy = "ddp" if strategy == "tp" else strategy
+    peak = rank_peak(trace, dp_strategy, dp)
+    notes: list[str] = []
+    step = None
+    if acc is not None and (acc.bandwidth is not None or acc.calibrated):
+        pred = estimate_latency(trace, acc, tf32=tf32)
+        link = link_of(acc)
+        if link is None and dp * tp > 1:
+            notes.append(f"no interconnect figure for {acc.id}: communication not timed "
+                         "(run `footprint calibrate --nproc N`, or add link_gbs to its row)")
+        else:
+            step = step_time(trace, phase_times(pred, share), dp_strategy, dp, link, tp)
+            step.notes.append(f"link: {link.source}" if link else "one rank: no communication")
+    return RankPrediction(strategy, dp, tp, peak, step, notes)

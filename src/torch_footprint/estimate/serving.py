@@ -1,0 +1,405 @@
+"""A language model traced as an engine serves it: a prefill of P tokens, then decode steps
+with the model's own cache object (transformers' ``DynamicCache``, built from the config as
+``generate`` builds it).
+
+What the cache holds comes from its storages, layer by layer, after the prefill and after
+each of two decode steps: the bytes a token adds to a layer (the slope), what a layer keeps
+whatever the length (a state-space layer's state), and the most tokens a layer keeps (a
+sliding-window layer's window, from the layer's own ``get_max_cache_shape()``). A config
+whose fields contradict each other gets what the model builds from it.
+
+The two decode steps run at cache lengths P and P + 1 with the same operators; every
+operator's FLOPs and bytes are affine in the cache length, so the two traces give each
+operator's exact line, evaluated at any length by :meth:`ServingTrace.decode_at`. Two
+conventions of serving engines (vLLM, TensorRT-LLM, llama.cpp) replace transformers' eager
+code there, and are stated in the notes:
+
+* the cache is written in place (a preallocated or paged cache): transformers' growing
+  concatenations and grouped-query copies (``repeat_kv``) are counted for the new token only;
+* attention reads each cached byte once per step (grouped-query kernels read a key/value
+  head once for all its query heads).
+
+Multi-head latent attention (DeepSeek-V2/V3): engines cache the compressed latent (the
+output of ``kv_a_proj_with_mqa``: ``kv_lora_rank + qk_rope_head_dim`` values per token and
+layer), not the per-head keys and values transformers keeps; the latent is what is counted.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..dtypes import name_of
+from ..errors import FootprintError
+from ..sources import prepare
+from ..trace import trace_model
+from ..trace.records import OpEvent, Trace
+
+CACHE_KWARGS = ("past_key_values", "cache_params")  # what transformers' models call their cache argument
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+EXPERT_TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+
+
+@dataclass(frozen=True)
+class CacheLayer:
+    """One layer's cache, per sequence: ``fixed + per_token x min(tokens, cap)`` bytes."""
+
+    index: int
+    kind: str  # the cache layer's class, or "latent" for multi-head latent attention
+    per_token: int
+    fixed: int = 0
+    cap: int | None = None  # tokens kept at most (a sliding window); None: every token
+
+    def bytes_at(self, tokens: int) -> int:
+        kept = tokens if self.cap is None else min(tokens, self.cap)
+        return self.fixed + self.per_token * kept
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Experts:
+    """A mixture-of-experts model's routing: experts per layer and experts per token."""
+
+    count: int
+    top_k: int
+    params: frozenset[int]  # indices into Trace.params of the routed experts' parameters
+
+    def touched(self, tokens: int) -> float:
+        """Expected distinct experts that ``tokens`` tokens reach in one layer, under uniform
+        routing (each token picks ``top_k`` distinct experts, independently of the others)."""
+        if tokens <= 0:
+            return 0.0
+        return self.count * (1.0 - (1.0 - self.top_k / self.count) ** tokens)
+
+
+@dataclass
+class ServingTrace:
+    """A prefill and two decode steps of a causal language model, with its cache's layout."""
+
+    name: str
+    batch: int
+    prompt: int
+    dtype: str
+    prefill: Trace
+    decode: tuple[Trace, Trace]  # at cache lengths prompt and prompt + 1
+    layers: list[CacheLayer]
+    op_layer: list[int | None]  # the cache layer each decode operator belongs to
+    experts: Experts | None
+    latents: dict[int, Latent]
+    roles: dict[int, str]  # parameter index -> "embedding" or "head" (the input and output embeddings)
+    max_context: int | None
+    hidden_size: int | None
+    notes: list[str] = field(default_factory=list)
+    config: Any = None  # the model's config (transformers), as built
+
+    @property
+    def params(self) -> int:
+        return sum(p.numel for p in self.prefill.params)
+
+    def kv_bytes(self, tokens: int, batch: int = 1) -> int:
+        """Cache bytes of ``batch`` sequences of ``tokens`` tokens each."""
+        return batch * sum(layer.bytes_at(tokens) for layer in self.layers)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one more token adds to one sequence's cache (layers below their cap)."""
+        return sum(layer.per_token for layer in self.layers)
+
+    def decode_at(self, cache_len: int, engine: bool = True) -> Trace:
+        """The decode step at the traced batch over ``cache_len`` cached tokens, every operator
+        on its line between the two traced steps (capped layers stop at their cap). ``engine``:
+        with the serving engines' conventions (module docstring); without, as transformers'
+        eager code runs it (what ``--measure`` times)."""
+        a, b = self.decode
+        if not engine:
+            return replace(a, events=[_on_line(ea, eb, cache_len - self.prompt)
+                                      for ea, eb in zip(a.events, b.events, strict=True)])
+        events: list[OpEvent] = []
+        for i, (ea, eb) in enumerate(zip(a.events, b.events, strict=True)):
+            layer = self.op_layer[i]
+            cap = self.layers[layer].cap if layer is not None else None
+            grows = ea.bytes_read + ea.bytes_written != eb.bytes_read + eb.bytes_written or ea.flops != eb.flops
+            if not grows:
+                events.append(ea)
+                continue
+            length = cache_len if cap is None else min(cache_len, cap)
+            steps = length - self.prompt
+            if ea.kind in ("data", "view"):  # the cache written in place: the new token only
+                events.append(_new_token_only(ea, eb))
+                continue
+            dflops, dmacs = eb.flops - ea.flops, eb.macs - ea.macs
+            if layer in self.latents and ea.kind == "matrix":  # absorbed latent attention (module docstring)
+                dmacs = self.batch * self.latents[layer].macs_per_token // self._growing_matrix_ops(layer)
+                dflops = 2 * dmacs
+            flops = ea.flops - self.prompt * (eb.flops - ea.flops) + length * dflops
+            macs = ea.macs - self.prompt * (eb.macs - ea.macs) + length * dmacs
+            events.append(replace(ea, flops=max(flops, 0), macs=max(macs, 0),
+                                  bytes_read=self._read_at(i, layer, length, ea, eb),
+                                  bytes_written=ea.bytes_written + steps * (eb.bytes_written - ea.bytes_written)))
+        return replace(a, events=events)
+
+    def _read_at(self, i: int, layer: int | None, length: int, ea: OpEvent, eb: OpEvent) -> int:
+        """An attention operator's reads at ``length`` cached tokens: what it reads besides the
+        cache (from the trace) plus the layer's cache once (see the module docstring)."""
+        if layer is None:
+            return ea.bytes_read + (length - self.prompt) * (eb.bytes_read - ea.bytes_read)
+        share = self._growing_matrix_ops(layer)
+        slope = eb.bytes_read - ea.bytes_read
+        other = ea.bytes_read - slope * self.prompt  # the traced read at zero cache length
+        return max(other, 0) + self.batch * self.layers[layer].bytes_at(length) // share
+
+    def _growing_matrix_ops(self, layer: int) -> int:
+        cached = getattr(self, "_share", None)
+        if cached is None:
+            cached = {}
+            a, b = self.decode
+            for i, (ea, eb) in enumerate(zip(a.events, b.events, strict=True)):
+                if ea.kind == "matrix" and ea.bytes_read != eb.bytes_read and self.op_layer[i] is not None:
+                    cached[self.op_layer[i]] = cached.get(self.op_layer[i], 0) + 1
+            self._share = cached
+        return max(cached.get(layer, 1), 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.name, "batch": self.batch, "prompt": self.prompt, "dtype": self.dtype,
+                "kv_bytes_per_token": self.kv_bytes_per_token, "layers": [la.to_dict() for la in self.layers],
+                "experts": None if self.experts is None else {"count": self.experts.count,
+                                                              "top_k": self.experts.top_k},
+                "max_context": self.max_context, "notes": self.notes}
+
+
+def _on_line(ea: OpEvent, eb: OpEvent, steps: int) -> OpEvent:
+    """``ea`` moved ``steps`` tokens along the line through ``ea`` and ``eb`` (one token apart)."""
+    if steps == 0 or (ea.flops == eb.flops and ea.bytes_read == eb.bytes_read
+                      and ea.bytes_written == eb.bytes_written):
+        return ea
+    return replace(ea, flops=max(ea.flops + steps * (eb.flops - ea.flops), 0),
+                   macs=max(ea.macs + steps * (eb.macs - ea.macs), 0),
+                   bytes_read=max(ea.bytes_read + steps * (eb.bytes_read - ea.bytes_read), 0),
+                   bytes_written=max(ea.bytes_written + steps * (eb.bytes_written - ea.bytes_written), 0))
+
+
+def _new_token_only(ea: OpEvent, eb: OpEvent) -> OpEvent:
+    """A cache update at the cost of writing the new token: what the second step wrote beyond the first."""
+    grew = max(eb.bytes_written - ea.bytes_written, 0)
+    new = grew if grew else min(ea.bytes_written, eb.bytes_written)
+    return replace(ea, bytes_read=new, bytes_written=new)
+
+
+def _config_int(config: Any, keys: tuple[str, ...]) -> int | None:
+    for k in keys:
+        v = getattr(config, k, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def text_config(model: nn.Module) -> Any:
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        return config.get_text_config(decoder=True)
+    return config
+
+
+def cache_argument(model: nn.Module) -> str:
+    """The name under which ``model``'s forward takes its cache; a clear error if it takes none."""
+    params = inspect.signature(model.forward).parameters
+    kw = next((k for k in CACHE_KWARGS if k in params), None)
+    config = getattr(model, "config", None)
+    if (kw is None or config is None or getattr(config, "is_encoder_decoder", False)
+            or not callable(getattr(model, "get_output_embeddings", None)) or model.get_output_embeddings() is None):
+        raise FootprintError(f"'{type(model).__name__}' is not a causal language model with a cache (a Hugging "
+                             "Face *ForCausalLM): `footprint llm` serves decoder language models")
+    return kw
+
+
+def _experts(trace: Trace, config: Any) -> Experts | None:
+    params = frozenset(i for i, p in enumerate(trace.params) if "experts" in p.name.split("."))
+    if not params:
+        return None
+    count = _config_int(config, EXPERT_COUNT_KEYS)
+    top_k = _config_int(config, EXPERT_TOPK_KEYS)
+    if count is None or top_k is None:
+        return None
+    return Experts(count, min(top_k, count), params)
+
+
+def _layer_paths(model: nn.Module) -> list[tuple[str, int]]:
+    """Module paths that belong to one cache layer (modules with an integer ``layer_idx``),
+    longest first."""
+    out = [(p, m.layer_idx) for p, m in model.named_modules()
+           if isinstance(getattr(m, "layer_idx", None), int) and p]
+    return sorted(out, key=lambda x: -len(x[0]))
+
+
+def _op_layers(trace: Trace, paths: list[tuple[str, int]]) -> list[int | None]:
+    memo: dict[str, int | None] = {}
+    out: list[int | None] = []
+    for e in trace.events:
+        if e.module not in memo:
+            memo[e.module] = next((idx for p, idx in paths if e.module == p or e.module.startswith(p + ".")), None)
+        out.append(memo[e.module])
+    return out
+
+
+def _storage_bytes(obj: Any) -> int:
+    """Bytes of the tensors a cache layer holds (its own attributes, lists of tensors included)."""
+    total = 0
+    for v in vars(obj).values():
+        ts = list(v.values()) if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]
+        for t in ts:
+            if isinstance(t, torch.Tensor) and t.dim() > 0:
+                total += t.numel() * t.element_size()
+    return total
+
+
+@dataclass(frozen=True)
+class Latent:
+    """A multi-head latent attention layer: the latent's width (cached per token), the
+    attention heads, and the rank the values are read at."""
+
+    width: int
+    heads: int
+    rank: int
+
+    @property
+    def macs_per_token(self) -> int:
+        """MACs one cached token costs one decode query with the projections absorbed:
+        scores over the whole latent (rank + rope part), values over its rank, per head."""
+        return self.heads * (self.width + self.rank)
+
+
+def _latents(model: nn.Module) -> dict[int, Latent]:
+    """Multi-head latent attention layers (those with a ``kv_a_proj_with_mqa``), by layer."""
+    out: dict[int, Latent] = {}
+    for m in model.modules():
+        proj = getattr(m, "kv_a_proj_with_mqa", None)
+        if isinstance(getattr(m, "layer_idx", None), int) and isinstance(proj, nn.Linear):
+            heads = int(getattr(m, "num_heads", 0) or getattr(getattr(m, "config", None), "num_attention_heads", 0))
+            rank = int(getattr(m, "kv_lora_rank", 0) or getattr(getattr(m, "config", None), "kv_lora_rank", 0))
+            out[m.layer_idx] = Latent(proj.out_features, heads, rank)
+    return out
+
+
+def _stored_tokens(layer: Any) -> int | None:
+    keys = getattr(layer, "keys", None)
+    return int(keys.shape[-2]) if isinstance(keys, torch.Tensor) and keys.dim() >= 2 else None
+
+
+def _cache_layers(cache: Any, sizes: list[list[int]], batch: int, prompt: int, latent: dict[int, Latent],
+                  elem: int) -> list[CacheLayer]:
+    layers = []
+    for i, layer in enumerate(cache.layers):
+        b0, b1, b2 = (s[i] for s in sizes)
+        cap_fn = getattr(layer, "get_max_length", None) or getattr(layer, "get_max_cache_shape", None)
+        cap = cap_fn() if callable(cap_fn) else -1
+        cap = int(cap) if isinstance(cap, int) and cap > 0 else None
+        slope = (b2 - b1) // batch
+        kind = type(layer).__name__
+        if i in latent:
+            layers.append(CacheLayer(i, "latent", latent[i].width * elem, 0, cap))
+        elif slope > 0:
+            layers.append(CacheLayer(i, kind, slope, max(b1 // batch - (prompt + 1) * slope, 0), cap))
+        elif cap is not None and (stored := _stored_tokens(layer)):
+            layers.append(CacheLayer(i, kind, b1 // (batch * stored), 0, cap))
+        else:  # a state of fixed size (a state-space layer), or an empty layer
+            layers.append(CacheLayer(i, kind, 0, b1 // batch, None))
+    return layers
+
+
+def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str | None = None,
+                  trust_remote_code: bool = False, on_step: Callable[[str], None] | None = None) -> ServingTrace:
+    """Trace a prefill of ``batch`` x ``prompt`` tokens and two decode steps with the model's cache."""
+    if batch < 1 or prompt < 1:
+        raise FootprintError(f"batch and prompt must be at least 1, got batch {batch}, prompt {prompt}")
+    step = on_step or (lambda _msg: None)
+    step("building the model")
+    work = prepare(model, None if isinstance(model, str) else "1,1:int64", dtype=dtype,
+                   trust_remote_code=trust_remote_code) if isinstance(model, str) else \
+        prepare(model, "1,1:int64", dtype=dtype)
+    m = work.model
+    kw = cache_argument(m)
+    config = m.config
+    tcfg = text_config(m)
+    try:
+        from transformers import DynamicCache
+    except ImportError as e:  # pragma: no cover - the hf extra is needed for any language model
+        raise FootprintError("`footprint llm` needs transformers: pip install 'torch-footprint[hf]'") from e
+    cache = DynamicCache(config=config)
+    fwd = inspect.signature(m.forward).parameters
+    extra: dict[str, Any] = {kw: cache, "use_cache": True}
+    if "logits_to_keep" in fwd:
+        extra["logits_to_keep"] = 1  # generate() computes the last position's logits only
+    elif "num_logits_to_keep" in fwd:
+        extra["num_logits_to_keep"] = 1
+
+    def make(tokens: int) -> Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]]:
+        def inputs(device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            return (), {"input_ids": torch.zeros(batch, tokens, dtype=torch.long, device=device), **extra}
+        return inputs
+
+    def sizes() -> list[int]:
+        return [_storage_bytes(layer) for layer in cache.layers]
+
+    meta = [{"name": "input_ids", "shape": [batch, prompt], "dtype": "int64"}]
+    was_training = m.training
+    m.eval()
+    try:
+        with work.built.trace_context(), torch.no_grad():
+            step(f"tracing the prefill ({batch} x {prompt} tokens)")
+            pre = trace_model(m, make(prompt), name=work.built.name, inputs_meta=meta, tensors="meta")
+            s0 = sizes()
+            step("tracing two decode steps")
+            d1 = trace_model(m, make(1), name=work.built.name, inputs_meta=[{**meta[0], "shape": [batch, 1]}],
+                             tensors="meta")
+            s1 = sizes()
+            d2 = trace_model(m, make(1), name=work.built.name, inputs_meta=[{**meta[0], "shape": [batch, 1]}],
+                             tensors="meta")
+            s2 = sizes()
+    except FootprintError as e:
+        raise FootprintError(f"tracing {work.built.name} as a language model failed: {e}") from e
+    finally:
+        m.train(was_training)
+    if [e.op for e in d1.events] != [e.op for e in d2.events]:
+        raise FootprintError(f"{work.built.name}: two decode steps ran different operators; the cache "
+                             "line cannot be drawn (a model whose decode path changes with the length)")
+    elem = next((torch.empty((), dtype=p.dtype).element_size() for p in m.parameters() if p.is_floating_point()), 2)
+    latent = _latents(m)
+    layers = _cache_layers(cache, [s0, s1, s2], batch, prompt, latent, elem)
+    notes = [n for n in work.built.notes if not n.startswith("default input")]
+    if dtype is not None:
+        notes = [n for n in notes if "the checkpoint's dtype" not in n]
+        notes.append(f"activations (and whatever a weight scheme leaves unquantized) in {dtype}")
+    if latent:
+        first = next(iter(latent.values()))
+        notes.append(f"multi-head latent attention: the compressed latent is cached ({first.width} values per "
+                     f"token and layer) and attention reads it with the projections absorbed ({first.macs_per_token:,} "
+                     "MACs per cached token and layer), as serving engines run it; transformers' eager code "
+                     "decompresses the cache at every step instead")
+    capped = sorted({la.cap for la in layers if la.cap})
+    if capped:
+        n = sum(1 for la in layers if la.cap)
+        notes.append(f"{n} of {len(layers)} layers keep at most {', '.join(map(str, capped))} tokens "
+                     "(a sliding window: the cache layer's own maximum length)")
+    states = [la for la in layers if la.per_token == 0 and la.fixed]
+    if states:
+        notes.append(f"{len(states)} layers keep a state of fixed size ({states[0].fixed:,} bytes per sequence)")
+    dt = next((p.dtype for p in m.parameters() if p.is_floating_point()), torch.float32)
+    index = {id(p): i for i, (_, p) in enumerate(m.named_parameters())}
+    roles: dict[int, str] = {}
+    for role, mod in (("embedding", m.get_input_embeddings()), ("head", m.get_output_embeddings())):
+        w = getattr(mod, "weight", None)
+        if w is not None and id(w) in index:
+            roles[index[id(w)]] = role
+    return ServingTrace(
+        name=work.built.name, batch=batch, prompt=prompt, dtype=name_of(dt), prefill=pre, decode=(d1, d2),
+        layers=layers, op_layer=_op_layers(d1, _layer_paths(m)), experts=_experts(pre, tcfg), latents=latent,
+        roles=roles, max_context=_config_int(tcfg, CONTEXT_KEYS),
+        hidden_size=_config_int(tcfg, ("hidden_size", "n_embd", "d_model")), notes=notes, config=config)

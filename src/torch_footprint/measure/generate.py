@@ -1,0 +1,65 @@
+"""A language model run for real with its cache: a prefill timed as the time to first token,
+then decode steps timed one by one (greedy, each token fed back), with the bench timer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import FootprintError
+from .measured import allocator_peak
+from .timer import CpuClock, CudaClock, measure, summarize
+
+
+def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int, device: str = "cpu",
+                       runs: int = 3, cache_kwarg: str = "past_key_values") -> dict[str, Any]:
+    """Prefill and decode ``model`` (random weights, on ``device``) with its own cache.
+
+    Returns the time to first token (a prefill of ``batch`` x ``prompt`` tokens, the bench
+    timer's statistics), the time per output token over ``runs`` generations of ``output``
+    tokens (every decode step one sample: median and p90), tokens per second and, on CPU,
+    the allocator's peak over one generation plus the weights."""
+    from transformers import DynamicCache
+
+    config = model.config
+    vocab = int(getattr(config.get_text_config(decoder=True), "vocab_size", 0) or 0)
+    if vocab < 1:
+        raise FootprintError("the model's config has no vocab_size: cannot make token ids to run it")
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (batch, prompt), generator=gen).to(device)
+    cuda = device.startswith("cuda")
+    clock = CudaClock() if cuda else CpuClock()
+    model.eval()
+
+    def prefill() -> tuple[Any, torch.Tensor]:
+        cache = DynamicCache(config=config)
+        out = model(input_ids=ids, use_cache=True, **{cache_kwarg: cache})
+        return cache, out.logits[:, -1:].argmax(-1)
+
+    def generate(samples: list[float] | None = None) -> None:
+        cache, token = prefill()
+        for _ in range(output):
+            t = clock.start()
+            out = model(input_ids=token, use_cache=True, **{cache_kwarg: cache})
+            token = out.logits[:, -1:].argmax(-1)
+            if samples is not None:
+                samples.append(clock.stop(t))
+
+    with torch.inference_mode():
+        ttft = measure(prefill, clock, min_reps=5, min_seconds=1.0, warmup=2)
+        generate()  # warm-up
+        steps: list[float] = []
+        for _ in range(runs):
+            generate(steps)
+        tpot = summarize(steps)
+        peak = None
+        if not cuda:
+            weights = sum(p.numel() * p.element_size() for p in model.parameters())
+            peak = weights + allocator_peak(generate)
+    return {"device": device, "batch": batch, "prompt": prompt, "output": output, "runs": runs,
+            "ttft_s": ttft.median, "ttft_p90_s": ttft.p90, "ttft_spread": ttft.spread,
+            "tpot_s": tpot.median, "tpot_p90_s": tpot.p90, "tpot_spread": tpot.spread,
+            "tokens_per_s_per_request": 1 / tpot.median if tpot.median else None,
+            "tokens_per_s": batch / tpot.median if tpot.median else None, "peak_bytes": peak}

@@ -1,0 +1,161 @@
+"""Tensor parallelism's plan for a model: which linears split by output columns and which
+by input rows, shared by the prediction (which traces one rank's share of the model) and
+the measurement (which hands the same plan to torch's DTensor ``parallelize_module``).
+
+Megatron-LM (Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion Parameter Language
+Models Using Model Parallelism", section 3): in every transformer layer the attention's
+query, key and value projections and the MLP's first linears (up, gate) are split by
+their output features ("column parallel"): each of T ranks computes H/T heads and I/T
+intermediate features from the whole input. The attention's output projection and the
+MLP's last linear are split by their input features ("row parallel"): each rank's partial
+sums are added by an all-reduce, so the layer's output is whole on every rank. Everything
+outside these linears (norms, residuals, embeddings, the head) is replicated; with
+sequence parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in
+Large Transformer Models", section 4.2.2) the norms and residuals hold 1/T of the
+sequence each, and an all-gather and a reduce-scatter replace each all-reduce.
+
+The plan is found by the linears' names, in the model's repeated blocks: the names of
+Llama, Mistral, Qwen, Gemma and most Hugging Face decoders (q/k/v/o_proj, gate/up/down_proj)
+and of BERT-style encoders (query/key/value, fc1/fc2). GPT-2 keeps its projections in
+``Conv1D`` modules with fused query/key/value, which DTensor's plans do not split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from torch import nn
+
+from .errors import FootprintError
+from .trace.records import ModuleInfo, Trace
+
+COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1",
+                     "w1", "w3", "wq", "wk", "wv"})
+ROWWISE = frozenset({"o_proj", "down_proj", "fc2", "w2", "wo"})
+
+
+def plan_of(modules: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """``{module path: "colwise" | "rowwise"}`` for the ``Linear`` modules inside a repeated
+    container (``ModuleList``/``Sequential``), from (path, type name) pairs (see the module
+    docstring); empty when none is recognised."""
+    mods = list(modules)
+    blocks = [path + "." for path, kind in mods if kind in ("ModuleList", "Sequential") and path]
+    plan: dict[str, str] = {}
+    for path, kind in mods:
+        if kind != "Linear" or not any(path.startswith(b) for b in blocks):
+            continue
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf in COLWISE:
+            plan[path] = "colwise"
+        elif leaf in ROWWISE:
+            plan[path] = "rowwise"
+    return plan
+
+
+def tp_plan(model: nn.Module) -> dict[str, str]:
+    """The plan of a model (:func:`plan_of` over its modules)."""
+    return plan_of((path, type(m).__name__) for path, m in model.named_modules())
+
+
+def tp_plan_of_trace(trace: Trace) -> dict[str, str]:
+    """The plan of a traced model (:func:`plan_of` over the trace's modules)."""
+    return plan_of((m.path, m.type) for m in trace.modules)
+
+
+def _heads(model: nn.Module) -> dict[str, int]:
+    cfg: Any = getattr(model, "config", None)
+    out: dict[str, int] = {}
+    for key, label in (("num_attention_heads", "attention heads"), ("num_key_value_heads", "key/value heads")):
+        v = getattr(cfg, key, None)
+        if isinstance(v, int) and v > 0:
+            out[label] = v
+    return out
+
+
+def check_tp(model: nn.Module, tp: int) -> dict[str, str]:
+    """The plan for ``tp`` ranks, or a one-line error: no splittable linears, or a head
+    count or a linear's width that ``tp`` does not divide."""
+    if tp < 1:
+        raise FootprintError(f"--tp must be at least 1, got {tp}")
+    plan = tp_plan(model)
+    if tp == 1:
+        return plan
+    if not plan:
+        raise FootprintError(f"--tp {tp}: found no attention or MLP linears to split in "
+                             f"{type(model).__name__} (tensor parallelism splits nn.Linear q/k/v/o_proj, "
+                             "gate/up/down_proj, query/key/value, fc1/fc2 in repeated blocks)")
+    for label, n in _heads(model).items():
+        if n % tp:
+            raise FootprintError(f"--tp {tp} does not divide the model's {n} {label}")
+    mods = dict(model.named_modules())
+    for path, style in plan.items():
+        lin = mods[path]
+        width = lin.out_features if style == "colwise" else lin.in_features
+        if width % tp:
+            raise FootprintError(f"--tp {tp} does not divide the {width} "
+                                 f"{'output' if style == 'colwise' else 'input'} features of {path}")
+    return plan
+
+
+def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
+    """Make ``model`` (in place) one rank's share under ``tp``-way tensor parallelism: each
+    column-parallel linear keeps out_features/tp outputs (and its bias's share), each
+    row-parallel one in_features/tp inputs (its bias whole). Returns the plan. The model's
+    own code must take the head count from the tensors (as Hugging Face decoders do), which
+    is what DTensor's plans need too."""
+    plan = check_tp(model, tp)
+    if tp == 1:
+        return plan
+    mods = dict(model.named_modules())
+    for path, style in plan.items():
+        lin = mods[path]
+        assert isinstance(lin, nn.Linear)
+        w = lin.weight
+        if style == "colwise":
+            lin.weight = nn.Parameter(w.new_empty(w.shape[0] // tp, w.shape[1]), requires_grad=w.requires_grad)
+            if lin.bias is not None:
+                b = lin.bias
+                lin.bias = nn.Parameter(b.new_empty(b.shape[0] // tp), requires_grad=b.requires_grad)
+            lin.out_features //= tp
+        else:
+            lin.weight = nn.Parameter(w.new_empty(w.shape[0], w.shape[1] // tp), requires_grad=w.requires_grad)
+            lin.in_features //= tp
+    return plan
+
+
+def fsdp_units(modules: list[ModuleInfo]) -> dict[str, int]:
+    """Parameter bytes of the units FSDP wraps (``fully_shard`` on each, then on the root):
+    the items of the deepest repeated container (ModuleList/Sequential: a model's blocks),
+    else the model's top-level children."""
+    subtree: dict[str, int] = {}
+    for m in modules:
+        parts = m.path.split(".") if m.path else []
+        for i in range(len(parts) + 1):
+            key = ".".join(parts[:i])
+            subtree[key] = subtree.get(key, 0) + m.param_bytes
+    containers = [m for m in modules if m.type in ("ModuleList", "Sequential") and m.path]
+    units: dict[str, int] = {}
+    if containers:
+        deepest = max(c.depth for c in containers)
+        for c in containers:
+            if c.depth == deepest or not units:
+                pre = c.path + "."
+                for m in modules:
+                    if m.path.startswith(pre) and "." not in m.path[len(pre):]:
+                        units[m.path] = subtree.get(m.path, 0)
+    if not units:
+        units = {m.path: subtree.get(m.path, 0) for m in modules if m.path and "." not in m.path}
+    return units
+
+
+def modules_of(model: nn.Module) -> list[ModuleInfo]:
+    """A built model's modules as a trace lists them (path, type, depth, parameters owned directly)."""
+    out, seen = [], set()
+    for path, m in model.named_modules():
+        own = [p for p in m.parameters(recurse=False) if id(p) not in seen]
+        seen.update(id(p) for p in own)
+        out.append(ModuleInfo(path=path, type=type(m).__name__, depth=0 if not path else path.count(".") + 1,
+                              params=sum(p.numel() for p in own),
+                              param_bytes=sum(p.numel() * p.element_size() for p in own)))
+    return out

@@ -1,0 +1,33 @@
+"""The predicted timeline as a Chrome trace (open it in https://ui.perfetto.dev or
+chrome://tracing): one slice per operator, in trace (module) order, each as long as its
+roofline time on the accelerator, with its module, FLOPs, bytes and bound; the live bytes
+by category as counter tracks, one sample at each operator's start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def chrome_trace(prediction: Any, timeline: Any) -> dict[str, Any]:
+    """``prediction``: an :class:`~torch_footprint.estimate.roofline.Prediction`; ``timeline``: the
+    :class:`~torch_footprint.analysis.timeline.Timeline` of the same trace (not downsampled)."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"predicted on {prediction.accelerator.name}"}},
+        {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "operators"}},
+    ]
+    starts = prediction.starts()
+    for o, t in zip(prediction.ops, starts):
+        if o.kind == "view":
+            continue
+        events.append({"ph": "X", "pid": 1, "tid": 1, "name": o.op, "cat": o.phase, "ts": t * 1e6,
+                       "dur": o.time_s * 1e6, "args": {"module": o.module or "<root>", "flops": o.flops,
+                                                       "bytes": o.bytes, "bound": o.bound, "dtype": o.dtype}})
+    at = {i: k for k, i in enumerate(timeline.index)}
+    for o, t in zip(prediction.ops, starts):
+        k = at.get(o.index)
+        if k is None:
+            continue
+        events.append({"ph": "C", "pid": 1, "name": "live bytes", "ts": t * 1e6,
+                       "args": {c: s[k] for c, s in timeline.series.items()}})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"accelerator": prediction.accelerator.id, "predicted_s": prediction.time_s}}

@@ -1,0 +1,170 @@
+"""Several ranks: the ring formulas and each strategy's collectives worked by hand, the
+tensor-parallel share of a model counted by hand, and real runs of 2 ranks under torchrun
+(gloo): measured per-rank peaks beside the prediction, a failing rank, a hung rank and
+Ctrl-C, each leaving no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from torch_footprint import api
+from torch_footprint.cli import main
+from torch_footprint.errors import FootprintError
+from torch_footprint.estimate import comm
+from torch_footprint.estimate.workload import StepSpec, trace_step
+from torch_footprint.measure.distributed import RanksFailed
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA = str(ROOT / "tests" / "configs" / "llama-tiny")
+FIXTURES = ROOT / "tests" / "fixtures" / "ranks.py"
+LINK = comm.Link(bandwidth=1e6, latency=0.0, source="test")  # 1 MB/s, no latency: times are bytes / 1e6
+
+
+def test_ring_collectives_by_hand():
+    # all-reduce moves 2(N-1)/N x S per rank; all-gather and reduce-scatter (N-1)/N x S
+    assert comm.all_reduce_s(1e6, 4, LINK) == pytest.approx(1.5)
+    assert comm.gather_s(1e6, 4, LINK) == pytest.approx(0.75)
+    assert comm.all_reduce_s(1e6, 1, LINK) == 0.0
+    slow = comm.Link(1e6, 1e-3, "test")  # plus 2(N-1) and (N-1) steps of 1 ms
+    assert comm.all_reduce_s(1e6, 4, slow) == pytest.approx(1.5 + 0.006)
+    assert comm.gather_s(1e6, 4, slow) == pytest.approx(0.75 + 0.003)
+
+
+def test_ddp_buckets_are_one_mib_then_25():
+    assert comm.ddp_buckets(60 * 2**20) == [2**20, 25 * 2**20, 25 * 2**20, 9 * 2**20]
+    assert comm.ddp_buckets(1000) == [1000]
+
+
+def _mlp_trace():
+    from torch import nn
+
+    def mlp():
+        return nn.Sequential(nn.Linear(100, 50), nn.ReLU(), nn.Linear(50, 10))
+
+    return trace_step(mlp(), ["4,100"], StepSpec(train=True, optimizer="adam"), batch=4)[0]
+
+
+# Psi = 5,560 fp32 parameters: W = G = 22,240 bytes; units "0" = 20,200 and "2" = 2,040 bytes
+W = 22_240
+PHASES = {"forward": 1.0, "loss": 0.0, "backward": 2.0, "optimizer": 0.4}
+
+
+def test_collectives_per_strategy_by_hand():
+    t = _mlp_trace()
+    ddp = comm.step_time(t, PHASES, "ddp", 2, LINK)
+    # one bucket (under 1 MiB) all-reduced: 2 x 1/2 x 22,240 B at 1 MB/s = 22.24 ms, the last bucket: all exposed
+    assert ddp.comm_s == pytest.approx(0.02224) and ddp.exposed_s == pytest.approx(0.02224)
+    assert ddp.time_s == pytest.approx(3.4 + 0.02224)
+    z1 = comm.step_time(t, PHASES, "zero1", 2, LINK)
+    # + the updated shards all-gathered after the step (1/2 x 22,240 B), exposed; the step on half the parameters
+    assert z1.exposed_s == pytest.approx(0.02224 + 0.01112) and z1.compute_s["optimizer"] == pytest.approx(0.2)
+    f = comm.step_time(t, PHASES, "fsdp", 2, LINK)
+    ag = 0.5 * (20_200 + 2_040) / 1e6
+    # all-gather in the forward and again in the backward, reduce-scatter of the gradients
+    assert [c.op for c in f.collectives] == ["all-gather", "all-gather", "reduce-scatter"]
+    assert f.comm_s == pytest.approx(3 * ag)
+    # hidden behind 1 s of forward and 2 s of backward but for unit "0"'s gather and its reduce-scatter
+    assert f.exposed_s == pytest.approx(2 * 0.5 * 20_200 / 1e6)
+    z2 = comm.step_time(t, PHASES, "zero2", 2, LINK)
+    assert z2.comm_s == pytest.approx(2 * ag)  # gathered once: no all-gather in the backward
+
+
+def test_tensor_parallel_share_and_all_reduces_by_hand():
+    spec = StepSpec(train=True, optimizer="adamw")
+    whole = trace_step(LLAMA, {"input_ids": "2,64:int64"}, spec)[0]
+    half = trace_step(LLAMA, {"input_ids": "2,64:int64"}, StepSpec(train=True, optimizer="adamw", tp=2))[0]
+    # hidden 128, 4 heads of 32 (2 key/value heads), MLP 344, vocab 1000, 2 layers. Per layer: q, o 128x128;
+    # k, v 128x64; gate, up, down 128x344; two norms of 128. Embedding and head 1000x128 each, final norm 128.
+    linears = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 344  # 181,248 per layer
+    rest = 2 * 1000 * 128 + 128 + 2 * 2 * 128
+    assert sum(p.nbytes for p in whole.params) == 4 * (rest + 2 * linears)
+    # tensor parallel over 2: every attention and MLP linear halved, the rest replicated
+    assert sum(p.nbytes for p in half.params) == 4 * (rest + linears)
+    tp = comm.step_time(half, {"forward": 1.0, "backward": 1.0}, "ddp", 1, LINK, tp=2)
+    # per layer 2 row-parallel outputs all-reduced in the forward, 5 column-parallel inputs' gradients in the
+    # backward (DTensor reduces each one's): 14 all-reduces of [2, 64, 128] fp32 = 65,536 B, each 65.536 ms
+    assert [c.calls for c in tp.collectives] == [4, 10]
+    assert tp.exposed_s == pytest.approx(14 * 0.065536)
+
+
+def test_tp_that_does_not_divide_the_heads_is_one_line(capsys):
+    assert main(["fit", LLAMA, "--input-ids", "2,64", "--train", "--gpus", "3", "--tp", "3", "--gpu", "h100-sxm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "footprint: error: --tp 3 does not divide the model's 4 attention heads"
+    with pytest.raises(FootprintError, match="found no attention or MLP linears"):
+        api.bench_ranks("resnet18", nproc=2, strategy="tp")
+
+
+def test_nproc_beyond_this_machine_is_one_line(capsys):
+    assert main(["bench", "resnet18", "--train", "--nproc", "100000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--nproc 100000 is more than the" in err[0]
+    assert main(["bench", "resnet18", "--train", "--nproc", "2", "--strategy", "pp"]) == 2
+    assert "unknown strategy 'pp'" in capsys.readouterr().err
+
+
+def test_fit_times_communication_over_the_link():
+    res = api.fit(LLAMA, {"input_ids": "2,64:int64"}, train=True, optimizer="adamw", gpus=8, strategy="fsdp",
+                  only=["h100-sxm", "h100-pcie"])
+    rows = {r.accelerator.id: r for r in res.rows}
+    nvlink, pcie = rows["h100-sxm"].step, rows["h100-pcie"].step
+    assert nvlink is not None and pcie is not None
+    # the same bytes over 80% of 450 GB/s and of 64 GB/s
+    assert nvlink.link.bandwidth == pytest.approx(0.8 * 450e9) and pcie.link.bandwidth == pytest.approx(0.8 * 64e9)
+    assert rows["h100-sxm"].latency_s == pytest.approx(nvlink.time_s)
+    assert rows["h100-sxm"].throughput is not None
+
+
+def _gone(pids: list[int]) -> bool:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                   != "Z" for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_two_gloo_ranks_measured_peak_matches_prediction():
+    # DDP over gloo (benchmarks/distributed_cpu.py runs every strategy on larger models)
+    res = api.bench_ranks(f"{FIXTURES}:mlp", ["32,256"], nproc=2, strategy="ddp", optimizer="adamw",
+                          steps=1, warmup=0, timeout=300)
+    assert [r.rank for r in res.ranks] == [0, 1]
+    for r in res.ranks:  # the allocator's own records on each rank, from the model's construction on
+        assert abs(res.predicted.peak.peak_bytes - r.peak_bytes) <= 0.05 * r.peak_bytes
+        assert r.step_s > 0 and r.comm_s > 0 and any(k.startswith("gloo:") for k in r.collectives)
+
+
+def test_a_failing_rank_is_named_and_nothing_is_left():
+    with pytest.raises(RanksFailed, match="rank 1 failed: .*boom on rank 1 .then rank 0: its peer was gone.") as e:
+        api.bench_ranks(f"{FIXTURES}:fails_on_rank1", ["4,8"], nproc=2, steps=1, warmup=0, timeout=120)
+    assert len(e.value.pids) == 2 and _gone(e.value.pids)
+
+
+def test_a_hung_rank_is_stopped_and_reported():
+    with pytest.raises(RanksFailed, match=r"rank\(s\) 0, 1 did not finish within 5 s of connecting \(hung\?\)") as e:
+        api.bench_ranks(f"{FIXTURES}:hangs_on_rank1", ["4,8"], nproc=2, steps=1, warmup=0, timeout=5)
+    assert len(e.value.pids) == 2 and _gone(e.value.pids)  # the ranks' own processes, stopped
+
+
+def test_ctrl_c_stops_every_rank(tmp_path):
+    env = dict(os.environ, FOOTPRINT_TEST_PIDS=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.Popen([sys.executable, "-m", "torch_footprint", "bench", f"{FIXTURES}:hangs_on_rank1",
+                             "--input", "4,8", "--train", "--nproc", "2", "--steps", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(f.read_text()) for f in tmp_path.glob("rank*.pid")]
+    assert len(pids) == 2
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the command
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert _gone(pids)
