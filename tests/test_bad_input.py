@@ -106,7 +106,6 @@ CASES = [
     (["memory", "resnet18", "--utilisation", "0"], "utilisation must be in (0, 1]"),
     (["memory", "resnet18", "--device", "tpu"], "invalid choice: 'tpu'"),
     (["memory", "resnet18", "--grads", "maybe"], "invalid choice: 'maybe'"),
-    (["memory", "resnet18", "--step", "third"], "invalid choice: 'third'"),
     # bench: batch lists, devices, counts
     (["bench", "resnet18", "--batch", "0"], "at least 1"),
     (["bench", "resnet18", "--batch", "1,many"], "whole numbers or 'auto'"),

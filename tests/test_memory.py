@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import pytest
 import torch
@@ -116,8 +117,10 @@ def test_checkpointing_keeps_fewer_activations() -> None:
     plain = tfp.memory(Stack(), "64,128", train=True, optimizer="sgd")
     ckpt = tfp.memory(Stack(), "64,128", train=True, optimizer="sgd", checkpointing=True)
     assert ckpt.peak.persistent == plain.peak.persistent
-    # checkpointed: only the inputs of blocks 2..6 are kept (block 1's input is the model's input)
-    assert sum(ckpt.peak.activations_by_module.values()) == 5 * 64 * 128 * 4
+    # checkpointed: only the inputs of blocks 2..6 are kept (block 1's input is the model's input),
+    # and for each block the CPU generator's state, to replay its random ops in the recomputation
+    rng = torch.get_rng_state().nbytes  # 5056 bytes
+    assert sum(ckpt.peak.activations_by_module.values()) == 5 * 64 * 128 * 4 + 6 * rng
     # plain: every block also keeps its two 64x512 hiddens (the linear's output for GELU, GELU's for the linear)
     assert sum(plain.peak.activations_by_module.values()) == 5 * 64 * 128 * 4 + 6 * 2 * 64 * 512 * 4
 
@@ -179,3 +182,89 @@ def test_cuda_overheads_are_stated_apart_and_configurable() -> None:
     assert cuda.provision == -(-cuda.total * 10 // 8)  # total / 0.8, rounded up
     gone = tfp.memory(MLP(), "8,256", device="cuda", overheads={"cuda_context": 0})
     assert "cuda_context" not in gone.overheads
+
+
+LLAMA_TINY = str(Path(__file__).parent / "configs" / "llama-gqa-tiny")
+
+
+def test_checkpointing_with_autocast_frees_all_but_the_model_states_before_the_optimizer() -> None:
+    # The leak of issue 15: with checkpointing and autocast, grad hooks hung on a checkpoint's
+    # recomputation kept its graph (its saved tensors, the blocks' inputs) alive into the optimizer.
+    pytest.importorskip("transformers")
+    from torch_footprint.analysis.memory import replay
+    from torch_footprint.estimate.workload import StepSpec, trace_step
+
+    trace, _ = trace_step(LLAMA_TINY, {"input_ids": "2,32:int64"}, StepSpec(True, "adamw", "bf16-mixed", True))
+    timeline = replay(trace, keep_timeline=True).timeline
+    first_opt = next(i for i, e in enumerate(trace.events) if e.phase == "optimizer")
+    p = sum(t.numel for t in trace.params)
+    # closed form: fp32 weights and their gradients, the rotary inverse frequencies (two buffers
+    # of head_dim / 2 floats) and the 2 x 32 int64 token ids; nothing else survives the backward
+    assert timeline[first_opt - 1][1] == 4 * p + 4 * p + 2 * 4 * 16 // 2 + 8 * 2 * 32
+
+
+def test_checkpointing_with_autocast_matches_the_cpu_allocator() -> None:
+    transformers = pytest.importorskip("transformers")
+    from torch_footprint.estimate.training import enable_checkpointing
+    from torch_footprint.estimate.training import optimizer as make_optimizer
+    from torch_footprint.measure.measured import allocator_peak, one_step
+
+    est = tfp.memory(LLAMA_TINY, {"input_ids": "2,32:int64"}, train=True, optimizer="adamw",
+                     precision="bf16-mixed", checkpointing=True)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(LLAMA_TINY),
+                                                          dtype=torch.float32).train()
+    enable_checkpointing(model)
+    opt = make_optimizer("adamw")(list(model.parameters()))
+    ids = torch.zeros(2, 32, dtype=torch.int64)
+    gc.collect()
+    measured = allocator_peak(lambda: one_step(model, (), {"input_ids": ids}, opt, True, torch.bfloat16))
+    assert est.peak.above_baseline == measured
+
+
+def _allocator_steps(optimizer: str) -> tuple[int, int]:
+    """The CPU allocator's peak above the start for the MLP's first training step and for its
+    second (optimizer state from the first alive, gradients dropped by zero_grad before it)."""
+    from torch_footprint.estimate.training import optimizer as make_optimizer
+    from torch_footprint.measure.measured import allocator_peak, one_step
+
+    torch.manual_seed(0)
+    model, x = MLP(), torch.randn(32, 256)
+    opt = make_optimizer(optimizer)(list(model.parameters()))
+    gc.collect()
+    first = allocator_peak(lambda: one_step(model, (x,), {}, opt, True))
+    opt.zero_grad(set_to_none=True)
+    gc.collect()
+    return first, allocator_peak(lambda: one_step(model, (x,), {}, opt, True))
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adamw", "adagrad", "momentum-foreach", "adamw-foreach",
+                                       "adamw-fused"])
+def test_first_and_steady_steps_match_the_cpu_allocator(optimizer: str) -> None:
+    est = tfp.memory(MLP(), "32,256", train=True, optimizer=optimizer)
+    first, steady = _allocator_steps(optimizer)
+    assert est.steady is not None
+    # to the byte where the step's temporaries are all seen; foreach and fused Adam also make
+    # a 0-dim tensor of their own for the step count (12 bytes the trace does not see)
+    slack = 12 if optimizer in ("adamw-foreach", "adamw-fused") else 0
+    assert first - slack <= est.peak.above_baseline <= first
+    assert steady - slack <= est.steady.above_baseline <= steady
+    # the steady step holds the optimizer state before it: that is in its baseline
+    assert est.steady.baseline_bytes == est.peak.baseline_bytes + est.peak.persistent["optimizer state"] \
+        or optimizer == "adagrad"  # whose state its constructor makes: alive before either step
+    assert est.total == max(est.peak.peak_bytes, est.steady.peak_bytes)
+    assert est.to_dict()["steady_peak"]["peak_bytes"] == est.steady.peak_bytes
+
+
+def test_fit_provisions_the_larger_of_the_first_and_steady_steps() -> None:
+    from torch_footprint.estimate.sharding import rank_peak, step_peak
+    from torch_footprint.estimate.workload import StepSpec, trace_step
+
+    trace, _ = trace_step(MLP(), "4096,256", StepSpec(True, "adam"))
+    first, steady = rank_peak(trace), rank_peak(trace, steady=True)
+    # at this batch the peak is in the backward, where the steady step also holds Adam's two
+    # moments (8 bytes per parameter) and a 4-byte step count per tensor
+    assert first.phase == steady.phase == "backward"
+    assert steady.peak_bytes == first.peak_bytes + 8 * P + 4 * TENSORS
+    assert step_peak(trace).peak_bytes == steady.peak_bytes
+    assert step_peak(trace, "zero1", 4).peak_bytes == rank_peak(trace, "zero1", 4, steady=True).peak_bytes

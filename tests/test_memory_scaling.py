@@ -47,12 +47,12 @@ def test_steady_state_step_holds_the_optimizer_state_from_the_start() -> None:
     params, tensors = 256 * 512 + 512 + 512 * 10 + 10, 4
     state = 2 * 4 * params + 4 * tensors
     # at batch 4096 the activations (16 MiB) outweigh the state (1 MiB): the first step's peak is in its backward
-    first = tfp.memory(model, "4096,256", train=True, optimizer="adamw")
-    steady = tfp.memory(model, "4096,256", train=True, optimizer="adamw", step="steady")
-    assert first.peak.persistent["optimizer state"] == steady.peak.persistent["optimizer state"] == state
-    assert steady.peak.baseline_bytes - first.peak.baseline_bytes == state
-    assert steady.peak.breakdown["optimizer state"] == state
+    est = tfp.memory(model, "4096,256", train=True, optimizer="adamw")
+    first, steady = est.peak, est.steady
+    assert first.persistent["optimizer state"] == steady.persistent["optimizer state"] == state
+    assert steady.baseline_bytes - first.baseline_bytes == state
+    assert steady.breakdown["optimizer state"] == state
     buf = io.StringIO()
-    render_memory(first, console=Console(file=buf, width=100, color_system=None))
-    assert first.peak.phase == "backward" and first.peak.breakdown["optimizer state"] == 0
-    assert "this is the first training step" in buf.getvalue() and "--step steady" in buf.getvalue()
+    render_memory(est, console=Console(file=buf, width=100, color_system=None))
+    assert first.phase == "backward" and first.breakdown["optimizer state"] == 0
+    assert "this is the first training step" in buf.getvalue() and "peak, later steps" in buf.getvalue()

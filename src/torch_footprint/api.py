@@ -46,7 +46,7 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
            optimizer: str | None = None, precision: str = "fp32", checkpointing: bool = False,
            device: str = "cpu", budget: int | str | None = None, utilisation: float = 0.8,
            grads: str = "none", scaling: bool = False, overheads: Mapping[str, int | str] | None = None,
-           weights: str | None = None, trust_remote_code: bool = False, step: str = "first") -> Any:
+           weights: str | None = None, trust_remote_code: bool = False) -> Any:
     """Peak memory of one inference (or, with ``train``, one training step), from the trace.
 
     Returns a :class:`~torch_footprint.estimate.memory.MemoryEstimate`: the peak, where it
@@ -58,13 +58,14 @@ def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | No
     they exist before the forward). ``scaling`` fits peak = a + b x batch from traces at
     the batch, 2x and 3x it (a budget implies it). ``overheads`` replaces or adds fixed
     costs by name (bytes or "300MiB"; e.g. {"cuda_context": "300MiB"}; 0 removes one).
-    ``step``: "first" (the optimizer allocates its state in its step) or "steady" (a later
-    step: the state exists before the forward).
+    A training step with an optimizer is reported twice: the first step (the optimizer
+    allocates its state in its step) and a later one (``steady``: the state exists before
+    it); the total uses the larger.
     """
     from .estimate.memory import estimate_memory
     from .estimate.workload import StepSpec
 
-    spec = StepSpec(train, optimizer, precision, checkpointing, grads, step=step)
+    spec = StepSpec(train, optimizer, precision, checkpointing, grads)
     return estimate_memory(model, inputs, spec, batch=batch, device=device, budget=budget, utilisation=utilisation,
                            scaling=scaling, overheads=overheads, weights=weights,
                            trust_remote_code=trust_remote_code)

@@ -108,7 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     _model_args(mem)
     mem.add_argument("--batch", type=int, help="set the first dimension of every input")
     mem.add_argument("--train", action="store_true", help="a training step: forward, backward and optimizer step")
-    mem.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor (with --train)")
+    mem.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor; "
+                     "the first four also as NAME-foreach, NAME-fused (with --train)")
     mem.add_argument("--precision", default="fp32", help="fp32, fp16, bf16, fp16-mixed, bf16-mixed (default fp32)")
     mem.add_argument("--dtype", dest="precision", help=argparse.SUPPRESS, default=argparse.SUPPRESS)  # profile's name
     mem.add_argument("--checkpointing", action="store_true", help="activation checkpointing (with --train)")
@@ -119,9 +120,6 @@ def _parser() -> argparse.ArgumentParser:
     mem.add_argument("--grads", choices=("none", "zero"), default="none",
                      help="none: gradients appear in the backward (first step, set_to_none); zero: kept between "
                           "steps, so they exist before the forward")
-    mem.add_argument("--step", choices=("first", "steady"), default="first",
-                     help="first: the optimizer allocates its state in its step (default); steady: a later step, "
-                          "the state allocated before it")
     mem.add_argument("--scaling", action="store_true", help="fit peak = a + b x batch from three traces")
     mem.add_argument("--overhead", action="append", default=[], metavar="NAME=SIZE",
                      help="set a fixed overhead, e.g. cuda_context=300MiB (0 removes it); repeatable")
@@ -291,7 +289,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, help="set the first dimension of every input (per rank)")
     p.add_argument("--dtype", help="inference arithmetic: fp32, fp16, bf16 (weights and inputs cast)")
     p.add_argument("--train", action="store_true", help="a training step: forward, backward and optimizer step")
-    p.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor (with --train)")
+    p.add_argument("--optimizer", help="sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor; "
+                     "the first four also as NAME-foreach, NAME-fused (with --train)")
     p.add_argument("--precision", help="training arithmetic: fp32, fp16, bf16, fp16-mixed, bf16-mixed")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing (with --train)")
     p.add_argument("--tf32", choices=("on", "off"), help="fp32 matmuls and convolutions as TF32 (default: "
@@ -451,7 +450,7 @@ def _memory(args: argparse.Namespace) -> int:
                          precision=args.precision, checkpointing=args.checkpointing, device=args.device,
                          budget=args.max_batch, utilisation=args.utilisation, grads=args.grads,
                          scaling=args.scaling, overheads=overheads, weights=args.weights,
-                         trust_remote_code=args.trust_remote_code, step=args.step)
+                         trust_remote_code=args.trust_remote_code)
     render_memory(est)
     _write(args, est.to_dict())
     return 0

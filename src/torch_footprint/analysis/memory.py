@@ -66,14 +66,18 @@ def _forward_end(trace: Trace) -> int:
 
 
 def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float] | None = None,
-           extra: int = 0, extra_in: Mapping[str, int] | None = None) -> MemoryPeak:
+           extra: int = 0, extra_in: Mapping[str, int] | None = None, steady: bool = False) -> MemoryPeak:
     """Replay allocations and frees; return the peak and the breakdown there.
 
     ``scale`` maps storage uids to a factor on their size (a shard of a parameter, its
     gradient or optimizer state on one rank); ``extra`` bytes are alive throughout (buffers
     outside the model's tensors, such as DDP's gradient buckets); ``extra_in`` bytes are
     alive while the operators of a phase run (FSDP's gathered parameters in the forward
-    and backward).
+    and backward). ``steady``: the second and later steps of a training run, where the
+    optimizer state the first step created exists before the step begins (the first step
+    allocates it lazily, in its optimizer phase) and is only updated in place; the gradients
+    are as the trace has them (kept from the step before with ``grads_kept``, else dropped
+    by ``zero_grad`` before the forward).
     """
     during = extra_in or {}
     factor = scale or {}
@@ -82,6 +86,13 @@ def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float]
     for uid, nbytes, *_ in trace.preexisting:
         size[uid] = int(nbytes * factor.get(uid, 1.0))
         born[uid] = -1
+    before = set(trace.tags.get("optimizer", [])) if steady else set()
+    if before:
+        for e in trace.events:
+            for uid, nbytes in e.allocs:
+                if uid in before:
+                    size[uid] = int(nbytes * factor.get(uid, 1.0))
+                    born[uid] = -1
     frees_after: dict[int, list[int]] = {}
     for f in trace.frees:
         frees_after.setdefault(f.after, []).append(f.storage)
@@ -98,6 +109,8 @@ def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float]
     highs: list[int] = [live] if keep_timeline else []
     for i, e in enumerate(trace.events):
         for uid, nbytes in e.allocs:
+            if uid in before:
+                continue
             size[uid] = int(nbytes * factor.get(uid, 1.0)) if factor else nbytes
             born[uid] = i
             alive.add(uid)

@@ -68,11 +68,20 @@ class MemoryEstimate:
     notes: list[str] = field(default_factory=list)
     scaling: BatchScaling | None = None
     budget: int | None = None
+    # a training step with optimizer state: the second and later steps, with that state
+    # allocated before the step (``peak`` is the first step, which allocates it in its optimizer phase)
+    steady: MemoryPeak | None = None
+
+    @property
+    def larger(self) -> MemoryPeak:
+        """The larger of the first step's peak and the steady-state step's: what a run needs."""
+        return self.steady if self.steady is not None and self.steady.peak_bytes > self.peak.peak_bytes \
+            else self.peak
 
     @property
     def total(self) -> int:
-        """Peak of the tensors plus the fixed overheads."""
-        return self.peak.peak_bytes + sum(self.overheads.values())
+        """The larger peak of the tensors (first or steady-state step) plus the fixed overheads."""
+        return self.larger.peak_bytes + sum(self.overheads.values())
 
     @property
     def provision(self) -> int:
@@ -94,6 +103,9 @@ class MemoryEstimate:
              "notes": self.notes, "budget": self.budget}
         if self.scaling is not None:
             d["batch_fit"] = asdict(self.scaling)
+        if self.steady is not None:
+            d["steady_peak"] = self.steady.to_dict()
+            d["larger"] = "steady" if self.larger is self.steady else "first"
         return d
 
 
@@ -165,12 +177,19 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
     if not 0 < utilisation <= 1:
         raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
 
-    def at(b: int | None, timeline: bool = False) -> tuple[MemoryPeak, Trace, list[str]]:
+    def at(b: int | None, timeline: bool = False) -> tuple[MemoryPeak, MemoryPeak | None, Trace, list[str]]:
+        """The first step's peak, the steady-state step's (with optimizer state), the trace and its notes."""
         tr, nt = trace_step(model, inputs, spec, batch=b, weights=weights, trust_remote_code=trust_remote_code)
-        return replay(tr, keep_timeline=timeline), tr, nt
+        steady = replay(tr, keep_timeline=timeline, steady=True) if tr.tags.get("optimizer") else None
+        return replay(tr, keep_timeline=timeline), steady, tr, nt
 
-    peak, trace, notes = at(batch, timeline=True)
-    est = memory_of(trace, spec, notes, peak=peak, device=device, utilisation=utilisation, overheads=overheads)
+    def larger(b: int) -> int:
+        first, steady, _, _ = at(b)
+        return max(first.peak_bytes, steady.peak_bytes if steady is not None else 0)
+
+    peak, steady, trace, notes = at(batch, timeline=True)
+    est = memory_of(trace, spec, notes, peak=peak, steady=steady, device=device, utilisation=utilisation,
+                    overheads=overheads)
     fixed_costs = sum(est.overheads.values())
     budget_b = None
     if budget is not None:
@@ -188,7 +207,14 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
     if budget_b is None and not scaling:
         return est
     b1 = first_batch(trace, batch)
-    runs = {b1: (peak, trace), **{k * b1: at(k * b1, timeline=True)[:2] for k in (2, 3)}}
+    steady_kind = est.steady is not None and est.larger is est.steady
+
+    def same_step(b: int) -> tuple[MemoryPeak, Trace]:
+        """The peak at ``b`` of the step (first or steady-state) that is the larger at the batch."""
+        f, s, tr, _ = at(b, timeline=True)
+        return (s if steady_kind and s is not None else f), tr
+
+    runs = {b1: (est.larger, trace), **{k * b1: same_step(k * b1) for k in (2, 3)}}
     traced = {b: r[0].peak_bytes for b, r in runs.items()}
     line = est.scaling = scaling_line(list(traced), list(traced.values()))
     from .recommend import aligned_pair
@@ -207,7 +233,7 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
 
     def fits(b: int) -> bool:
         if b not in peaks:
-            peaks[b] = at(b)[0].peak_bytes
+            peaks[b] = larger(b)
         return peaks[b] <= room
 
     if not fits(1):
@@ -226,19 +252,22 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
 
 
 def memory_of(trace: Trace, spec: StepSpec, notes: list[str], *, peak: MemoryPeak | None = None,
-              device: str = "cpu", utilisation: float = 0.8,
+              steady: MemoryPeak | None = None, device: str = "cpu", utilisation: float = 0.8,
               overheads: Mapping[str, int | str] | None = None) -> MemoryEstimate:
-    """The estimate of one traced step: its peak (replayed here unless given) plus the fixed
-    overheads of ``device``, ``overheads`` replacing or adding some by name."""
+    """The estimate of one traced step: its peak and, with optimizer state, the steady-state
+    step's (both replayed here unless given) plus the fixed overheads of ``device``,
+    ``overheads`` replacing or adding some by name."""
     if peak is None:
         peak = replay(trace, keep_timeline=True)
+        steady = replay(trace, keep_timeline=True, steady=True) if trace.tags.get("optimizer") else None
     fixed = overheads_for(device, allocation_count(trace), ALLOCATOR_ROUNDING[device])
     for name, value in (overheads or {}).items():
         fixed[name] = parse_bytes(value)
     kept = {k: v for k, v in fixed.items() if v}
     settings = dict(trace.settings, precision=spec.precision, checkpointing=spec.checkpointing, target=device,
-                    inputs=trace.inputs, model=trace.model, step=spec.step)
-    return MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes)
+                    inputs=trace.inputs, model=trace.model)
+    return MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes,
+                          steady=steady)
 
 
 def allocation_count(trace: Trace) -> int:

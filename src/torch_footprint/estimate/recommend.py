@@ -1,6 +1,7 @@
 """Which accelerator runs this workload: fits in memory, largest batch, predicted speed, the pick.
 
-Memory per rank comes from :mod:`.sharding`; latency from the roofline (:mod:`.roofline`)
+Memory per rank comes from :mod:`.sharding` (the larger of a training run's first step and its
+steady-state step, where the optimizer state exists before the step); latency from the roofline (:mod:`.roofline`)
 over the trace at the batch asked. The largest batch comes from two traces whose operators
 line up: the live bytes at every operator are affine in the batch, so the peak is known at
 any batch; throughput there from operator costs extrapolated from the same traces.
@@ -23,7 +24,7 @@ from .comm import StepTime, link_of, step_time
 from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for, scaling_line
 from .ranks import phase_times
 from .roofline import Prediction, estimate_latency
-from .sharding import STRATEGIES, ModelStates, gather_bytes, model_states, rank_peak
+from .sharding import STRATEGIES, ModelStates, gather_bytes, model_states, step_peak
 from .workload import StepSpec, first_batch, trace_step
 
 
@@ -231,7 +232,7 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
     b1 = first_batch(t1, batch)
     traces = {b1: t1, 2 * b1: trace_step(model, inputs, spec, batch=2 * b1, **common)[0],
               3 * b1: trace_step(model, inputs, spec, batch=3 * b1, **common)[0]}
-    peaks = {b: rank_peak(t, strategy, dp, bucket_view) for b, t in traces.items()}
+    peaks = {b: step_peak(t, strategy, dp, bucket_view) for b, t in traces.items()}
     n_allocs = allocation_count(t1)
     states = None
     if spec.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them

@@ -19,9 +19,10 @@ Low-precision copies of the weights (autocast's cached casts in mixed precision)
 sharded like the weights under ZeRO-3/FSDP, which gathers each unit in that precision.
 
 The per-rank peak replays the trace with every parameter, gradient and optimizer-state
-storage scaled by its factor, so activations and temporaries stay where they were, and
-the gathered parameters alive while the forward and backward run. Communication time is
-:mod:`.comm`'s.
+storage scaled by its factor, and the optimizer step's temporaries with the optimizer
+state's (a rank steps over its shard only), so activations and the forward's and
+backward's temporaries stay where they were, and the gathered parameters alive while the
+forward and backward run. Communication time is :mod:`.comm`'s.
 """
 
 from __future__ import annotations
@@ -99,11 +100,13 @@ def model_states(persistent: dict[str, int], strategy: str, n: int, gather_bytes
                        extra=extra, extra_what=what)
 
 
-def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool = False) -> MemoryPeak:
-    """Peak memory of one rank: the trace replayed with sharded storages (module docstring).
+def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool = False,
+              steady: bool = False) -> MemoryPeak:
+    """Peak memory of one rank: the trace replayed with sharded storages (module docstring);
+    ``steady``: the steady-state step (optimizer state allocated before it; see :func:`replay`).
     The result keeps ``highs`` (live bytes at every op) for :func:`~.recommend.largest_fitting_batch`."""
     if n == 1:
-        return replay(trace, keep_timeline=True)
+        return replay(trace, keep_timeline=True, steady=steady)
     f = shard_factors(strategy, n)
     scale: dict[int, float] = {}
     for uid, _, kind in trace.preexisting:
@@ -117,6 +120,12 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
         scale[uid] = f["optimizer state"]
     for uid in trace.tags.get("parameter casts", []):  # low-precision copies of weights follow the weights
         scale[uid] = f["weights"]
+    # each rank steps the optimizer over the state it holds: the step's temporaries (Adam's
+    # denominator, a foreach step's per-tensor lists) are shards of the whole model's too
+    for e in trace.events:
+        if e.phase == "optimizer":
+            for uid, _ in e.allocs:
+                scale.setdefault(uid, f["optimizer state"])
     extra, during = 0, {}
     training = bool(trace.settings.get("backward"))
     if strategy in ("ddp", "zero1") and training and not bucket_view:
@@ -125,4 +134,13 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
         g = gather_bytes(trace, strategy)
         during = {"forward": g, "loss": g, "backward": g}
     return replay(trace, keep_timeline=True, scale={k: v for k, v in scale.items() if v != 1.0}, extra=extra,
-                  extra_in=during)
+                  extra_in=during, steady=steady)
+
+
+def step_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool = False) -> MemoryPeak:
+    """The larger of one rank's first-step peak and its steady-state peak: what a run needs."""
+    first = rank_peak(trace, strategy, n, bucket_view)
+    if not trace.tags.get("optimizer"):
+        return first
+    steady = rank_peak(trace, strategy, n, bucket_view, steady=True)
+    return steady if steady.peak_bytes > first.peak_bytes else first

@@ -55,6 +55,12 @@ def optimizers() -> dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimiz
     }
     if hasattr(opt, "Adafactor"):
         table["adafactor"] = _make(opt.Adafactor, "adafactor", lr=0.01, foreach=False)
+    # the multi-tensor (foreach) and fused implementations: the same state, other temporaries
+    for name in ("sgd", "momentum", "adam", "adamw"):
+        cls, kw = {"sgd": (opt.SGD, {"lr": 0.01}), "momentum": (opt.SGD, {"lr": 0.01, "momentum": 0.9}),
+                   "adam": (opt.Adam, {"lr": 1e-3}), "adamw": (opt.AdamW, {"lr": 1e-3})}[name]
+        table[f"{name}-foreach"] = _make(cls, f"{name}-foreach", foreach=True, **kw)
+        table[f"{name}-fused"] = _make(cls, f"{name}-fused", fused=True, **kw)
     return table
 
 

@@ -28,7 +28,6 @@ class StepSpec:
     checkpointing: bool = False
     grads: str = "none"  # "none": gradients appear in the backward; "zero": kept between steps
     tp: int = 1  # tensor-parallel ranks: the trace is one rank's share of the model (parallel.py)
-    step: str = "first"  # "first": the optimizer allocates its state in its step; "steady": it exists before
 
     def check(self) -> None:
         training.precision(self.precision)
@@ -40,8 +39,6 @@ class StepSpec:
             raise FootprintError("--checkpointing only changes training memory: add --train")
         if self.grads not in ("none", "zero"):
             raise FootprintError(f"grads must be 'none' or 'zero', got '{self.grads}'")
-        if self.step not in ("first", "steady"):
-            raise FootprintError(f"step must be 'first' or 'steady', got '{self.step}'")
 
 
 def trace_step(model: nn.Module | str, inputs: InputsLike, spec: StepSpec, *, batch: int | None = None,
@@ -74,8 +71,7 @@ def trace_step(model: nn.Module | str, inputs: InputsLike, spec: StepSpec, *, ba
         notes.append("activation checkpointing: " + what)
     try:
         trace = _trace(work, train=spec.train, backward=spec.train,
-                       step=StepOptions(opt, autocast, grads_kept=spec.grads == "zero",
-                                        state_kept=spec.step == "steady"))
+                       step=StepOptions(opt, autocast, grads_kept=spec.grads == "zero"))
     finally:
         undo()
     return trace, notes + trace.notes

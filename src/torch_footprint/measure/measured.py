@@ -12,10 +12,10 @@ from ..trace.step import run_step
 
 
 def one_step(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-             optimizer: torch.optim.Optimizer | None, train: bool) -> None:
+             optimizer: torch.optim.Optimizer | None, train: bool, autocast: torch.dtype | None = None) -> None:
     """One inference (no_grad) or one training step, the very step footprint traces
-    (:func:`torch_footprint.trace.step.run_step`)."""
-    run_step(model, args, kwargs, backward=train, optimizer=optimizer)
+    (:func:`torch_footprint.trace.step.run_step`), under autocast to ``autocast`` if given."""
+    run_step(model, args, kwargs, backward=train, optimizer=optimizer, autocast=autocast)
 
 
 def allocator_peak(fn: Callable[[], Any]) -> int:

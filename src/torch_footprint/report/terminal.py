@@ -124,7 +124,7 @@ def describe_workload(s: dict[str, Any]) -> tuple[str, str]:
     if s.get("backward"):
         what += f" ({s.get('optimizer') or 'no optimizer'}, {s.get('precision')}"
         what += ", checkpointing" if s.get("checkpointing") else ""
-        what += ", a later step)" if s.get("step") == "steady" else ")"
+        what += ")"
     elif s.get("precision") not in (None, "fp32"):
         what += f" ({s.get('precision')})"
     return inputs, what
@@ -146,6 +146,9 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
         styles.append(None)
     cells.append(["peak of tensors", binary(peak.peak_bytes), ""])
     styles.append("bold")
+    if est.steady is not None:
+        cells.append(["peak, later steps", binary(est.steady.peak_bytes), ""])
+        styles.append("bold")
     for name, nbytes in est.overheads.items():
         cells.append([f"+ {name.replace('_', ' ')}", binary(nbytes), ""])
         styles.append("dim")
@@ -156,6 +159,12 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
     console.print(Text.assemble(("peak: ", "bold"), f"{binary(peak.peak_bytes)} during the {peak.phase}, after ",
                                 f"{peak.op} in '{peak.module or '<root>'}'; ",
                                 f"{binary(peak.baseline_bytes)} alive before the first op"))
+    if est.steady is not None:
+        st = est.steady
+        used = "later steps" if est.larger is st else "first step"
+        console.print(Text.assemble(("later steps: ", "bold"), f"{binary(st.peak_bytes)} during the {st.phase}, "
+                                    f"after {st.op} in '{st.module or '<root>'}' (optimizer state alive from the "
+                                    f"start); the total uses the {used}"))
     if peak.activations_by_module:
         acts = [[mod or "<root>", binary(nbytes)] for mod, nbytes in list(peak.activations_by_module.items())[:top]]
         rest = list(peak.activations_by_module.values())[top:]
@@ -191,9 +200,9 @@ def render_memory(est: Any, console: Console | None = None, top: int = 10) -> No
     for note in est.notes:
         console.print(Text(f"note: {note}", style="dim"))
     state = peak.persistent.get("optimizer state", 0)
-    if s.get("backward") and s.get("step") == "first" and state and not peak.breakdown.get("optimizer state"):
+    if s.get("backward") and state and not peak.breakdown.get("optimizer state"):
         console.print(Text(f"note: this is the first training step: the optimizer allocates its state "
-                           f"({binary(state)}) in its step, after this peak; `--step steady` models a later step, "
+                           f"({binary(state)}) in its step, after this peak; 'peak, later steps' is a later step, "
                            "with the state allocated before it", style="yellow"))
     console.print(Text("Memory in binary units. Activations: tensors made in the forward and alive when it ends "
                        "(saved for the backward). Temporaries: anything else alive at the peak.", style="dim italic"))

@@ -14,12 +14,14 @@ visible pairs only: causal attention is counted as causal whichever kernel runs 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from .formulas import causal_pairs, causal_scope, enter_causal_scope, leave_causal_scope
+from .step import recomputing
 
 _FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
@@ -33,10 +35,15 @@ def _sdpa_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def cpu_flash_eligible(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any]) -> bool:
     """A close reading of ATen's ``use_flash_attention_cpp`` checks (dense 4-D inputs, equal
-    head sizes, a supported dtype, a mask that broadcasts, no dropout while training)."""
+    head sizes, a supported dtype, a mask that broadcasts, no dropout while training), on
+    the dtypes the kernel sees: under autocast, q, k and v cast to autocast's dtype first."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return False
-    if q.dtype not in _FLASH_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+    dtypes = {t.dtype for t in (q, k, v)}
+    if q.device.type != "meta" and torch.is_autocast_enabled(q.device.type) and all(
+            t.is_floating_point() for t in (q, k, v)):
+        dtypes = {torch.get_autocast_dtype(q.device.type)}
+    if len(dtypes) != 1 or dtypes.pop() not in _FLASH_DTYPES:
         return False
     if not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
         return False
@@ -60,7 +67,7 @@ def _count_math_causal(original: Any, args: tuple[Any, ...], kwargs: dict[str, A
     scope = (causal_pairs(lq, lk), lq * lk)
     with causal_scope(*scope):
         out = original(*args, **kwargs)
-    if torch.is_grad_enabled() and isinstance(out, torch.Tensor) and out.requires_grad:
+    if torch.is_grad_enabled() and not recomputing() and isinstance(out, torch.Tensor) and out.requires_grad:
         ins = [t for t in (q, k, v) if isinstance(t, torch.Tensor) and t.requires_grad]
         if ins:  # the same scope while autograd runs this call's backward
             torch.autograd.graph.register_multi_grad_hook([out], lambda _g: enter_causal_scope(*scope))
@@ -74,15 +81,33 @@ class CpuKernels:
     A context manager that swaps ``torch.nn.functional.scaled_dot_product_attention`` for
     the span of a trace (nn.MultiheadAttention, transformers and timm all call it through
     that name), and puts the original back on exit.
+
+    It also hands ``host_tensor`` the CPU tensors made outside the dispatcher that the CPU
+    allocator records: ``torch.get_rng_state()``'s copy of the generator (5056 bytes), which
+    activation checkpointing keeps per checkpointed call until its backward and takes again
+    around each recomputation (``torch.random.fork_rng``).
     """
 
-    def __init__(self, reroute: bool = True) -> None:
+    def __init__(self, reroute: bool = True,
+                 host_tensor: Callable[[str, torch.Tensor], None] | None = None) -> None:
         self._saved: Any = None
+        self._saved_rng: Any = None
         self.reroute = reroute  # send meta-tensor calls to the CPU's fused kernel
+        self.host_tensor = host_tensor
 
     def __enter__(self) -> CpuKernels:
         self._saved = F.scaled_dot_product_attention
         original = self._saved
+        self._saved_rng = torch.get_rng_state
+        if self.host_tensor is not None:
+            get_state, note = self._saved_rng, self.host_tensor
+
+            def get_rng_state() -> torch.Tensor:
+                state = get_state()
+                note("torch.get_rng_state", state)
+                return state
+
+            torch.get_rng_state = get_rng_state
 
         def sdpa(*args: Any, **kwargs: Any) -> Any:
             a = _sdpa_args(args, kwargs)
@@ -109,6 +134,7 @@ class CpuKernels:
 
     def __exit__(self, *exc: Any) -> None:
         F.scaled_dot_product_attention = self._saved
+        torch.get_rng_state = self._saved_rng
 
 
 # --------------------------------------------------------------------------- kernel scratch
@@ -152,6 +178,34 @@ CPU_SCRATCH = {
     _aten.addmm: _matmul_copies(1), _aten.baddbmm: _matmul_copies(1),
     _aten.convolution: _depthwise_reorder,
 }
+
+
+_WRAPPED = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+_TENSOR_SLOTS: dict[Any, tuple[int, ...]] = {}
+
+
+def wrapped_scalars(func: Any, args: tuple[Any, ...], device: str) -> int:
+    """A Python number passed where the op takes a Tensor (``x.mul_(0.9)`` is ``mul_.Tensor``)
+    becomes a 0-dim CPU tensor for the call (8 bytes for a float or an int), and the CPU
+    kernel casts it to the other operand's dtype (4 bytes for float32) when that differs:
+    both appear in the CPU allocator's records, alive for the call only. A dispatch mode sees
+    the number, not the tensor, so the trace adds them here. (On CUDA they live in host
+    memory: nothing on the device.)"""
+    if device != "cpu":
+        return 0
+    slots = _TENSOR_SLOTS.get(func)
+    if slots is None:
+        slots = _TENSOR_SLOTS[func] = tuple(i for i, a in enumerate(func._schema.arguments)
+                                            if isinstance(a.type, torch.TensorType) and not a.kwarg_only)
+    total = 0
+    for i in slots:
+        if i < len(args) and type(args[i]) in _WRAPPED:
+            wrapped = _WRAPPED[type(args[i])]
+            total += wrapped.itemsize
+            other = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            if other is not None and other.dtype != wrapped:
+                total += other.dtype.itemsize
+    return total
 
 
 def kernel_scratch(func: Any, args: tuple[Any, ...], device: str) -> int:

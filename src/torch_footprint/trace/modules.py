@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .records import ModuleInfo, TensorInfo
-from .step import tensors_in
+from .step import recomputing, tensors_in
 
 
 class ModuleStack:
@@ -33,7 +33,6 @@ class ModuleStack:
         self.forward: list[str] = []
         self.backward: list[str] = []
         self.track_backward = False
-        self.in_backward = False  # forward hooks firing now are a checkpoint's recomputation
         self.calls: dict[str, int] = {}
         self.out_shapes: dict[str, list[list[int]]] = {}
         self._handles = [
@@ -52,24 +51,23 @@ class ModuleStack:
 
     def _pre(self, mod: nn.Module, args: Any) -> None:
         path = self.paths.get(id(mod))
-        if path is None:
+        # a checkpoint's recomputation runs in the backward (its ops belong to the backward's
+        # module) and may stop early, before the post-hooks that would pop what it pushed
+        if path is None or recomputing():
             return
         self.forward.append(path)
-        if not self.in_backward:
-            self.calls[path] = self.calls.get(path, 0) + 1
+        self.calls[path] = self.calls.get(path, 0) + 1
 
     def _post(self, mod: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         path = self.paths.get(id(mod))
-        if path is None:
+        if path is None or recomputing():
             return
         if self.forward and self.forward[-1] == path:
             self.forward.pop()
         outs = tensors_in(output)
         if path not in self.out_shapes:
             self.out_shapes[path] = [list(t.shape) for t in outs]
-        # (not during a checkpoint's recomputation: that graph is never run backward, and hooks
-        # on it would keep its saved tensors alive)
-        if self.track_backward and torch.is_grad_enabled() and not self.in_backward:
+        if self.track_backward and torch.is_grad_enabled():
             ins = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
             if ins:
                 torch.autograd.graph.register_multi_grad_hook(ins, self._bw_exit(path))

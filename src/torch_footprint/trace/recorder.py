@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..dtypes import name_of
 from .fastmeta import fast_meta
 from .formulas import formula_for, is_cast
-from .kernels import kernel_scratch
+from .kernels import kernel_scratch, wrapped_scalars
 from .modules import ModuleStack
 from .records import MemFree, OpEvent
 from .step import tensors_in
@@ -76,6 +76,16 @@ class Recorder(TorchDispatchMode):
             f.detach()
         self._finalizers.clear()
 
+    def host_tensor(self, name: str, t: torch.Tensor) -> None:
+        """A tensor made outside the dispatcher (no aten op to record) that the allocator
+        holds all the same: one event of its own, allocating its storage."""
+        new = self.watch(t)
+        if new is None:
+            return
+        self.events.append(OpEvent(op=name, module=self.stack.current(self.phase), phase=self.phase, flops=0,
+                                   macs=0, kind="data", bytes_read=0, bytes_written=span_bytes(t),
+                                   out_shapes=[list(t.shape)], out_dtypes=[name_of(t.dtype)], allocs=[list(new)]))
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         fast = fast_meta(func, args)
@@ -84,6 +94,7 @@ class Recorder(TorchDispatchMode):
             return out
         cost = formula_for(func)(func, args, kwargs, out)
         scratch = kernel_scratch(func, args, self.device) if cost.macs else 0
+        scratch += wrapped_scalars(func, args, self.device)
         outs = tensors_in(out)
         weights: list[int] = []
         if cost.kind == "view":

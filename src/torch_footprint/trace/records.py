@@ -88,7 +88,8 @@ class Trace:
     modules: list[ModuleInfo] = field(default_factory=list)
     params: list[TensorInfo] = field(default_factory=list)
     buffers: list[TensorInfo] = field(default_factory=list)
-    # storages alive before the first event: [uid, nbytes, "weights" | "buffers" | "input" | "gradients"]
+    # storages alive before the first event:
+    # [uid, nbytes, "weights" | "buffers" | "input" | "gradients" | "optimizer state"]
     preexisting: list[list[Any]] = field(default_factory=list)
     # storage uids by role, read at the end of the run: "output", "gradients", "optimizer"
     tags: dict[str, list[int]] = field(default_factory=dict)

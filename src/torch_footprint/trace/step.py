@@ -38,6 +38,16 @@ def tensors_in(obj: Any) -> list[torch.Tensor]:
     return [x for x in leaves if isinstance(x, torch.Tensor)]
 
 
+def recomputing() -> bool:
+    """Whether a backward is running now: forward code that runs then is a checkpoint's
+    recomputation, whose graph autograd never runs backward. Grad hooks must not be hung on
+    it: a hook's closure holding the nodes it hangs on (``register_multi_grad_hook`` keeps
+    their ``grad_fn``) makes a reference cycle through autograd's C++ nodes that Python's
+    collector cannot break, and every tensor those nodes save (the recomputed activations,
+    autocast's casts, the checkpointed blocks' inputs) stays alive into the optimizer step."""
+    return torch._C._current_graph_task_id() != -1
+
+
 def loss_of(output: Any) -> torch.Tensor:
     """The scalar a step calls backward on: the sum of the first floating output that needs
     a gradient (a Hugging Face output's logits)."""
@@ -59,9 +69,6 @@ class StepOptions:
     # gradients kept from the previous step (zero_grad(set_to_none=False)): they exist before
     # the forward and the backward accumulates into them
     grads_kept: bool = False
-    # the optimizer's state kept from the previous step (every step after the first): it exists
-    # before the forward instead of being allocated in the optimizer step
-    state_kept: bool = False
 
 
 class StepHooks:

@@ -195,13 +195,12 @@ def _quiet_fake_logs() -> Iterator[None]:
 
 
 class _TraceHooks(StepHooks):
-    """The trace's ears on the step: the recorder's phase, the module stack's backward
-    flag, and the storages of the outputs, gradients and optimizer state."""
+    """The trace's ears on the step: the recorder's phase, and the storages of the outputs,
+    gradients and optimizer state."""
 
-    def __init__(self, rec: Recorder, stack: ModuleStack, model: nn.Module) -> None:
+    def __init__(self, rec: Recorder, model: nn.Module) -> None:
         self.rec = rec
         self.model = model  # its parameters are the swapped ones while the step runs
-        self.stack = stack
         self.current = "inputs"  # where an error happened
         self.tags: dict[str, list[int]] = {"output": [], "gradients": [], "optimizer": []}
 
@@ -210,10 +209,8 @@ class _TraceHooks(StepHooks):
         self.current = name
         old = self.rec.phase
         self.rec.phase = name
-        self.stack.in_backward = name == "backward"
         yield
         self.rec.phase = old
-        self.stack.in_backward = False
 
     def tag(self, kind: str, ts: list[torch.Tensor]) -> None:
         for t in ts:
@@ -232,19 +229,6 @@ class _TraceHooks(StepHooks):
                                if isinstance(v, torch.Tensor)])
 
 
-def _previous_step_state(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """Run one untraced optimizer step on zero gradients, so the state a later step finds
-    exists; the gradients are put back as they were. Returns the state's tensors."""
-    params = [p for g in opt.param_groups for p in g["params"]]
-    before = [p.grad for p in params]
-    for p in params:
-        p.grad = torch.zeros_like(p) if p.grad is None else p.grad
-    opt.step()
-    for p, g in zip(params, before):
-        p.grad = g
-    return [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
-
-
 def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]], *, name: str,
          backward: bool, device: str, tensors: str, params: list[TensorInfo], buffers: list[TensorInfo],
          inputs_meta: list[dict[str, Any]], step: StepOptions | None = None) -> Trace:
@@ -252,13 +236,14 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     stack = ModuleStack(model)
     stack.track_backward = backward
     rec = Recorder(stack, device)
-    hooks = _TraceHooks(rec, stack, model)
+    hooks = _TraceHooks(rec, model)
     types = stack.types
     restore: Callable[[], None] = lambda: None  # noqa: E731
     pre: list[list[Any]] = []
     run_device = "meta" if tensors == "meta" else device
     mode: Any = _fake_mode() if tensors == "fake" else contextlib.nullcontext()
-    kernels: Any = CpuKernels(reroute=tensors == "meta") if device == "cpu" else contextlib.nullcontext()
+    kernels: Any = (CpuKernels(reroute=tensors == "meta", host_tensor=rec.host_tensor) if device == "cpu"
+                    else contextlib.nullcontext())
 
     try:
         with mode, kernels:
@@ -286,9 +271,10 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                                    for i, (_, p) in enumerate(model.named_parameters())}
                 opt = (step.optimizer([p for p in model.parameters() if p.requires_grad])
                        if backward and step.optimizer is not None else None)
-                if opt is not None and step.state_kept:
-                    for t in _previous_step_state(opt):
-                        new = rec.watch(t)
+                # state made by the optimizer's constructor (Adagrad's sums) exists before the step
+                for st in opt.state.values() if opt is not None else ():
+                    for t in st.values():
+                        new = rec.watch(t) if isinstance(t, torch.Tensor) else None
                         if new is not None:
                             pre.append([new[0], new[1], "optimizer state"])
                 with rec:
@@ -314,7 +300,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training,
                 "optimizer": getattr(step.optimizer, "label", None) if step.optimizer is not None else None,
                 "autocast": name_of(step.autocast) if step.autocast is not None else None,
-                "grads_kept": step.grads_kept, "state_kept": step.state_kept}
+                "grads_kept": step.grads_kept}
     tags = hooks.tags
     if rec.param_casts:
         tags["parameter casts"] = rec.param_casts
