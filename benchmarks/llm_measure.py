@@ -34,7 +34,7 @@ def main() -> None:
     models = [("hf:gpt2", None, SETUPS)]
     if args.device.startswith("cuda"):
         models.append((LLAMA, "bf16", [*SETUPS, (8, 512, 32), (1, 1536, 32)]))
-    cal, path = tfp.calibrate(args.device)
+    cal, path = tfp.calibrate(args.device, force=True)  # a busy machine is said in the output, not refused
     print(f"calibration: matmul fp32 {cal['matmul_tflops']['fp32'] * 1e3:.1f} GFLOP/s, copy {cal['copy_gbs']:.1f} "
           f"GB/s, per operator {cal['op_overhead_us']:.1f} us (saved to {path})")
     print(f"{'model':10s} {'batch':>5s} {'prompt':>6s} {'output':>6s}  {'TTFT pred':>10s} {'measured':>10s} "
