@@ -67,7 +67,8 @@ def test_bench_warns_while_a_busy_loop_holds_a_core() -> None:
         hog.wait()
     st = res.points[0].stats
     assert st.contention is not None and st.contention.contended, st.contention
-    assert st.contention.others_cores >= 0.75  # the loop held one core the whole time (others add to it)
+    # three runnable threads on two cores: the loop gets about 2/3 of one (more where other work adds to it)
+    assert st.contention.others_cores >= 0.5
     assert "busy machine: other processes used" in _render(res)
     d = res.to_dict()["points"][0]["stats"]["contention"]
     assert d["busy"] and d["suggested_threads"] <= max(1, usable_cpus() - 1)  # one core fewer at least
