@@ -61,18 +61,30 @@ class Ceilings:
     conv_by_k: dict[int, list[list[float]]] = field(default_factory=dict)  # per batch size
     matmul_by_k: list[list[float]] = field(default_factory=list)
     view_overhead: float = 0.0  # seconds per view operator (calibrated eager devices; 0: views are free)
+    # calibrated fp32 matmul rates by rows M (few-row matmuls), each against K
+    matmul_by_rows: dict[int, list[list[float]]] = field(default_factory=dict)
 
     def conv_rate(self, k: float, batch: int) -> float:
         """Calibrated convolution rate at reduction length ``k``, interpolated in log batch."""
-        bs = sorted(self.conv_by_k)
-        if batch <= bs[0] or len(bs) == 1:
-            return self.rate_at(self.conv_by_k[bs[0]], k)
+        return self._by_size(self.conv_by_k, k, batch)
+
+    def matmul_rate(self, k: float, rows: int) -> float:
+        """Calibrated matmul rate at reduction length ``k`` and ``rows`` output rows,
+        interpolated in log rows between the few-row tables and the 512-row one."""
+        tables = {**self.matmul_by_rows, 512: self.matmul_by_k} if self.matmul_by_rows else {512: self.matmul_by_k}
+        return self._by_size(tables, k, rows)
+
+    def _by_size(self, tables: dict[int, list[list[float]]], k: float, size: int) -> float:
+        """A by-K rate interpolated in log size between tables measured at sizes (flat beyond)."""
+        bs = sorted(tables)
+        if size <= bs[0] or len(bs) == 1:
+            return self.rate_at(tables[bs[0]], k)
         for b0, b1 in zip(bs, bs[1:], strict=False):
-            if batch <= b1:
-                f = (math.log(batch) - math.log(b0)) / (math.log(b1) - math.log(b0))
-                r0, r1 = self.rate_at(self.conv_by_k[b0], k), self.rate_at(self.conv_by_k[b1], k)
+            if size <= b1:
+                f = (math.log(size) - math.log(b0)) / (math.log(b1) - math.log(b0))
+                r0, r1 = self.rate_at(tables[b0], k), self.rate_at(tables[b1], k)
                 return r0 + f * (r1 - r0)
-        return self.rate_at(self.conv_by_k[bs[-1]], k)
+        return self.rate_at(tables[bs[-1]], k)
 
     def rate_at(self, table: list[list[float]], k: float) -> float:
         """Interpolate a by-K table linearly in log K (flat beyond its ends)."""
@@ -113,6 +125,8 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
                         conv_by_k={int(b): [[k, r * 1e12] for k, r in t]
                                    for b, t in cal.get("conv_fp32_by_batch_k", {}).items()},
                         matmul_by_k=[[k, r * 1e12] for k, r in cal.get("matmul_fp32_by_k", [])],
+                        matmul_by_rows={int(m): [[k, r * 1e12] for k, r in t]
+                                        for m, t in cal.get("matmul_fp32_by_rows_k", {}).items()},
                         # a CPU runs a view's dispatch in line with its kernels; a GPU's host
                         # dispatches while the device works (the H100 check: charging views there
                         # over-predicted every batch-16 model, benchmarks/results/gpu-validate-h100-2.txt)
@@ -331,7 +345,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                         batch = e.out_shapes[0][0] if e.out_shapes[0] else 1
                         rate = c.conv_rate(e.macs / outs, max(1, batch))
                     elif outs:
-                        rate = c.rate_at(c.matmul_by_k, e.macs / outs)
+                        rows = outs // max(e.out_shapes[0][-1], 1) if e.out_shapes[0] else 1
+                        rate = c.matmul_rate(e.macs / outs, max(1, rows))
                 if rate is None:
                     missing.add(key)
                     rate = rates.get("fp32") or c.matrix["fp32"]

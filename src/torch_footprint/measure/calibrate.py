@@ -85,6 +85,9 @@ def _conv_by_k(device: str, batch: int, reps: int) -> list[list[float]]:
     return sorted(out)
 
 
+MATMUL_ROWS = (1, 4, 16, 64)  # rows of the few-row matmuls timed on CPUs (512 is matmul_fp32_by_k's)
+
+
 def _matmul_by_k(device: str, m: int, reps: int) -> list[list[float]]:
     """[K, TFLOP/s] for (m x K) @ (K x m) matmuls."""
     out = []
@@ -93,6 +96,21 @@ def _matmul_by_k(device: str, m: int, reps: int) -> list[list[float]]:
         b = torch.randn(k, m, device=device)
         t = _time(lambda a=a, b=b: a @ b, device, reps)
         out.append([float(k), 2 * m * m * k / t / 1e12])
+    return out
+
+
+def _matmul_by_rows(device: str, n: int, reps: int) -> dict[str, list[list[float]]]:
+    """{M: [[K, TFLOP/s], ...]} for (M x K) @ (K x n) matmuls with few rows M: a decode step's
+    and a short prompt's matmuls, which a CPU runs far below its square-matmul rate."""
+    out: dict[str, list[list[float]]] = {}
+    for m in MATMUL_ROWS:
+        rows = []
+        for k in _MATMUL_K:
+            a = torch.randn(m, k, device=device)
+            b = torch.randn(k, n, device=device)
+            t = _time(lambda a=a, b=b: a @ b, device, reps)
+            rows.append([float(k), 2 * m * n * k / t / 1e12])
+        out[str(m)] = rows
     return out
 
 
@@ -170,6 +188,7 @@ def calibrate(device: str = "cpu", quick: bool = False,
     conv_k = {str(b): _conv_by_k(device, b, reps if b == 1 else max(3, reps // 2))
               for b in ((1, 4 if quick else 16) if device == "cpu" else (1, 64))}
     matmul_k = _matmul_by_k(device, 512 if device == "cpu" else 8192, reps)
+    by_rows = _matmul_by_rows(device, 512, reps) if device == "cpu" else {}
     step(f"copy {big // 2**20} MiB")
     copy = _copy(device, big, reps) / 1e9
     result: dict[str, Any] = {
@@ -183,6 +202,7 @@ def calibrate(device: str = "cpu", quick: bool = False,
         "copy_gbs": copy,
         "conv_fp32_by_batch_k": conv_k,
         "matmul_fp32_by_k": matmul_k,
+        "matmul_fp32_by_rows_k": by_rows,
     }
     if small:
         step(f"copy {small // 2**20} MiB (cache)")

@@ -25,7 +25,10 @@ def allocator_peak(fn: Callable[[], Any]) -> int:
     from torch._C._profiler import _EventType
 
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # no "gpuGetDeviceCount failed" ERROR line without a GPU
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+    from .runner import kineto_quiet
+
+    with kineto_quiet(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                profile_memory=True) as prof:
         fn()
     records: list[tuple[int, int]] = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
