@@ -88,30 +88,22 @@ def _conv_by_k(device: str, batch: int, reps: int) -> list[list[float]]:
 MATMUL_ROWS = (1, 4, 16, 64)  # rows of the few-row matmuls timed on CPUs (512 is matmul_fp32_by_k's)
 
 
-def _matmul_by_k(device: str, m: int, reps: int) -> list[list[float]]:
-    """[K, TFLOP/s] for (m x K) @ (K x m) matmuls."""
+def _matmul_by_k(device: str, m: int, reps: int, n: int | None = None) -> list[list[float]]:
+    """[K, TFLOP/s] for (m x K) @ (K x n) matmuls (n = m unless given)."""
+    n = m if n is None else n
     out = []
     for k in _MATMUL_K:
         a = torch.randn(m, k, device=device)
-        b = torch.randn(k, m, device=device)
+        b = torch.randn(k, n, device=device)
         t = _time(lambda a=a, b=b: a @ b, device, reps)
-        out.append([float(k), 2 * m * m * k / t / 1e12])
+        out.append([float(k), 2 * m * n * k / t / 1e12])
     return out
 
 
 def _matmul_by_rows(device: str, n: int, reps: int) -> dict[str, list[list[float]]]:
     """{M: [[K, TFLOP/s], ...]} for (M x K) @ (K x n) matmuls with few rows M: a decode step's
     and a short prompt's matmuls, which a CPU runs far below its square-matmul rate."""
-    out: dict[str, list[list[float]]] = {}
-    for m in MATMUL_ROWS:
-        rows = []
-        for k in _MATMUL_K:
-            a = torch.randn(m, k, device=device)
-            b = torch.randn(k, n, device=device)
-            t = _time(lambda a=a, b=b: a @ b, device, reps)
-            rows.append([float(k), 2 * m * n * k / t / 1e12])
-        out[str(m)] = rows
-    return out
+    return {str(m): _matmul_by_k(device, m, reps, n) for m in MATMUL_ROWS}
 
 
 def _copy(device: str, nbytes: int, reps: int) -> float:
