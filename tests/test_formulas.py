@@ -374,3 +374,11 @@ def test_untracked_views_move_no_bytes() -> None:
         out = op(*args)
         assert out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
         assert formula_for(op)(op, args, {}, out).kind == "view"
+
+
+def test_a_lookup_reads_the_rows_it_gathers() -> None:
+    # 8 tokens from a 1000 x 64 fp32 table: 8 rows of 256 bytes and 8 int64 indices, not the 256,000-byte table
+    emb = nn.Embedding(1000, 64)
+    p = tfp.profile(emb, {"input": "1,8:int64"})
+    [e] = [e for e in p.trace.events if "embedding" in e.op]
+    assert (e.bytes_read, e.bytes_written) == (8 * 64 * 4 + 8 * 8, 8 * 64 * 4)

@@ -16,6 +16,9 @@ from .modules import ModuleStack
 from .records import MemFree, OpEvent
 from .step import tensors_in
 
+# lookups: the first argument is a table the op gathers rows (or elements) of, as many as it writes
+SELECTS = frozenset({"embedding", "index_select", "gather", "take"})
+
 
 def span_bytes(t: torch.Tensor) -> int:
     """Bytes a kernel touches for ``t``: its elements, or fewer where strides repeat (expand)."""
@@ -105,6 +108,10 @@ class Recorder(TorchDispatchMode):
                 ins += tensors_in(kwargs)
             read = 0
             seen: set[int] = set()
+            table = ins[0] if func._overloadpacket.__name__ in SELECTS and ins else None
+            if table is not None:  # a lookup reads the rows it gathers, not the whole table
+                seen.add(id(table))
+                read += sum(span_bytes(t) for t in outs)
             for t in ins:
                 if id(t) not in seen:
                     seen.add(id(t))
