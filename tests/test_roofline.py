@@ -118,3 +118,21 @@ def test_matmul_rate_by_rows_interpolates_in_log_rows() -> None:
     assert c.matmul_rate(64, 1) == 1e9 and c.matmul_rate(64, 512) == 4e9 and c.matmul_rate(64, 4096) == 4e9
     # halfway in log rows (sqrt(512) rows) and in log K (K = 512): the means of the four corners
     assert abs(c.matmul_rate(512, round(512 ** 0.5)) - 3.75e9) < 0.02e9
+
+
+def test_a_one_row_matmul_streams_its_matrix_at_the_calibrated_matvec_bandwidth() -> None:
+    # Linear(4096 -> 1024) at one row: the 16 MiB weight read at 5 GB/s, not the 20 GB/s copy
+    from dataclasses import replace
+
+    cal = {"matmul_tflops": {"fp32": 0.1}, "conv_tflops": {"fp32": 0.1}, "copy_gbs": 20.0, "matvec_gbs": 5.0,
+           "op_overhead_us": 0.0, "matmul_fp32_by_k": [[64, 0.1], [4096, 0.1]]}
+    cpu = replace(CARD, id="cpu", kind="cpu", calibrated=cal)
+    trace = tfp.profile(nn.Linear(4096, 1024, bias=False), "1,4096").trace
+    [mm] = [o for o in predict(trace, cpu).ops if o.kind == "matrix"]
+    weight, x, y = 4096 * 1024 * 4, 4096 * 4, 1024 * 4
+    assert mm.bytes == weight + x + y
+    assert abs(mm.memory_s - (weight + x + y) / 5e9) < 1e-12
+    # eight rows: the copy bandwidth again
+    trace8 = tfp.profile(nn.Linear(4096, 1024, bias=False), "8,4096").trace
+    [mm8] = [o for o in predict(trace8, cpu).ops if o.kind == "matrix"]
+    assert abs(mm8.memory_s - mm8.bytes / 20e9) < 1e-12

@@ -44,6 +44,7 @@ from ..hardware.db import Accelerator
 from ..trace.records import Trace
 
 EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
+MATVEC_ROWS = 4  # matmuls of this few rows read their matrix at the calibrated matvec bandwidth
 LAUNCH_OVERHEAD_S = {"gpu": 10e-6, "soc": 15e-6, "cpu": 5e-6}
 
 @dataclass
@@ -63,6 +64,8 @@ class Ceilings:
     view_overhead: float = 0.0  # seconds per view operator (calibrated eager devices; 0: views are free)
     # calibrated fp32 matmul rates by rows M (few-row matmuls), each against K
     matmul_by_rows: dict[int, list[list[float]]] = field(default_factory=dict)
+    # bytes/s a one-row matmul streams its matrix at (calibrated CPUs; None: the bandwidth)
+    matvec_bandwidth: float | None = None
 
     def conv_rate(self, k: float, batch: int) -> float:
         """Calibrated convolution rate at reduction length ``k``, interpolated in log batch."""
@@ -127,6 +130,7 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
                         matmul_by_k=[[k, r * 1e12] for k, r in cal.get("matmul_fp32_by_k", [])],
                         matmul_by_rows={int(m): [[k, r * 1e12] for k, r in t]
                                         for m, t in cal.get("matmul_fp32_by_rows_k", {}).items()},
+                        matvec_bandwidth=cal["matvec_gbs"] * 1e9 if cal.get("matvec_gbs") else None,
                         # a CPU runs a view's dispatch in line with its kernels; a GPU's host
                         # dispatches while the device works (the H100 check: charging views there
                         # over-predicted every batch-16 model, benchmarks/results/gpu-validate-h100-2.txt)
@@ -331,6 +335,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
             ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0, c.view_overhead))
             continue
         compute = 0.0
+        bandwidth = c.bandwidth
         if e.flops:
             if e.kind == "matrix":
                 is_conv = "convolution" in e.op
@@ -347,6 +352,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                     elif outs:
                         rows = outs // max(e.out_shapes[0][-1], 1) if e.out_shapes[0] else 1
                         rate = c.matmul_rate(e.macs / outs, max(1, rows))
+                        if rows <= MATVEC_ROWS and c.matvec_bandwidth:  # its matrix streams as a matvec's
+                            bandwidth = min(bandwidth, c.matvec_bandwidth)
                 if rate is None:
                     missing.add(key)
                     rate = rates.get("fp32") or c.matrix["fp32"]
@@ -355,7 +362,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops
             else:
                 compute = e.flops / c.vector
-        memory = nbytes / c.bandwidth
+        memory = nbytes / bandwidth
         ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, c.overhead))
     for key in sorted(missing):
         notes.append(f"{acc.name} has no published {key} rate: its fp32 rate is used for {key} matrix work")

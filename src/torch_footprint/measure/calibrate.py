@@ -106,6 +106,16 @@ def _matmul_by_rows(device: str, n: int, reps: int) -> dict[str, list[list[float
     return {str(m): _matmul_by_k(device, m, reps, n) for m in MATMUL_ROWS}
 
 
+def _stream_matvec(device: str, nbytes: int, reps: int) -> float:
+    """Bytes per second a one-row matmul reads its matrix at, the matrix far larger than the
+    caches: a decode step's weights stream this way, often slower than a plain copy."""
+    k = 4096
+    w = torch.randn(k, nbytes // (4 * k), device=device)
+    x = torch.randn(1, k, device=device)
+    t = _time(lambda: x @ w, device, reps)
+    return w.numel() * 4 / t
+
+
 def _copy(device: str, nbytes: int, reps: int) -> float:
     src = torch.empty(nbytes // 4, device=device)
     src.fill_(1.0)
@@ -199,6 +209,8 @@ def calibrate(device: str = "cpu", quick: bool = False,
     if small:
         step(f"copy {small // 2**20} MiB (cache)")
         result["cache_copy_gbs"] = _copy(device, small, reps * 4) / 1e9
+        step(f"one-row matmul over {big // 2**20} MiB")
+        result["matvec_gbs"] = _stream_matvec(device, big, reps) / 1e9
     step("small operator overhead")
     view_s = _view_overhead(device)
     result["view_overhead_us"] = view_s * 1e6
