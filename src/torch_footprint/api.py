@@ -284,7 +284,7 @@ def llm(model: nn.Module | str, *, prompt: int = 1024, output: int = 256, batch:
     """
     from .estimate.llm import Serving, check_context, serve
     from .estimate.quantization import checkpoint_scheme, kv_scheme, weight_scheme
-    from .estimate.serving import trace_serving
+    from .estimate.serving import cache_argument, trace_serving
     from .hardware.catalog import load, local_accelerator
     from .hardware.db import find
 
@@ -329,8 +329,6 @@ def llm(model: nn.Module | str, *, prompt: int = 1024, output: int = 256, batch:
         with real_weights():
             work = prepare(model, "1,1:int64", dtype=dtype, trust_remote_code=trust_remote_code)
         m = work.model.to(device)
-        from .estimate.serving import cache_argument
-
         res.measured = measure_generation(m, batch=batch, prompt=prompt, output=output, device=device,
                                           cache_kwarg=cache_argument(m))
         if not wanted:

@@ -343,16 +343,18 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
     priced = weight_bytes(st, s.weights)
     buffers = sum(b.nbytes for b in st.prefill.buffers)
     total_weights = sum(priced) + buffers
-    elem = 2 if st.dtype in ("bfloat16", "float16") else 4 if st.dtype == "float32" else 2
+    elem = 4 if st.dtype == "float32" else 2
     kv_ratio = (s.kv_bytes / elem) if s.kv_bytes else 1.0
     act = _activation_per_token(st)
     active, routed = active_params(st)
     notes = list(st.notes)
-    fraction_prefill: dict[int, float] = {}
-    fraction_decode: dict[int, float] = {}
+
+    def reached(tokens: int) -> dict[int, float]:
+        """The share of each expert's weights a step of ``tokens`` tokens reads (none: dense)."""
+        return {} if st.experts is None else st.experts.fractions(tokens)
+
     if st.experts is not None:
         e = st.experts
-        fraction_prefill = dict.fromkeys(e.params, e.touched(s.batch * s.prompt) / e.count)
         notes.append(f"mixture of experts: {e.top_k} of {e.count} experts per token; a decode step at batch "
                      f"{s.batch} reads {e.touched(s.batch):.2f} experts per layer on average (uniform routing "
                      "assumed), the prefill "
@@ -365,21 +367,17 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
     prefill_flops = sum(e.flops for e in st.prefill.events) * s.batch
     mid = s.prompt + max(s.output - 1, 0) // 2
     lengths = sorted({s.prompt, mid, s.context - 1})
-    if st.experts is not None:
-        fraction_decode = dict.fromkeys(st.experts.params, st.experts.touched(s.batch) / st.experts.count)
-    pre_g = Grouped.of(scaled(st.prefill, s.batch, traced, priced, fraction_prefill, tp))
+    pre_g = Grouped.of(scaled(st.prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp))
     # datasheet rows are priced as engines serve; a calibrated (local) device as eager PyTorch runs
     traces_at = {engine: {L: st.decode_at(L, engine) for L in lengths}
                  for engine in {not a.calibrated for a in accelerators}}
-    dec_gs = {engine: {L: Grouped.of(scaled(t, s.batch, traced, priced, fraction_decode, tp)) for L, t in ts.items()}
-              for engine, ts in traces_at.items()}
+    dec_gs = {engine: {L: Grouped.of(scaled(t, s.batch, traced, priced, reached(s.batch), tp))
+                       for L, t in ts.items()} for engine, ts in traces_at.items()}
     at_batch: dict[tuple[bool, int], Grouped] = {}
 
     def decode_at_batch(b: int, engine: bool) -> Grouped:
         if (engine, b) not in at_batch:
-            frac = ({} if st.experts is None else
-                    dict.fromkeys(st.experts.params, st.experts.touched(b) / st.experts.count))
-            at_batch[engine, b] = Grouped.of(scaled(traces_at[engine][mid], b, traced, priced, frac, tp))
+            at_batch[engine, b] = Grouped.of(scaled(traces_at[engine][mid], b, traced, priced, reached(b), tp))
         return at_batch[engine, b]
 
     for acc in accelerators:
@@ -414,19 +412,24 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
             return g.time_s(estimate_latency(g.trace, acc, efficiency=eff, overhead_s=overhead_s,
                                              compute_dtype=compute))
 
-        link = getattr(acc, "link_gbs", None)
+        link = acc.link_gbs
         if tp > 1 and not link:
             link = PCIE4_GBS
             row_notes.append(f"no interconnect figure: PCIe 4.0 x16 ({PCIE4_GBS:g} GB/s) assumed")
-        comm_prefill = 2 * n_layers * _allreduce_s(s.batch * s.prompt * hidden * elem, tp, link or 0)
-        comm_decode = 2 * n_layers * _allreduce_s(s.batch * hidden * elem, tp, link or 0)
+
+        def tp_comm(tokens: int, link: float = link or 0.0) -> float:
+            """Two all-reduces per layer of ``tokens`` tokens' hidden states."""
+            return 2 * n_layers * _allreduce_s(tokens * hidden * elem, tp, link)
+
+        comm_prefill = tp_comm(s.batch * s.prompt)
+        comm_decode = tp_comm(s.batch)
         ttft = time_of(pre_g) + comm_prefill
         engine = not acc.calibrated
         dec_g = dec_gs[engine]
         tpot = {L: time_of(g) + comm_decode for L, g in dec_g.items()}
         tpot_mean = tpot[mid]
         mb = max(max_batch, 1)
-        t_mb = time_of(decode_at_batch(mb, engine)) + 2 * n_layers * _allreduce_s(mb * hidden * elem, tp, link or 0)
+        t_mb = time_of(decode_at_batch(mb, engine)) + tp_comm(mb)
         peak = acc.peak(compute or _rate(st.dtype)) or acc.peak("fp32") or 0.0
         mfu = prefill_flops / tp / ttft / peak if ttft and peak else 0.0
         mbu = dec_g[mid].bytes_read / tpot_mean / acc.bandwidth if tpot_mean and acc.bandwidth else 0.0
@@ -434,8 +437,7 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
         batches = _doubling(1, max_batch) if max_batch else []
-        by_batch = [(b, b / (time_of(decode_at_batch(b, engine))
-                             + 2 * n_layers * _allreduce_s(b * hidden * elem, tp, link or 0))) for b in batches]
+        by_batch = [(b, b / (time_of(decode_at_batch(b, engine)) + tp_comm(b))) for b in batches]
         rows.append(LlmRow(acc, per_rank_weights, kv_end, act_now, overhead, fits, max_batch if fits_batch(1) else 0,
                            max_ctx, ttft, tpot_mean, tpot[s.prompt], tpot[s.context - 1],
                            mb / t_mb if max_batch else 0.0, mfu, mbu, comm_decode, vllm, row_notes,

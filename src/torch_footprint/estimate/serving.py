@@ -29,6 +29,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -78,6 +79,10 @@ class Experts:
         if tokens <= 0:
             return 0.0
         return self.count * (1.0 - (1.0 - self.top_k / self.count) ** tokens)
+
+    def fractions(self, tokens: int) -> dict[int, float]:
+        """Per routed expert parameter, the fraction of it a step of ``tokens`` tokens reads."""
+        return dict.fromkeys(self.params, self.touched(tokens) / self.count)
 
 
 @dataclass
@@ -137,35 +142,38 @@ class ServingTrace:
                 continue
             dflops, dmacs = eb.flops - ea.flops, eb.macs - ea.macs
             if layer in self.latents and ea.kind == "matrix":  # absorbed latent attention (module docstring)
-                dmacs = self.batch * self.latents[layer].macs_per_token // self._growing_matrix_ops(layer)
+                dmacs = self.batch * self.latents[layer].macs_per_token // self._share(layer)
                 dflops = 2 * dmacs
             flops = ea.flops - self.prompt * (eb.flops - ea.flops) + length * dflops
             macs = ea.macs - self.prompt * (eb.macs - ea.macs) + length * dmacs
             events.append(replace(ea, flops=max(flops, 0), macs=max(macs, 0),
-                                  bytes_read=self._read_at(i, layer, length, ea, eb),
+                                  bytes_read=self._read_at(layer, length, ea, eb),
                                   bytes_written=ea.bytes_written + steps * (eb.bytes_written - ea.bytes_written)))
         return replace(a, events=events)
 
-    def _read_at(self, i: int, layer: int | None, length: int, ea: OpEvent, eb: OpEvent) -> int:
+    def _read_at(self, layer: int | None, length: int, ea: OpEvent, eb: OpEvent) -> int:
         """An attention operator's reads at ``length`` cached tokens: what it reads besides the
         cache (from the trace) plus the layer's cache once (see the module docstring)."""
         if layer is None:
             return ea.bytes_read + (length - self.prompt) * (eb.bytes_read - ea.bytes_read)
-        share = self._growing_matrix_ops(layer)
+        share = self._share(layer)
         slope = eb.bytes_read - ea.bytes_read
         other = ea.bytes_read - slope * self.prompt  # the traced read at zero cache length
         return max(other, 0) + self.batch * self.layers[layer].bytes_at(length) // share
 
-    def _growing_matrix_ops(self, layer: int) -> int:
-        cached = getattr(self, "_share", None)
-        if cached is None:
-            cached = {}
-            a, b = self.decode
-            for i, (ea, eb) in enumerate(zip(a.events, b.events, strict=True)):
-                if ea.kind == "matrix" and ea.bytes_read != eb.bytes_read and self.op_layer[i] is not None:
-                    cached[self.op_layer[i]] = cached.get(self.op_layer[i], 0) + 1
-            self._share = cached
-        return max(cached.get(layer, 1), 1)
+    @cached_property
+    def _growing_matrix_ops(self) -> dict[int, int]:
+        """Per cache layer, the matrix operators whose reads grow with the cache (attention)."""
+        out: dict[int, int] = {}
+        a, b = self.decode
+        for layer, ea, eb in zip(self.op_layer, a.events, b.events, strict=True):
+            if layer is not None and ea.kind == "matrix" and ea.bytes_read != eb.bytes_read:
+                out[layer] = out.get(layer, 0) + 1
+        return out
+
+    def _share(self, layer: int) -> int:
+        """How many operators share one layer's cache read (and its latent attention's work)."""
+        return max(self._growing_matrix_ops.get(layer, 1), 1)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.name, "batch": self.batch, "prompt": self.prompt, "dtype": self.dtype,
@@ -321,9 +329,7 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
         raise FootprintError(f"batch and prompt must be at least 1, got batch {batch}, prompt {prompt}")
     step = on_step or (lambda _msg: None)
     step("building the model")
-    work = prepare(model, None if isinstance(model, str) else "1,1:int64", dtype=dtype,
-                   trust_remote_code=trust_remote_code) if isinstance(model, str) else \
-        prepare(model, "1,1:int64", dtype=dtype)
+    work = prepare(model, "1,1:int64", dtype=dtype, trust_remote_code=trust_remote_code)
     m = work.model
     kw = cache_argument(m)
     config = m.config

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
@@ -150,6 +151,4 @@ def render_llm(res: LlmResult, console: Console | None = None) -> None:
 
 
 def replace_rows(res: LlmResult, rows: list[LlmRow]) -> LlmResult:
-    from dataclasses import replace
-
     return replace(res, rows=rows)
