@@ -67,8 +67,10 @@ def test_bench_warns_while_a_busy_loop_holds_a_core() -> None:
         hog.wait()
     st = res.points[0].stats
     assert st.contention is not None and st.contention.contended, st.contention
-    # three runnable threads on two cores: the loop gets about 2/3 of one (more where other work adds to it)
-    assert st.contention.others_cores >= 0.5
+    # The loop is always runnable. A fair scheduler puts it on a core's queue beside at most two of
+    # bench's threads, so it gets at least 1/3 of a core; measured 0.49 to 0.67 on the 2-core CI
+    # machine. 0.3 leaves /proc/stat's 10 ms ticks over the ~1 s window their margin.
+    assert st.contention.others_cores >= 0.3
     assert "busy machine: other processes used" in _render(res)
     d = res.to_dict()["points"][0]["stats"]["contention"]
     assert d["busy"] and d["suggested_threads"] <= max(1, usable_cpus() - 1)  # one core fewer at least
