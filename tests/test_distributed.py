@@ -37,6 +37,21 @@ def test_ring_collectives_by_hand():
     assert comm.gather_s(1e6, 4, slow) == pytest.approx(0.75 + 0.003)
 
 
+def test_small_all_reduce_latency_is_nccls_own_model():
+    """NCCL's tuning constants (src/graph/tuning.cc): ring LL, 6.6 us a call + 0.6 us a step over
+    NVLink, 1.0 us over PCIe. 8 ranks, 8 bytes: 6.6 + 14 x 0.6 = 15.0 us; PCIe 6.6 + 14 = 20.6 us;
+    an all-gather 6.6 + 7 x 0.6 = 10.8 us (the bytes' share is below a nanosecond)."""
+    from torch_footprint.hardware import get
+
+    nvl = comm.link_of(get("h100-sxm"))
+    assert nvl is not None
+    assert comm.all_reduce_s(8, 8, nvl) == pytest.approx(15.0e-6, abs=1e-9)
+    assert comm.gather_s(8, 8, nvl) == pytest.approx(10.8e-6, abs=1e-9)
+    pcie = comm.link_of(get("l4"))
+    assert pcie is not None and pcie.source.startswith("PCIe")
+    assert comm.all_reduce_s(8, 8, pcie) == pytest.approx(20.6e-6, abs=1e-9)
+
+
 def test_ddp_buckets_are_one_mib_then_25():
     assert comm.ddp_buckets(60 * 2**20) == [2**20, 25 * 2**20, 25 * 2**20, 9 * 2**20]
     assert comm.ddp_buckets(1000) == [1000]

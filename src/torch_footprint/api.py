@@ -284,7 +284,7 @@ def llm(model: nn.Module | str, *, prompt: int = 1024, output: int = 256, batch:
     """
     from .estimate.llm import Serving, check_context, serve
     from .estimate.quantization import checkpoint_scheme, kv_scheme, weight_scheme
-    from .estimate.serving import cache_argument, trace_serving
+    from .estimate.serving import cache_argument, last_logits_only, trace_serving
     from .hardware.catalog import load, local_accelerator
     from .hardware.db import find
 
@@ -330,7 +330,7 @@ def llm(model: nn.Module | str, *, prompt: int = 1024, output: int = 256, batch:
             work = prepare(model, "1,1:int64", dtype=dtype, trust_remote_code=trust_remote_code)
         m = work.model.to(device)
         res.measured = measure_generation(m, batch=batch, prompt=prompt, output=output, device=device,
-                                          cache_kwarg=cache_argument(m))
+                                          cache_kwarg=cache_argument(m), prefill_kwargs=last_logits_only(m))
         if not wanted:
             res.notes.append(f"no prediction for {device}: run `footprint calibrate` first to measure its rates")
     return res

@@ -3,10 +3,10 @@
 Ring collectives (Thakur, Rabenseifner and Gropp 2005, "Optimization of Collective
 Communication Operations in MPICH"; NCCL's "Performance reported by NCCL tests" page, which
 calls ``S x 2(N-1)/N / t`` the bus bandwidth): with N ranks, each sending to the next at B
-bytes/s (the link's bandwidth, one direction) and ``a`` seconds per ring step,
+bytes/s (the link's bandwidth, one direction), ``a`` seconds per ring step and ``c`` per call,
 
-    all-reduce of S bytes                 2(N-1)/N x S / B + 2(N-1) a
-    reduce-scatter or all-gather of S     (N-1)/N  x S / B +  (N-1) a   (S: the whole buffer)
+    all-reduce of S bytes                 2(N-1)/N x S / B + 2(N-1) a + c
+    reduce-scatter or all-gather of S     (N-1)/N  x S / B +  (N-1) a + c   (S: the whole buffer)
 
 What each strategy issues in one step (W: parameter bytes, G: gradient bytes, A: a
 layer's activation [batch, sequence, hidden] in the compute dtype):
@@ -37,7 +37,8 @@ compute of that phase, plus the part that cannot overlap (the last bucket, the f
 gather). The link: ``footprint calibrate --nproc N`` measures it here (a bus bandwidth
 and a per-step latency from all-reduces of two sizes); otherwise the database's
 ``link_gbs`` x LINK_EFFICIENCY (NCCL's all-reduce bus bandwidth reaches about 80% of the
-NVLink figure on 8 GPUs in NVIDIA's published nccl-tests runs) and LINK_LATENCY_S.
+NVLink figure on 8 GPUs in NVIDIA's published nccl-tests runs) and NCCL's own latencies:
+a base per call plus a latency per ring step (NCCL_BASE_LATENCY_S, NCCL_STEP_LATENCY_S).
 """
 
 from __future__ import annotations
@@ -55,7 +56,12 @@ from ..trace import Trace
 from .sharding import wrap_units
 
 LINK_EFFICIENCY = 0.8
-LINK_LATENCY_S = 10e-6  # per ring step on GPUs: assumed, NCCL's small-message all-reduce is ~10-30 us
+# NCCL's own cost model for a ring with its low-latency (LL) protocol, the one it picks for the
+# small messages where latency matters (src/graph/tuning.cc, ncclTunerConstantsDefaults, NCCL
+# 2.2x-2.27): a base latency per call of 6.6 us plus 0.6 us per ring step over NVLink, 1.0 us
+# over PCIe. An 8-rank all-reduce of a few bytes: 6.6 + 14 x 0.6 = 15 us over NVLink.
+NCCL_BASE_LATENCY_S = 6.6e-6
+NCCL_STEP_LATENCY_S = {"nvlink": 0.6e-6, "pcie": 1.0e-6}
 DDP_BUCKET = 25 * 2**20
 DDP_FIRST_BUCKET = 2**20
 SHARDED_OPTIMIZER = ("zero1", "zero2", "zero3", "fsdp")
@@ -63,11 +69,20 @@ SHARDED_OPTIMIZER = ("zero1", "zero2", "zero3", "fsdp")
 
 @dataclass(frozen=True)
 class Link:
-    """What one rank sends per second to its ring neighbour, and the cost of one ring step."""
+    """What one rank sends per second to its ring neighbour, the cost of one ring step and the
+    cost of a call beyond its steps."""
 
     bandwidth: float  # bytes/s, one direction
     latency: float  # seconds per ring step
     source: str
+    base: float = 0.0  # seconds per collective call
+
+
+def nccl_link(bandwidth: float, link: str, source: str) -> Link:
+    """A GPU link priced with NCCL's latencies (NCCL_STEP_LATENCY_S): NVLink's where ``link``
+    names NVLink or another GPU fabric, PCIe's otherwise."""
+    pcie = link.lower().startswith("pcie")
+    return Link(bandwidth, NCCL_STEP_LATENCY_S["pcie" if pcie else "nvlink"], source, NCCL_BASE_LATENCY_S)
 
 
 def link_of(acc: Accelerator, efficiency: float = LINK_EFFICIENCY) -> Link | None:
@@ -79,18 +94,20 @@ def link_of(acc: Accelerator, efficiency: float = LINK_EFFICIENCY) -> Link | Non
                     f"calibrated over {cal.get('nproc', '?')} ranks ({cal.get('backend', '?')})")
     if acc.link_bandwidth is None:
         return None
-    return Link(acc.link_bandwidth * efficiency, LINK_LATENCY_S,
-                f"{acc.link}, {efficiency:.0%} of {acc.link_gbs:g} GB/s")
+    return nccl_link(acc.link_bandwidth * efficiency, acc.link,
+                     f"{acc.link}, {efficiency:.0%} of {acc.link_gbs:g} GB/s")
 
 
 def all_reduce_s(nbytes: float, n: int, link: Link) -> float:
     """Ring all-reduce of ``nbytes`` over ``n`` ranks (module docstring)."""
-    return 0.0 if n <= 1 or nbytes <= 0 else 2 * (n - 1) / n * nbytes / link.bandwidth + 2 * (n - 1) * link.latency
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / link.bandwidth + 2 * (n - 1) * link.latency + link.base
 
 
 def gather_s(nbytes: float, n: int, link: Link) -> float:
     """Ring all-gather or reduce-scatter of a buffer of ``nbytes`` (whole) over ``n`` ranks."""
-    return 0.0 if n <= 1 or nbytes <= 0 else (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency
+    return 0.0 if n <= 1 or nbytes <= 0 else (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency + link.base
 
 
 @dataclass

@@ -38,6 +38,7 @@ from ..errors import FootprintError
 from ..hardware.db import Accelerator
 from ..search import largest_true
 from ..trace.records import OpEvent, Trace
+from .comm import LINK_EFFICIENCY, Link, all_reduce_s, link_of, nccl_link
 from .memory import CUDA_OVERHEADS
 from .quantization import Param, Scheme
 from .roofline import estimate_latency
@@ -45,7 +46,6 @@ from .serving import ServingTrace
 
 LLM_EFFICIENCY = {"matrix": 0.6, "vector": 0.5, "memory": 0.7}
 ENGINE_OVERHEAD_S = {"gpu": 0.5e-6, "soc": 2e-6, "cpu": 5e-6}
-COLLECTIVE_LATENCY_S = 10e-6
 PCIE4_GBS = 32.0  # PCIe 4.0 x16, one direction: the link assumed where the database has none
 VLLM_UTILISATION = 0.9
 VLLM_BLOCK = 16
@@ -283,12 +283,6 @@ class Grouped:
         return sum(o.time_s * c for o, c in zip(prediction.ops, self.counts, strict=True))
 
 
-def _allreduce_s(nbytes: int, tp: int, link_gbs: float) -> float:
-    if tp <= 1:
-        return 0.0
-    return 2 * (tp - 1) / tp * nbytes / (link_gbs * 1e9) + COLLECTIVE_LATENCY_S
-
-
 # ------------------------------------------------------------------------------ memory
 
 @dataclass
@@ -412,14 +406,14 @@ def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *
             return g.time_s(estimate_latency(g.trace, acc, efficiency=eff, overhead_s=overhead_s,
                                              compute_dtype=compute))
 
-        link = acc.link_gbs
-        if tp > 1 and not link:
-            link = PCIE4_GBS
+        link = link_of(acc)
+        if tp > 1 and link is None:
+            link = nccl_link(PCIE4_GBS * 1e9 * LINK_EFFICIENCY, "PCIe 4.0 x16", "PCIe 4.0 x16, assumed")
             row_notes.append(f"no interconnect figure: PCIe 4.0 x16 ({PCIE4_GBS:g} GB/s) assumed")
 
-        def tp_comm(tokens: int, link: float = link or 0.0) -> float:
-            """Two all-reduces per layer of ``tokens`` tokens' hidden states."""
-            return 2 * n_layers * _allreduce_s(tokens * hidden * elem, tp, link)
+        def tp_comm(tokens: int, link: Link | None = link) -> float:
+            """Two all-reduces per layer of ``tokens`` tokens' hidden states (Megatron-LM)."""
+            return 0.0 if link is None else 2 * n_layers * all_reduce_s(tokens * hidden * elem, tp, link)
 
         comm_prefill = tp_comm(s.batch * s.prompt)
         comm_decode = tp_comm(s.batch)

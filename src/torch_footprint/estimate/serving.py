@@ -228,6 +228,13 @@ def cache_argument(model: nn.Module) -> str:
     return kw
 
 
+def last_logits_only(model: nn.Module) -> dict[str, int]:
+    """The keyword that makes ``model`` compute the last position's logits only, as transformers'
+    generate() and serving engines do in a prefill; empty where its forward has none."""
+    params = inspect.signature(model.forward).parameters
+    return next(({k: 1} for k in ("logits_to_keep", "num_logits_to_keep") if k in params), {})
+
+
 def _experts(trace: Trace, config: Any) -> Experts | None:
     params = frozenset(i for i, p in enumerate(trace.params) if "experts" in p.name.split("."))
     if not params:
@@ -339,12 +346,7 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     except ImportError as e:  # pragma: no cover - the hf extra is needed for any language model
         raise FootprintError("`footprint llm` needs transformers: pip install 'torch-footprint[hf]'") from e
     cache = DynamicCache(config=config)
-    fwd = inspect.signature(m.forward).parameters
-    extra: dict[str, Any] = {kw: cache, "use_cache": True}
-    if "logits_to_keep" in fwd:
-        extra["logits_to_keep"] = 1  # generate() computes the last position's logits only
-    elif "num_logits_to_keep" in fwd:
-        extra["num_logits_to_keep"] = 1
+    extra: dict[str, Any] = {kw: cache, "use_cache": True, **last_logits_only(m)}
 
     def make(tokens: int) -> Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]]:
         def inputs(device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -14,8 +14,12 @@ from .timer import CpuClock, CudaClock, measure, summarize
 
 
 def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int, device: str = "cpu",
-                       runs: int = 3, cache_kwarg: str = "past_key_values") -> dict[str, Any]:
+                       runs: int = 3, cache_kwarg: str = "past_key_values",
+                       prefill_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Prefill and decode ``model`` (random weights, on ``device``) with its own cache.
+
+    ``prefill_kwargs`` go to the prefill's call only (``logits_to_keep=1``: the last position's
+    logits, all a next token needs, as generate() and engines compute).
 
     Returns the time to first token (a prefill of ``batch`` x ``prompt`` tokens, the bench
     timer's statistics), the time per output token over ``runs`` generations of ``output``
@@ -35,7 +39,7 @@ def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int
 
     def prefill() -> tuple[Any, torch.Tensor]:
         cache = DynamicCache(config=config)
-        out = model(input_ids=ids, use_cache=True, **{cache_kwarg: cache})
+        out = model(input_ids=ids, use_cache=True, **{cache_kwarg: cache}, **(prefill_kwargs or {}))
         return cache, out.logits[:, -1:].argmax(-1)
 
     def generate(samples: list[float] | None = None) -> None:
