@@ -136,3 +136,34 @@ def test_a_one_row_matmul_streams_its_matrix_at_the_calibrated_matvec_bandwidth(
     trace8 = tfp.profile(nn.Linear(4096, 1024, bias=False), "8,4096").trace
     [mm8] = [o for o in predict(trace8, cpu).ops if o.kind == "matrix"]
     assert abs(mm8.memory_s - mm8.bytes / 20e9) < 1e-12
+
+
+def test_a_calibrated_gpu_overlaps_the_hosts_dispatch_with_the_devices_kernels() -> None:
+    # Three operators whose dispatch takes 10 us each on the host: a 50 us kernel first, then
+    # two empty ones (or the other way round). Worked by hand with the two clocks: the host
+    # is at 10, 20, 30 us; the device starts each kernel once launched and free.
+    #   long first: device 10 + 50 = 60, then 60, 60    -> 60 us, the dispatch hidden
+    #   long last:  device 10, 20, then 30 + 50 = 80    -> 80 us, nothing to hide it behind
+    # A CPU runs them in line: 3 x 10 + 50 = 80 us in either order.
+    from dataclasses import replace
+
+    from torch_footprint.estimate.roofline import Ceilings, OpTime, Prediction
+
+    def run(kernels: list[float], overlap: bool) -> Prediction:
+        c = Ceilings(matrix={"fp32": 1e12}, conv={}, vector=1e12, bandwidth=1e12, overhead=10e-6,
+                     source="calibrated", overlap=overlap)
+        ops = [OpTime(i, "aten.mm", "", "forward", "matrix", "fp32", 0, 0, k, 0.0, 10e-6)
+               for i, k in enumerate(kernels)]
+        return Prediction(accelerator=CARD, ceilings=c, ops=ops, flops=0, main_dtype="fp32")
+
+    first, last = run([50e-6, 0, 0], True), run([0, 0, 50e-6], True)
+    assert first.time_s == pytest.approx(60e-6) and first.effective == pytest.approx([60e-6, 0, 0])
+    assert last.time_s == pytest.approx(80e-6) and last.effective == pytest.approx([10e-6, 10e-6, 60e-6])
+    assert run([50e-6, 0, 0], False).time_s == pytest.approx(80e-6) == run([0, 0, 50e-6], False).time_s
+    assert sum(first.by_phase().values()) == pytest.approx(first.time_s)
+    # calibrated GPUs get the two clocks; datasheet rows and CPUs keep the sum
+    cal = {"matmul_tflops": {"fp32": 1.0}, "conv_tflops": {"fp32": 1.0}, "copy_gbs": 100.0, "op_overhead_us": 10.0}
+    trace = tfp.profile(nn.Linear(8, 8), "1,8").trace
+    assert predict(trace, replace(CARD, calibrated=cal)).ceilings.overlap
+    assert not predict(trace, CARD).ceilings.overlap
+    assert not predict(trace, replace(CARD, kind="cpu", calibrated=cal)).ceilings.overlap

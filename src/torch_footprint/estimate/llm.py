@@ -279,8 +279,16 @@ class Grouped:
         return sum(e.bytes_read * c for e, c in zip(self.trace.events, self.counts, strict=True))
 
     def time_s(self, prediction: Any) -> float:
-        """The whole trace's time from a prediction over the unique operators."""
-        return sum(o.time_s * c for o, c in zip(prediction.ops, self.counts, strict=True))
+        """The whole trace's time from a prediction over the unique operators. Where host and
+        device overlap (GPUs, roofline.Prediction.effective) the merged operators have lost
+        their order: the run takes the longer of the host's dispatching and the device's
+        kernels, the two clocks' limit when the queue never drains and never runs dry."""
+        pairs = list(zip(prediction.ops, self.counts, strict=True))
+        if not prediction.ceilings.overlap:
+            return sum(o.time_s * c for o, c in pairs)
+        host = sum(o.overhead_s * c for o, c in pairs)
+        device = sum(max(o.compute_s, o.memory_s) * c for o, c in pairs if o.kind != "view")
+        return max(host, device)
 
 
 # ------------------------------------------------------------------------------ memory
