@@ -125,10 +125,9 @@ class CpuKernels:
                 return original(*args, **kwargs)
             eligible = cpu_flash_eligible(q, k, v, a)
             if self.reroute and q.device.type == "meta" and eligible:
-                if k.shape[1] not in (1, q.shape[1]):  # grouped-query attention: heads repeated for the kernel
-                    rep = q.shape[1] // k.shape[1]
-                    k = k.repeat_interleave(rep, dim=1)
-                    v = v.repeat_interleave(rep, dim=1)
+                # grouped-query attention: the CPU kernel reads each key/value head for its group of
+                # query heads as it is (the allocator shows no repeated copy, and its backward's key
+                # and value gradients have the key/value heads' size)
                 out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                     q, k, v, float(a.get("dropout_p", 0.0) or 0.0), bool(a.get("is_causal", False)),
                     attn_mask=a.get("attn_mask"), scale=a.get("scale"),
