@@ -9,7 +9,17 @@ profile_memory=True and takes the peak of the cumulative sum of its "[memory]" e
 (allocations and frees, in time order) above the start. A steady-state step is measured
 after one step has run (its optimizer state allocated) and ``zero_grad(set_to_none=True)``.
 
-    python benchmarks/memory_cpu.py [--cases resnet18/sgd,gpt2-4l/adamw/steady] [--list]
+    python benchmarks/memory_cpu.py [--cases resnet18/sgd,gpt2-4l/adamw/steady] [--list] [--out rows.json]
+    python benchmarks/memory_cpu.py --device cuda --out benchmarks/results/memory-cuda.json
+
+With ``--device cuda`` the same cases run on the GPU, measured as torch.cuda.max_memory_allocated
+above memory_allocated before the step (peak stats reset, synchronised); the prediction is
+footprint's for device="cuda" (the same trace) plus cuBLAS's workspace (cublas_workspace_bytes:
+CUBLAS_WORKSPACE_CONFIG, else 32 MiB on sm90) in the steps that allocate it: each case starts with
+the workspaces cleared, as a fresh process would, so a first step's first matmul allocates it and
+a steady-state step finds it made by its warm-up step. cuDNN's convolution workspaces are not in
+the trace (it follows the CPU's kernels) and show in the CNN rows' error. Predictions run in
+``--workers`` processes on the CPU while the GPU measures.
 
 Target (issue 15): every case within 3%; the worst |error| and the signed median printed.
 """

@@ -315,3 +315,22 @@ def test_cublas_workspace_follows_torchs_sizes() -> None:
     assert cublas_workspace_bytes((8, 0)) == 2 * 4096 * 1024 + 8 * 16 * 1024
     assert cublas_workspace_bytes((9, 0), ":16:8") == 128 * 1024
     assert cublas_workspace_bytes((8, 6), "garbage") == 8320 * 1024
+
+
+def test_grouped_query_attention_training_step_matches_the_cpu_allocator() -> None:
+    # 4 query heads over 2 key/value heads: the CPU's flash kernel reads the shared heads in
+    # place, forward and backward (no repeated copies of keys and values)
+    transformers = pytest.importorskip("transformers")
+    from torch_footprint.estimate.training import optimizer as make_optimizer
+    from torch_footprint.measure.measured import allocator_peak, one_step
+
+    cfg = transformers.AutoConfig.from_pretrained(LLAMA_TINY)
+    cfg.use_cache = False
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).train()
+    est = tfp.memory(model, {"input_ids": "2,32:int64"}, train=True, optimizer="adamw")
+    opt = make_optimizer("adamw")(list(model.parameters()))
+    ids = torch.zeros(2, 32, dtype=torch.int64)
+    gc.collect()
+    measured = allocator_peak(lambda: one_step(model, (), {"input_ids": ids}, opt, True))
+    assert est.peak.above_baseline == measured
