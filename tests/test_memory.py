@@ -268,3 +268,69 @@ def test_fit_provisions_the_larger_of_the_first_and_steady_steps() -> None:
     assert steady.peak_bytes == first.peak_bytes + 8 * P + 4 * TENSORS
     assert step_peak(trace).peak_bytes == steady.peak_bytes
     assert step_peak(trace, "zero1", 4).peak_bytes == rank_peak(trace, "zero1", 4, steady=True).peak_bytes
+
+
+class _TransposedHead(nn.Module):
+    """A linear layer fed a non-contiguous 3-D input (a batch-first LSTM's output, say)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(16, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x.transpose(0, 1))
+
+
+def test_linear_on_a_non_contiguous_input_adds_its_bias_in_place() -> None:
+    # ATen's linear: matmul copies the 8x4x16 input contiguous (2048 B), mm writes the 32x32
+    # output (4096 B), then output.add_(bias) in place: 6144 B at the peak, worked by hand
+    model = _TransposedHead().eval()
+    est = tfp.memory(model, "4,8,16")
+    measured = _measured_peak(model, torch.randn(4, 8, 16), train=False)
+    assert measured == 8 * 4 * 16 * 4 + 8 * 4 * 32 * 4
+    assert est.peak.above_baseline == measured
+
+
+def test_a_transformers_module_object_skips_the_mask_a_real_run_skips() -> None:
+    # positions 0..T-1 are never packed sequences: a real run builds no mask tensor
+    transformers = pytest.importorskip("transformers")
+    from torch_footprint.measure.measured import allocator_peak, one_step
+
+    cfg = transformers.AutoConfig.from_pretrained(LLAMA_TINY)
+    cfg.use_cache = False
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    est = tfp.memory(model, {"input_ids": "2,32:int64"})
+    ids = torch.zeros(2, 32, dtype=torch.int64)
+    gc.collect()
+    measured = allocator_peak(lambda: one_step(model, (), {"input_ids": ids}, None, False))
+    assert est.peak.above_baseline == measured
+
+
+def test_cublas_workspace_follows_torchs_sizes() -> None:
+    from torch_footprint.estimate.memory import cublas_workspace_bytes
+
+    # CublasHandlePool.cpp: ":4096:8" on sm90, ":4096:2:16:8" elsewhere, else CUBLAS_WORKSPACE_CONFIG
+    assert cublas_workspace_bytes((9, 0)) == 32 * 2**20
+    assert cublas_workspace_bytes((8, 0)) == 2 * 4096 * 1024 + 8 * 16 * 1024
+    assert cublas_workspace_bytes((9, 0), ":16:8") == 128 * 1024
+    assert cublas_workspace_bytes((8, 6), "garbage") == 8320 * 1024
+
+
+def test_grouped_query_attention_training_step_matches_the_cpu_allocator() -> None:
+    # 4 query heads over 2 key/value heads: the CPU's flash kernel reads the shared heads in
+    # place, forward and backward (no repeated copies of keys and values)
+    transformers = pytest.importorskip("transformers")
+    from torch_footprint.estimate.training import optimizer as make_optimizer
+    from torch_footprint.measure.measured import allocator_peak, one_step
+
+    cfg = transformers.AutoConfig.from_pretrained(LLAMA_TINY)
+    cfg.use_cache = False
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).train()
+    est = tfp.memory(model, {"input_ids": "2,32:int64"}, train=True, optimizer="adamw")
+    opt = make_optimizer("adamw")(list(model.parameters()))
+    ids = torch.zeros(2, 32, dtype=torch.int64)
+    gc.collect()
+    measured = allocator_peak(lambda: one_step(model, (), {"input_ids": ids}, opt, True))
+    assert est.peak.above_baseline == measured

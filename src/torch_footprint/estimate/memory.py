@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -18,9 +19,25 @@ from .workload import StepSpec, first_batch, trace_step
 #  - CUDA context: driver, kernels and runtime state loaded by the first CUDA call; a few
 #    hundred MiB depending on the driver, GPU and libraries (measure yours:
 #    torch.cuda.mem_get_info before and after torch.cuda.init()).
-#  - cuBLAS workspace: CUBLAS_WORKSPACE_CONFIG's default ":4096:8" is 8 x 4096 KiB.
+#  - cuBLAS workspace: see cublas_workspace_bytes (32 MiB on an H100, the default here).
 #  - the caching allocator rounds every allocation up to a multiple of 512 bytes.
-CUDA_OVERHEADS = {"cuda_context": 512 * 2**20, "cublas_workspace": 32 * 2**20}
+
+
+def cublas_workspace_bytes(capability: tuple[int, int] | None = (9, 0), config: str | None = None) -> int:
+    """The workspace PyTorch gives cuBLAS, as its CublasHandlePool.cpp sizes it: through the
+    caching allocator (so it counts in ``torch.cuda.memory_allocated``), on the first cuBLAS
+    call of each (handle, stream), kept until ``torch._C._cuda_clearCublasWorkspaces()``.
+    ``CUBLAS_WORKSPACE_CONFIG`` (``config``), ``:SIZE:COUNT`` pairs in KiB, sets it; without
+    it ``:4096:8`` (32 MiB) on compute capability 9.0 (Hopper) and ``:4096:2:16:8`` (8320 KiB)
+    elsewhere. cuBLASLt shares it (TORCH_CUBLASLT_UNIFIED_WORKSPACE is on by default)."""
+    if config:
+        pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+        if pairs:
+            return sum(int(size) * 1024 * int(count) for size, count in pairs)
+    return 4096 * 1024 * 8 if capability == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+CUDA_OVERHEADS = {"cuda_context": 512 * 2**20, "cublas_workspace": cublas_workspace_bytes()}
 ALLOCATOR_ROUNDING = {"cpu": 0, "cuda": 512}
 
 

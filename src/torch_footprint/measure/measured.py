@@ -12,10 +12,22 @@ from ..trace.step import run_step
 
 
 def one_step(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-             optimizer: torch.optim.Optimizer | None, train: bool, autocast: torch.dtype | None = None) -> None:
+             optimizer: torch.optim.Optimizer | None, train: bool, autocast: torch.dtype | None = None,
+             device_type: str = "cpu") -> None:
     """One inference (no_grad) or one training step, the very step footprint traces
     (:func:`torch_footprint.trace.step.run_step`), under autocast to ``autocast`` if given."""
-    run_step(model, args, kwargs, backward=train, optimizer=optimizer, autocast=autocast)
+    run_step(model, args, kwargs, backward=train, optimizer=optimizer, autocast=autocast, device_type=device_type)
+
+
+def cuda_peak(fn: Callable[[], Any]) -> int:
+    """Run ``fn`` on the current CUDA device and return the caching allocator's peak of
+    allocated bytes (``torch.cuda.max_memory_allocated``) above what was allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
 
 
 def allocator_peak(fn: Callable[[], Any]) -> int:

@@ -332,7 +332,7 @@ def _quiet_hf() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _hf_meta_context() -> Iterator[None]:
+def hf_meta_context() -> Iterator[None]:
     """transformers looks at position-id values to detect packed sequences, which meta
     tensors cannot answer. For token ids traced without explicit positions the positions
     are 0..T-1, never packed: answer that, as a real run would, so the causal-mask path
@@ -381,7 +381,7 @@ def build_hf(ident: str, trust_remote_code: bool = False) -> Built:
     call_kwargs = {}
     if getattr(config, "use_cache", None) is not None:
         call_kwargs["use_cache"] = False
-    return Built(model, f"hf:{ident}", "hf", inputs, notes, call_kwargs, trace_context=_hf_meta_context)
+    return Built(model, f"hf:{ident}", "hf", inputs, notes, call_kwargs, trace_context=hf_meta_context)
 
 
 # --------------------------------------------------------------------------- factories

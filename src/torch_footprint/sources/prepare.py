@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from torch import nn
 from ..dtypes import parse_dtype
 from ..errors import FootprintError
 from .inputs import InputsLike, InputSpec, cast_floating, materializer, normalize_inputs, spec_list, with_batch
-from .models import Built, resolve
+from .models import Built, hf_meta_context, resolve
 
 
 @dataclass
@@ -61,7 +62,11 @@ def prepare(model: nn.Module | str, inputs: InputsLike = None, *, dtype: str | t
     if isinstance(model, str):
         built = resolve(model, weights=weights, trust_remote_code=trust_remote_code)
     elif isinstance(model, nn.Module):
-        built = Built(model, type(model).__name__, "module")
+        # a transformers model passed as a module needs what one built from its name gets:
+        # its packed-sequence check answered (else the trace builds a mask a real run skips)
+        hf = type(model).__module__.startswith("transformers.")
+        built = Built(model, type(model).__name__, "module",
+                      trace_context=hf_meta_context if hf else contextlib.nullcontext)
     else:
         raise FootprintError(f"expected a model name or an nn.Module, got {type(model).__name__}")
     if not pos and not kw:

@@ -82,6 +82,14 @@ class CpuKernels:
     the span of a trace (nn.MultiheadAttention, transformers and timm all call it through
     that name), and puts the original back on exit.
 
+    It also swaps ``torch.nn.functional.linear`` for the one case where ATen's own linear
+    allocates differently under a dispatch mode: a bias and an input it cannot flatten
+    (not contiguous, not 2-D; an LSTM's batch-first output). ATen runs ``matmul`` and then
+    ``output.add_(bias)`` in place, but ``isTensorSubclassLike`` is true whenever a
+    dispatch mode is on, so under the trace's mode it takes its composite-compliant
+    branch, ``at::add(output, bias)``: a second output as large as the first, alive with
+    it. The swap does what the real kernel does (a matmul, then the in-place add).
+
     It also hands ``host_tensor`` the CPU tensors made outside the dispatcher that the CPU
     allocator records: ``torch.get_rng_state()``'s copy of the generator (5056 bytes), which
     activation checkpointing keeps per checkpointed call until its backward and takes again
@@ -92,6 +100,7 @@ class CpuKernels:
                  host_tensor: Callable[[str, torch.Tensor], None] | None = None) -> None:
         self._saved: Any = None
         self._saved_rng: Any = None
+        self._saved_linear: Any = None
         self.reroute = reroute  # send meta-tensor calls to the CPU's fused kernel
         self.host_tensor = host_tensor
 
@@ -116,10 +125,9 @@ class CpuKernels:
                 return original(*args, **kwargs)
             eligible = cpu_flash_eligible(q, k, v, a)
             if self.reroute and q.device.type == "meta" and eligible:
-                if k.shape[1] not in (1, q.shape[1]):  # grouped-query attention: heads repeated for the kernel
-                    rep = q.shape[1] // k.shape[1]
-                    k = k.repeat_interleave(rep, dim=1)
-                    v = v.repeat_interleave(rep, dim=1)
+                # grouped-query attention: the CPU kernel reads each key/value head for its group of
+                # query heads as it is (the allocator shows no repeated copy, and its backward's key
+                # and value gradients have the key/value heads' size)
                 out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                     q, k, v, float(a.get("dropout_p", 0.0) or 0.0), bool(a.get("is_causal", False)),
                     attn_mask=a.get("attn_mask"), scale=a.get("scale"),
@@ -130,11 +138,27 @@ class CpuKernels:
             return original(*args, **kwargs)
 
         F.scaled_dot_product_attention = sdpa
+        self._saved_linear = F.linear
+        F.linear = _in_place_bias(self._saved_linear)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         F.scaled_dot_product_attention = self._saved
         torch.get_rng_state = self._saved_rng
+        F.linear = self._saved_linear
+
+
+def _in_place_bias(original: Any) -> Any:
+    """``F.linear`` that adds the bias in place where ATen's linear does outside a dispatch
+    mode (see :class:`CpuKernels`): its input neither 2-D (addmm) nor contiguous (flattened
+    into addmm)."""
+
+    def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if bias is None or input.dim() == 2 or input.is_contiguous():
+            return original(input, weight, bias)
+        return torch.matmul(input, weight.t()).add_(bias)
+
+    return linear
 
 
 # --------------------------------------------------------------------------- kernel scratch
