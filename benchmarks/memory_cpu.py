@@ -231,6 +231,31 @@ def run_case(case: Case) -> tuple[int, int, float]:
     return pred, measure(case), seconds
 
 
+def cublas_in_step(case: Case, matmuls: bool, workspace: int) -> int:
+    """cuBLAS workspace bytes a case's measured step allocates: none in a steady-state step (its
+    warm-up step made them) or without a matmul; else one for the forward's thread and, in a
+    training step, one more for autograd's backward thread (estimate.memory.overheads_for)."""
+    if not matmuls or case.steady:
+        return 0
+    return workspace * (2 if case.optimizer is not None else 1)
+
+
+def reprice(path: Path) -> list[dict[str, Any]]:
+    """The rows of a saved ``--device cuda`` run (``--out``) with the workspaces counted as
+    cublas_in_step counts them now: the measured peaks and the traced ones as they were."""
+    saved = json.loads(path.read_text())
+    if saved.get("device") != "cuda":
+        raise SystemExit(f"{path}: not a --device cuda run")
+    rows = []
+    for r in saved["rows"]:
+        case = next(c for c in CASES if c.name == r["case"])
+        # a saved row holds one workspace where its step has a matmul and is not steady, else none
+        ws = cublas_in_step(case, True, r["cublas_workspace"]) if r["cublas_workspace"] else 0
+        rows.append({**r, "cublas_workspace": ws, "predicted": r["traced"] + ws,
+                     "error": (r["traced"] + ws - r["measured"]) / r["measured"]})
+    return rows
+
+
 def _predict_job(name: str) -> tuple[str, int, float, bool]:
     case = next(c for c in CASES if c.name == name)
     torch.set_num_threads(1)
@@ -250,7 +275,7 @@ def cuda_rows(chosen: list[Case], workers: int) -> list[dict[str, Any]]:
         measured = {c.name: measure(c, "cuda") for c in chosen}
         for case, fut in zip(chosen, futures, strict=True):
             _, traced, seconds, matmuls = fut.result()
-            blas = workspace if matmuls and not case.steady else 0
+            blas = cublas_in_step(case, matmuls, workspace)
             rows.append({"case": case.name, "arch": MODELS[case.model][0], "traced": traced,
                          "cublas_workspace": blas, "predicted": traced + blas, "measured": measured[case.name],
                          "seconds_to_predict": seconds})
@@ -288,7 +313,17 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                     help="processes that predict while the GPU measures (--device cuda)")
     ap.add_argument("--out", type=Path, help="also write the rows and the summary as JSON here")
+    ap.add_argument("--reprice", type=Path, metavar="JSON",
+                    help="re-count the cuBLAS workspaces of a saved --device cuda run (no GPU needed)")
     args = ap.parse_args()
+    if args.reprice:
+        rows = reprice(args.reprice)
+        print(f"{args.reprice} re-priced: the measured and traced peaks as saved, the cuBLAS workspaces as "
+              "cublas_in_step counts them now")
+        print(_table(rows, "cuda"))
+        print()
+        print(summary(rows))
+        return
     if args.list:
         for c in CASES:
             print(f"{c.name:44s} {MODELS[c.model][0]}")

@@ -334,3 +334,16 @@ def test_grouped_query_attention_training_step_matches_the_cpu_allocator() -> No
     gc.collect()
     measured = allocator_peak(lambda: one_step(model, (), {"input_ids": ids}, opt, True))
     assert est.peak.above_baseline == measured
+
+
+def test_a_cuda_training_step_holds_a_second_cublas_workspace_for_the_backward_thread() -> None:
+    # cuBLAS handles are per thread and workspaces per (handle, stream) in torch's
+    # CublasHandlePool.cpp; autograd runs a CUDA backward on its own thread, so a training
+    # step holds two: 2 x 4096 KiB x 8 = 64 MiB on an H100 (measured there: llama-tiny AdamW
+    # 66.51 MiB = 2.05 traced + 64.00 + 0.46, benchmarks/results/memory-cuda-h100.txt)
+    net = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    train = tfp.memory(net, "8,16", train=True, optimizer="sgd", device="cuda")
+    infer = tfp.memory(net, "8,16", device="cuda")
+    assert train.overheads["cublas_workspace"] == 32 * 2**20
+    assert train.overheads["cublas_workspace (backward thread)"] == 32 * 2**20
+    assert "cublas_workspace (backward thread)" not in infer.overheads

@@ -126,9 +126,17 @@ class MemoryEstimate:
         return d
 
 
-def overheads_for(device: str, n_allocations: int, rounding_bytes: int) -> dict[str, int]:
+def overheads_for(device: str, n_allocations: int, rounding_bytes: int, backward: bool = False) -> dict[str, int]:
+    """Memory a step on ``device`` holds beyond its tensors. On CUDA: the context, cuBLAS's
+    workspace, a second one where the step has a backward (cuBLAS handles are per thread,
+    torch's DeviceThreadHandlePool, and workspaces per handle and stream, CublasHandlePool.cpp;
+    autograd runs a CUDA backward on its own device thread: measured on an H100, a training
+    step's peak holds two 32 MiB workspaces, benchmarks/results/memory-cuda-h100.txt), and
+    the allocator's rounding."""
     if device == "cuda":
         out = dict(CUDA_OVERHEADS)
+        if backward:
+            out["cublas_workspace (backward thread)"] = CUDA_OVERHEADS["cublas_workspace"]
         out["allocator_rounding (upper bound)"] = n_allocations * (rounding_bytes - 1) if rounding_bytes else 0
         return out
     return {}
@@ -277,7 +285,7 @@ def memory_of(trace: Trace, spec: StepSpec, notes: list[str], *, peak: MemoryPea
     if peak is None:
         peak = replay(trace, keep_timeline=True)
         steady = replay(trace, keep_timeline=True, steady=True) if trace.tags.get("optimizer") else None
-    fixed = overheads_for(device, allocation_count(trace), ALLOCATOR_ROUNDING[device])
+    fixed = overheads_for(device, allocation_count(trace), ALLOCATOR_ROUNDING[device], has_backward(trace))
     for name, value in (overheads or {}).items():
         fixed[name] = parse_bytes(value)
     kept = {k: v for k, v in fixed.items() if v}
@@ -285,6 +293,11 @@ def memory_of(trace: Trace, spec: StepSpec, notes: list[str], *, peak: MemoryPea
                     inputs=trace.inputs, model=trace.model)
     return MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes,
                           steady=steady)
+
+
+def has_backward(trace: Trace) -> bool:
+    """Whether the traced step runs a backward."""
+    return any(e.phase == "backward" for e in trace.events)
 
 
 def allocation_count(trace: Trace) -> int:

@@ -190,9 +190,9 @@ def affine_largest(batches: list[int], peaks: list[int], room: float) -> int | N
     return b if b >= 1 else 0
 
 
-def fixed_overheads(acc: Accelerator, n_allocations: int) -> dict[str, int]:
+def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False) -> dict[str, int]:
     device = "cuda" if acc.kind == "gpu" else "cpu"
-    return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device])
+    return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device], backward)
 
 
 def arithmetic(dtype: str | None, precision: str | None) -> str:
@@ -280,7 +280,7 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
 
     out_rows: list[FitRow] = []
     for acc in rows_db:
-        fixed = sum(fixed_overheads(acc, n_allocs).values())
+        fixed = sum(fixed_overheads(acc, n_allocs, spec.train).values())
         cap = acc.memory_bytes
         need = math.ceil((peaks[b1].peak_bytes + fixed) / utilisation)
         room = cap * utilisation - fixed
