@@ -31,11 +31,20 @@ from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key
 from . import contention
 from .timer import CpuClock, CudaClock, measure
 
+# The per-operator figures are host time, which swings with the host's clock: two H100
+# calibrations minutes apart measured 14.1 and 18.0 us from 7 calls each after one warm-up
+# (benchmarks/results/gpu-validate-h100-4.json, llm-measure-h100-4.txt). They are timed
+# over a few warm-up calls and at least this long.
+OVERHEAD_SECONDS = 0.5
+OVERHEAD_WARMUP = 5
 
-def _time(fn: Callable[[], Any], device: str, reps: int) -> float:
-    """Median seconds per call of ``fn`` after one warm-up call (CUDA events on a GPU)."""
+
+def _time(fn: Callable[[], Any], device: str, reps: int, min_seconds: float = 0.0, warmup: int = 1) -> float:
+    """Median seconds per call of ``fn`` after ``warmup`` calls (CUDA events on a GPU), over at
+    least ``reps`` calls and ``min_seconds``."""
     clock = CudaClock() if device == "cuda" else CpuClock()
-    return measure(fn, clock, min_reps=reps, max_reps=10 * reps, min_seconds=0.0, warmup=1).median
+    return measure(fn, clock, min_reps=reps, max_reps=max(10 * reps, 1000), min_seconds=min_seconds,
+                   warmup=warmup).median
 
 
 def _matmul(device: str, name: str, n: int, reps: int) -> float | None:
@@ -138,7 +147,7 @@ def _view_overhead(device: str) -> float:
             x.unsqueeze(0)
             x.expand(2, 8, 64)
 
-    return _time(run, device, 7) / calls
+    return _time(run, device, 7, OVERHEAD_SECONDS, OVERHEAD_WARMUP) / calls
 
 
 def _overhead(device: str, view_s: float = 0.0) -> float:
@@ -156,7 +165,7 @@ def _overhead(device: str, view_s: float = 0.0) -> float:
             for _ in range(10):
                 model(x)
 
-    return max(_time(run, device, 7) / 10 - blocks * view_s, 0.0) / (2 * blocks)
+    return max(_time(run, device, 7, OVERHEAD_SECONDS, OVERHEAD_WARMUP) / 10 - blocks * view_s, 0.0) / (2 * blocks)
 
 
 def calibrate(device: str = "cpu", quick: bool = False,
