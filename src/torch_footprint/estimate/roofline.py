@@ -42,6 +42,7 @@ from ..dtypes import RATE_KEYS, rate_key
 from ..errors import FootprintError
 from ..hardware.db import Accelerator
 from ..trace.records import Trace
+from .kernels import LAYOUTS, batch_norm_pass_bytes, is_state_init, layout_transpose_bytes
 
 EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
 MATVEC_ROWS = 4  # matmuls of this few rows read their matrix at the calibrated matvec bandwidth
@@ -160,19 +161,22 @@ class OpTime:
     compute_s: float
     memory_s: float
     overhead_s: float
+    # kernels the operator runs besides its own, one after another (an NCHW convolution's
+    # layout transposes, estimate/kernels.py): memory traffic that does not overlap its work
+    kernels_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.overhead_s
+        return max(self.compute_s, self.memory_s) + self.kernels_s + self.overhead_s
 
     @property
     def bound(self) -> str:
         if self.kind == "view":
             return "overhead" if self.overhead_s else "none"
-        top = max(self.compute_s, self.memory_s)
+        top = max(self.compute_s, self.memory_s + self.kernels_s)
         if self.overhead_s > top:
             return "overhead"
-        return "compute" if self.compute_s >= self.memory_s else "memory"
+        return "compute" if self.compute_s >= self.memory_s + self.kernels_s else "memory"
 
 
 @dataclass
@@ -236,7 +240,7 @@ class Prediction:
                     m = acc[a] = ModuleTime(a, 0.0, 0.0, 0.0, 0.0, 0)
                 m.time_s += o.time_s
                 m.compute_s += o.compute_s
-                m.memory_s += o.memory_s
+                m.memory_s += o.memory_s + o.kernels_s
                 m.overhead_s += o.overhead_s
                 m.ops += 1
         return list(acc.values())
@@ -309,14 +313,22 @@ def _dtype_key(names: list[str]) -> str:
 
 def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
                      efficiency: Mapping[str, float] | None = None, overhead_s: float | None = None,
-                     calibrated: bool = True, compute_dtype: str | None = None) -> Prediction:
+                     calibrated: bool = True, compute_dtype: str | None = None,
+                     layout: str = "nchw") -> Prediction:
     """Roofline time of every operator of ``trace`` on ``acc`` (see the module docstring).
 
     ``compute_dtype`` ("fp16", "bf16", ...) times floating-point matrix work at that dtype's
-    rate whatever dtype it was traced in (bytes stay as traced).
+    rate whatever dtype it was traced in (bytes stay as traced). ``layout``: the memory
+    layout of the model's 4-d activations, "nchw" (PyTorch's default) or "nhwc"
+    (``channels_last``). On GPUs the kernels' own traffic is added (:mod:`.kernels`): the
+    transposes around tensor-core convolutions in NCHW, batch norm's second pass in
+    training; and an optimizer's first-step state creation is left out of a step's time.
     """
     if compute_dtype is not None and compute_dtype not in RATE_KEYS:
         raise FootprintError(f"unknown dtype '{compute_dtype}': use fp32, tf32, fp16, bf16, fp8 or int8")
+    layout = layout.lower().replace("channels_last", "nhwc").replace("channels-last", "nhwc")
+    if layout not in LAYOUTS:
+        raise FootprintError(f"unknown layout '{layout}': use {' or '.join(LAYOUTS)} (channels_last)")
     c = ceilings(acc, efficiency, overhead_s, calibrated)
     notes: list[str] = []
     missing: set[str] = set()
@@ -326,6 +338,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     # PyTorch's default (cudnn.allow_tf32) sends fp32 convolutions to TF32 on NVIDIA GPUs; ROCm
     # keeps fp32 unless asked (tf32=True)
     conv_tf32 = tf32 if tf32 is not None else acc.vendor == "nvidia"
+    gpu = acc.kind == "gpu"
+    training = bool(trace.settings.get("training")) and bool(trace.settings.get("backward"))
     total_flops = 0
     for i, e in enumerate(trace.events):
         dkey = _dtype_key(e.out_dtypes)
@@ -334,6 +348,11 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         if e.kind == "view":  # no kernel; an eager device still pays the dispatcher (calibrated)
             ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0, c.view_overhead))
             continue
+        if training and is_state_init(e):  # made in the first step only: not a step's time
+            ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0, 0.0))
+            continue
+        extra = 0  # bytes the operator's own kernels move beyond the traced ones
+        transposes = 0  # bytes of separate kernels around it
         compute = 0.0
         bandwidth = c.bandwidth
         if e.flops:
@@ -343,6 +362,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 key = compute_dtype if compute_dtype and dkey in ("fp32", "fp16", "bf16") else dkey
                 if key == "fp32" and has_tf32 and (conv_tf32 if is_conv else bool(tf32)):
                     key = "tf32"
+                if gpu and acc.vendor == "nvidia":
+                    transposes = layout_transpose_bytes(e, key, layout)
                 rate = rates.get(key) or c.matrix.get(key)
                 if key == "fp32" and e.out_shapes and (c.conv_by_k if is_conv else c.matmul_by_k):
                     outs = sum(math.prod(s) for s in e.out_shapes)
@@ -362,8 +383,11 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops
             else:
                 compute = e.flops / c.vector
-        memory = nbytes / bandwidth
-        ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, c.overhead))
+        if gpu:
+            extra += batch_norm_pass_bytes(e, training)
+        memory = (nbytes + extra) / bandwidth
+        ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, c.overhead,
+                          transposes / c.bandwidth))
     for key in sorted(missing):
         notes.append(f"{acc.name} has no published {key} rate: its fp32 rate is used for {key} matrix work")
     unknown = {e.op for e in trace.events if e.kind == "unknown"}
