@@ -11,6 +11,11 @@ For every operator of the trace::
   (``torch.backends.cuda.matmul.allow_tf32`` defaults to False); on ROCm neither does.
   ``tf32=True/False`` sets both.
 * bytes: what the operator reads plus what it writes (from the trace).
+* kernels beyond the operator's own, on GPUs (``estimate/kernels.py``, each with its
+  source): the NCHW<->NHWC transposes around tensor-core convolutions when the tensors are
+  NCHW (``layout="nchw"``, PyTorch's default; ``"nhwc"`` for channels-last), a batch norm's
+  second pass over its tensors in training (and PyTorch's slower NCHW kernels for bf16), and
+  no time for the optimizer state that only the first step creates.
 * overhead: one kernel launch per operator (views launch nothing; on a calibrated CPU a
   view costs its measured dispatch time, which runs in line with the kernels there).
 * ceilings: the datasheet peak times an achievable fraction (below), unless
@@ -42,7 +47,13 @@ from ..dtypes import RATE_KEYS, rate_key
 from ..errors import FootprintError
 from ..hardware.db import Accelerator
 from ..trace.records import Trace
-from .kernels import LAYOUTS, batch_norm_pass_bytes, is_state_init, layout_transpose_bytes
+from .kernels import (
+    LAYOUTS,
+    batch_norm_layout_factor,
+    batch_norm_pass_bytes,
+    is_state_init,
+    layout_transpose_bytes,
+)
 
 EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
 MATVEC_ROWS = 4  # matmuls of this few rows read their matrix at the calibrated matvec bandwidth
@@ -383,9 +394,12 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops
             else:
                 compute = e.flops / c.vector
+        slowdown = 1.0
         if gpu:
             extra += batch_norm_pass_bytes(e, training)
-        memory = (nbytes + extra) / bandwidth
+            if acc.vendor == "nvidia":
+                slowdown = batch_norm_layout_factor(e, training, layout)
+        memory = (nbytes + extra) / bandwidth * slowdown
         ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, c.overhead,
                           transposes / c.bandwidth))
     for key in sorted(missing):
