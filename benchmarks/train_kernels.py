@@ -155,7 +155,8 @@ def predict(case: Case, row: Any) -> dict[str, Any]:
     from torch_footprint.estimate.roofline import estimate_latency
     from torch_footprint.estimate.workload import StepSpec, trace_step
 
-    trace = trace_step(case.model, None, StepSpec(train=True, optimizer="momentum", precision=case.precision),
+    # torch.optim.SGD runs foreach (multi-tensor) kernels on CUDA by default
+    trace = trace_step(case.model, None, StepSpec(train=True, optimizer="momentum-foreach", precision=case.precision),
                        batch=case.batch)[0]
     pred = estimate_latency(trace, row, layout="nhwc" if case.channels_last else "nchw")
     by_class = dict.fromkeys(CLASSES, 0.0)

@@ -11,7 +11,8 @@ layout: samples per second = batch / step time.
 Sources (each figure copied as printed):
   [DLE-RN50] NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5, "Training performance
         results" (pytorch-21.03 NGC container, DALI data loading, 1 GPU, SGD with momentum;
-        AMP runs channels-last, TF32/FP32 runs NCHW; batch 256 per the launcher's configs),
+        AMP runs channels-last, TF32/FP32 runs NCHW; the table prints no batch size: 256 is
+        assumed, the launcher's DGXA100 and DGX1V configurations),
         https://github.com/NVIDIA/DeepLearningExamples/blob/291f0d02e815b148fa5c2b81bf07aa3552142895/PyTorch/Classification/ConvNets/resnet50v1.5/README.md
   [SKB] sandeepkumar-skb/pytorch_experiments, torchvision_exp/README.md: torchvision
         ResNet50 training on a Tesla V100-SXM2 at batch 128, synthetic data, iteration time

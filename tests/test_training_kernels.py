@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 from torch import nn
 
 import torch_footprint as tfp
+from torch_footprint.cli import main
 from torch_footprint.errors import FootprintError
 from torch_footprint.estimate.roofline import estimate_latency as predict
 from torch_footprint.estimate.workload import StepSpec, trace_step
@@ -121,3 +123,18 @@ def test_an_unknown_layout_is_refused():
     trace = tfp.profile(nn.Conv2d(3, 4, 3), "1,3,8,8").trace
     with pytest.raises(FootprintError, match="layout"):
         predict(trace, CARD, layout="nhcw")
+
+
+def test_channels_last_from_the_api_and_the_command_line(tmp_path, capsys):
+    # a half-precision ResNet-18 in NCHW pays its transposes; channels-last does not
+    nchw = tfp.predict("resnet18", "a100-sxm-80gb", batch=2, dtype="fp16")
+    nhwc = tfp.predict("resnet18", "a100-sxm-80gb", batch=2, dtype="fp16", layout="nhwc")
+    paid = sum(o.kernels_s for o in nchw.ops)
+    assert paid > 0 and sum(o.kernels_s for o in nhwc.ops) == 0
+    assert nchw.time_s == pytest.approx(nhwc.time_s + paid)
+    out = tmp_path / "p.json"
+    assert main(["predict", "resnet18", "--gpu", "a100-sxm-80gb", "--batch", "2", "--dtype", "fp16",
+                 "--channels-last", "--json", str(out)]) == 0
+    capsys.readouterr()
+    doc = json.loads(out.read_text())
+    assert doc["time_s"] == pytest.approx(nhwc.time_s)
