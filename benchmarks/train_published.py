@@ -36,7 +36,7 @@ Sources (each figure copied as printed):
 Below the table, not counted: ResNet-50 steps measured on our own H100 SXM (torch 2.11,
 cuDNN 9; benchmarks/results/train-kernels-h100-resnet50.txt: synthetic data, SGD with
 momentum, foreach as torch's default on CUDA), whose kernel profile sourced the mechanisms
-of estimate/kernels.py.
+of estimate/gpu_kernels.py.
 
 footprint does not see the data loader nor the fused kernels of NVIDIA's BERT (apex
 LayerNorm, fused bias-GeLU); what remains of the error is printed, not tuned away.

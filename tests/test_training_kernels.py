@@ -1,4 +1,4 @@
-"""The kernels a GPU runs beyond the traced operators (estimate/kernels.py), worked by hand."""
+"""The kernels a GPU runs beyond the traced operators (estimate/gpu_kernels.py), worked by hand."""
 
 from __future__ import annotations
 

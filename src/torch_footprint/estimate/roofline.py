@@ -11,7 +11,7 @@ For every operator of the trace::
   (``torch.backends.cuda.matmul.allow_tf32`` defaults to False); on ROCm neither does.
   ``tf32=True/False`` sets both.
 * bytes: what the operator reads plus what it writes (from the trace).
-* kernels beyond the operator's own, on GPUs (``estimate/kernels.py``, each with its
+* kernels beyond the operator's own, on GPUs (``estimate/gpu_kernels.py``, each with its
   source): the NCHW<->NHWC transposes around tensor-core convolutions when the tensors are
   NCHW (``layout="nchw"``, PyTorch's default; ``"nhwc"`` for channels-last), a batch norm's
   second pass over its tensors in training (and PyTorch's slower NCHW kernels for bf16), and
@@ -47,7 +47,7 @@ from ..dtypes import RATE_KEYS, rate_key
 from ..errors import FootprintError
 from ..hardware.db import Accelerator
 from ..trace.records import Trace
-from .kernels import (
+from .gpu_kernels import (
     LAYOUTS,
     batch_norm_layout_factor,
     batch_norm_pass_bytes,
@@ -173,7 +173,7 @@ class OpTime:
     memory_s: float
     overhead_s: float
     # kernels the operator runs besides its own, one after another (an NCHW convolution's
-    # layout transposes, estimate/kernels.py): memory traffic that does not overlap its work
+    # layout transposes, estimate/gpu_kernels.py): memory traffic that does not overlap its work
     kernels_s: float = 0.0
 
     @property
@@ -331,7 +331,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     ``compute_dtype`` ("fp16", "bf16", ...) times floating-point matrix work at that dtype's
     rate whatever dtype it was traced in (bytes stay as traced). ``layout``: the memory
     layout of the model's 4-d activations, "nchw" (PyTorch's default) or "nhwc"
-    (``channels_last``). On GPUs the kernels' own traffic is added (:mod:`.kernels`): the
+    (``channels_last``). On GPUs the kernels' own traffic is added (:mod:`.gpu_kernels`): the
     transposes around tensor-core convolutions in NCHW, batch norm's second pass in
     training; and an optimizer's first-step state creation is left out of a step's time.
     """
