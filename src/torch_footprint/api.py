@@ -161,15 +161,16 @@ def predict(model: Profile | nn.Module | str, gpu: Any, inputs: InputsLike = Non
             precision: str | None = None, batch: int | None = None, train: bool = False,
             optimizer: str | None = None, checkpointing: bool = False, tf32: bool | None = None,
             efficiency: Mapping[str, float] | None = None, hardware: str | None = None,
-            weights: str | None = None, trust_remote_code: bool = False) -> Any:
+            weights: str | None = None, trust_remote_code: bool = False, layout: str = "nchw") -> Any:
     """Roofline latency of one forward (``train``: one training step with SGD) on accelerator ``gpu``.
 
     ``model`` is a :class:`Profile` (its trace is used as it is) or a model as for
     :func:`profile`. ``gpu`` is an id or name from ``footprint gpus`` or an
     :class:`~torch_footprint.hardware.Accelerator`. With a model, ``dtype`` (inference) or
     ``precision`` (training) casts weights and inputs before tracing; with a Profile
-    ``dtype`` only sets the rate of the matrix work (bytes stay as traced). Returns a
-    :class:`~torch_footprint.estimate.roofline.Prediction`.
+    ``dtype`` only sets the rate of the matrix work (bytes stay as traced). ``layout``: "nchw"
+    (PyTorch's default) or "nhwc" (``channels_last``), the memory layout of 4-d activations.
+    Returns a :class:`~torch_footprint.estimate.roofline.Prediction`.
     """
     from .estimate.recommend import arithmetic
     from .estimate.roofline import estimate_latency
@@ -184,10 +185,11 @@ def predict(model: Profile | nn.Module | str, gpu: Any, inputs: InputsLike = Non
     if isinstance(model, Profile):
         if batch is not None or inputs is not None:
             raise FootprintError("a Profile was traced already: its batch and inputs cannot change")
-        return estimate_latency(model.trace, acc, tf32=tf32, efficiency=efficiency, compute_dtype=dtype or precision)
+        return estimate_latency(model.trace, acc, tf32=tf32, efficiency=efficiency, compute_dtype=dtype or precision,
+                                layout=layout)
     spec = StepSpec(train=train, optimizer="sgd" if train else None, precision=prec)
     trace, _ = trace_step(model, inputs, spec, batch=batch, weights=weights, trust_remote_code=trust_remote_code)
-    return estimate_latency(trace, acc, tf32=tf32, efficiency=efficiency)
+    return estimate_latency(trace, acc, tf32=tf32, efficiency=efficiency, layout=layout)
 
 
 def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None = None, train: bool = False,

@@ -185,6 +185,9 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--gpu", required=True, metavar="ID", help="accelerator id or name (see `footprint gpus`)")
     pr.add_argument("--depth", type=int, default=1, help="module tree depth to show (default 1)")
     pr.add_argument("--top", type=int, default=10, help="how many of the slowest operators to list")
+    pr.add_argument("--channels-last", action="store_true",
+                    help="4-d activations in channels-last (NHWC) memory: no NCHW<->NHWC transposes around "
+                         "tensor-core convolutions (default: NCHW, PyTorch's)")
     _output_args(pr, "also write the prediction, with every operator, as JSON")
 
     cal = sub.add_parser("calibrate", help="measure this machine's matmul FLOP/s, copy bandwidth and call overhead")
@@ -362,7 +365,8 @@ def _predict(args: argparse.Namespace) -> int:
                            batch=args.batch, train=args.train, optimizer=args.optimizer,
                            checkpointing=args.checkpointing, tf32=_tf32(args.tf32),
                            efficiency=_efficiency(args.efficiency), hardware=args.hardware, weights=args.weights,
-                           trust_remote_code=args.trust_remote_code)
+                           trust_remote_code=args.trust_remote_code,
+                           layout="nhwc" if args.channels_last else "nchw")
     render_prediction(pred, depth=args.depth, top=args.top)
     _write(args, pred.to_dict(ops=True))
     return 0

@@ -11,6 +11,11 @@ For every operator of the trace::
   (``torch.backends.cuda.matmul.allow_tf32`` defaults to False); on ROCm neither does.
   ``tf32=True/False`` sets both.
 * bytes: what the operator reads plus what it writes (from the trace).
+* kernels beyond the operator's own, on GPUs (``estimate/gpu_kernels.py``, each with its
+  source): the NCHW<->NHWC transposes around tensor-core convolutions when the tensors are
+  NCHW (``layout="nchw"``, PyTorch's default; ``"nhwc"`` for channels-last), a batch norm's
+  second pass over its tensors in training (and PyTorch's slower NCHW kernels for bf16), and
+  no time for the optimizer state that only the first step creates.
 * overhead: the host's time to dispatch the operator (views launch nothing, but on a
   calibrated device a view costs its measured dispatch time).
 * host and device: a CPU runs the dispatch and the kernel in line, so a run takes the sum of
@@ -57,6 +62,13 @@ from ..dtypes import RATE_KEYS, rate_key
 from ..errors import FootprintError
 from ..hardware.db import Accelerator
 from ..trace.records import Trace
+from .gpu_kernels import (
+    LAYOUTS,
+    batch_norm_layout_factor,
+    batch_norm_pass_bytes,
+    is_state_init,
+    layout_transpose_bytes,
+)
 
 EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
 MATVEC_ROWS = 4  # matmuls of this few rows read their matrix at the calibrated matvec bandwidth
@@ -175,19 +187,22 @@ class OpTime:
     compute_s: float
     memory_s: float
     overhead_s: float
+    # kernels the operator runs besides its own, one after another (an NCHW convolution's
+    # layout transposes, estimate/gpu_kernels.py): memory traffic that does not overlap its work
+    kernels_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.overhead_s
+        return max(self.compute_s, self.memory_s) + self.kernels_s + self.overhead_s
 
     @property
     def bound(self) -> str:
         if self.kind == "view":
             return "overhead" if self.overhead_s else "none"
-        top = max(self.compute_s, self.memory_s)
+        top = max(self.compute_s, self.memory_s + self.kernels_s)
         if self.overhead_s > top:
             return "overhead"
-        return "compute" if self.compute_s >= self.memory_s else "memory"
+        return "compute" if self.compute_s >= self.memory_s + self.kernels_s else "memory"
 
 
 @dataclass
@@ -230,7 +245,7 @@ class Prediction:
         for o in self.ops:
             host += o.overhead_s
             if o.kind != "view":
-                device = max(device, host) + max(o.compute_s, o.memory_s)
+                device = max(device, host) + max(o.compute_s, o.memory_s) + o.kernels_s
             end = max(host, device)
             out.append(end - done)
             done = end
@@ -272,7 +287,7 @@ class Prediction:
                     m = acc[a] = ModuleTime(a, 0.0, 0.0, 0.0, 0.0, 0)
                 m.time_s += t
                 m.compute_s += o.compute_s
-                m.memory_s += o.memory_s
+                m.memory_s += o.memory_s + o.kernels_s
                 m.overhead_s += o.overhead_s
                 m.ops += 1
         return list(acc.values())
@@ -346,14 +361,22 @@ def _dtype_key(names: list[str]) -> str:
 
 def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
                      efficiency: Mapping[str, float] | None = None, overhead_s: float | None = None,
-                     calibrated: bool = True, compute_dtype: str | None = None) -> Prediction:
+                     calibrated: bool = True, compute_dtype: str | None = None,
+                     layout: str = "nchw") -> Prediction:
     """Roofline time of every operator of ``trace`` on ``acc`` (see the module docstring).
 
     ``compute_dtype`` ("fp16", "bf16", ...) times floating-point matrix work at that dtype's
-    rate whatever dtype it was traced in (bytes stay as traced).
+    rate whatever dtype it was traced in (bytes stay as traced). ``layout``: the memory
+    layout of the model's 4-d activations, "nchw" (PyTorch's default) or "nhwc"
+    (``channels_last``). On GPUs the kernels' own traffic is added (:mod:`.gpu_kernels`): the
+    transposes around tensor-core convolutions in NCHW, batch norm's second pass in
+    training; and an optimizer's first-step state creation is left out of a step's time.
     """
     if compute_dtype is not None and compute_dtype not in RATE_KEYS:
         raise FootprintError(f"unknown dtype '{compute_dtype}': use fp32, tf32, fp16, bf16, fp8 or int8")
+    layout = layout.lower().replace("channels_last", "nhwc").replace("channels-last", "nhwc")
+    if layout not in LAYOUTS:
+        raise FootprintError(f"unknown layout '{layout}': use {' or '.join(LAYOUTS)} (channels_last)")
     c = ceilings(acc, efficiency, overhead_s, calibrated)
     notes: list[str] = []
     missing: set[str] = set()
@@ -363,6 +386,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     # PyTorch's default (cudnn.allow_tf32) sends fp32 convolutions to TF32 on NVIDIA GPUs; ROCm
     # keeps fp32 unless asked (tf32=True)
     conv_tf32 = tf32 if tf32 is not None else acc.vendor == "nvidia"
+    gpu = acc.kind == "gpu"
+    training = bool(trace.settings.get("training")) and bool(trace.settings.get("backward"))
     total_flops = 0
     for i, e in enumerate(trace.events):
         dkey = _dtype_key(e.out_dtypes)
@@ -371,6 +396,11 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         if e.kind == "view":  # no kernel; an eager device still pays the dispatcher (calibrated)
             ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0, c.view_overhead))
             continue
+        if training and is_state_init(e):  # made in the first step only: not a step's time
+            ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0, 0.0))
+            continue
+        extra = 0  # bytes the operator's own kernels move beyond the traced ones
+        transposes = 0  # bytes of separate kernels around it
         compute = 0.0
         bandwidth = c.bandwidth
         if e.flops:
@@ -380,6 +410,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 key = compute_dtype if compute_dtype and dkey in ("fp32", "fp16", "bf16") else dkey
                 if key == "fp32" and has_tf32 and (conv_tf32 if is_conv else bool(tf32)):
                     key = "tf32"
+                if gpu and acc.vendor == "nvidia":
+                    transposes = layout_transpose_bytes(e, key, layout)
                 rate = rates.get(key) or c.matrix.get(key)
                 if key == "fp32" and e.out_shapes and (c.conv_by_k if is_conv else c.matmul_by_k):
                     outs = sum(math.prod(s) for s in e.out_shapes)
@@ -399,8 +431,14 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops
             else:
                 compute = e.flops / c.vector
-        memory = nbytes / bandwidth
-        ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, c.overhead))
+        slowdown = 1.0
+        if gpu:
+            extra += batch_norm_pass_bytes(e, training)
+            if acc.vendor == "nvidia":
+                slowdown = batch_norm_layout_factor(e, training, layout)
+        memory = (nbytes + extra) / bandwidth * slowdown
+        ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, c.overhead,
+                          transposes / c.bandwidth))
     for key in sorted(missing):
         notes.append(f"{acc.name} has no published {key} rate: its fp32 rate is used for {key} matrix work")
     unknown = {e.op for e in trace.events if e.kind == "unknown"}

@@ -1,0 +1,140 @@
+"""What a GPU's kernels do beyond the operator the trace records: extra memory traffic and
+work that the per-operator roofline (:mod:`.roofline`) adds to an operator's bytes or
+leaves out. One function per mechanism, each with its source.
+
+* :func:`layout_transpose_bytes`: tensor-core convolutions in NCHW run on NHWC kernels with
+  transposes around them;
+* :func:`batch_norm_pass_bytes`: a batch norm in training reads its input twice (forward)
+  and its input and gradient twice (backward);
+* :func:`batch_norm_layout_factor`: PyTorch's own NCHW batch-norm kernels (bf16) are slower
+  than its channels-last ones;
+* :func:`is_state_init`: the optimizer's state is created in the first step only, which the
+  trace records but a steady-state step does not run.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..trace.records import OpEvent
+
+LAYOUTS = ("nchw", "nhwc")
+# convolution dtypes that run on NVIDIA tensor cores in NHWC kernels
+TENSOR_CORE_CONV_DTYPES = ("fp16", "bf16", "tf32")
+# PyTorch's own NCHW batch-norm kernels against its channels-last ones, training, same tensors:
+# measured on an H100 (benchmarks/results/train-kernels-h100-resnet50.json, ResNet-50 bf16 at
+# batch 256: forward + backward batch-norm kernels 61.8 ms NCHW, 27.3 ms channels-last)
+NATIVE_NCHW_BATCH_NORM_SLOWDOWN = 61.8 / 27.3
+# operators an optimizer's first step runs to create its state (exp_avg, exp_avg_sq, step)
+STATE_INIT_OPS = ("aten.zeros_like.", "aten.zeros.", "aten.empty_like.", "aten.empty.", "aten.full.",
+                  "aten.scalar_tensor.", "aten.lift_fresh", "aten.new_zeros.", "aten.new_empty.")
+
+
+def _out_bytes(e: OpEvent, index: int = 0) -> int:
+    """Bytes of the operator's ``index``-th output (its dtype's item size times its elements)."""
+    if len(e.out_shapes) <= index or len(e.out_dtypes) <= index:
+        return 0
+    size = {"float64": 8, "float32": 4, "int64": 8, "int32": 4}.get(e.out_dtypes[index], 2)
+    return size * math.prod(e.out_shapes[index])
+
+
+def layout_transpose_bytes(e: OpEvent, dtype_key: str, layout: str) -> int:
+    """Extra bytes a 2-d convolution moves on an NVIDIA GPU when its tensors are NCHW.
+
+    NVIDIA's tensor cores run convolutions in NHWC; given NCHW (PyTorch's default, contiguous)
+    tensors, cuDNN transposes each operand to NHWC before the convolution and its result back
+    after: "the NCHW tensor must be transposed to NHWC before the convolution and transposed
+    back to NCHW after" (MosaicML Composer, Channels Last method card, after NVIDIA's diagram:
+    https://docs.mosaicml.com/projects/composer/en/stable/method_cards/channels_last.html;
+    "To have tensor cores achieve the optimal throughput they require the data layout to be
+    NHWC rather than NCHW", onnxruntime PR 17200). The kernels show in a profile as
+    ``nchwToNhwcKernel`` and ``nhwcToNchwKernel`` (``benchmarks/train_kernels.py`` counts them).
+    A transpose reads its tensor and writes it again, so every tensor the convolution reads or
+    writes (forward: input, weight, output; backward: output gradient, input, weight and the
+    two gradients) costs twice its bytes more: twice the convolution's own bytes, in kernels
+    of their own that run before and after it. A forward 1x1 stride-1 convolution needs none
+    (:func:`_pointwise`). On the H100 this predicts 14.0 ms of transposes in a ResNet-50 bf16
+    step at batch 256 where the profile measured 13.1 ms (2.3 ms forward and 11.7 ms backward
+    against 4.3 and 8.8).
+    TF32 convolutions are transposed too: an H100's ResNet-50 TF32 training step in NCHW runs
+    157 ``nchwToNhwcKernel<float>`` and 65 ``nhwcToNchwKernel<float>`` (9 ms of 71 ms,
+    benchmarks/results/train-kernels-h100-resnet50.json) and its weight-gradient kernels are
+    ``..._nhwckrsc_nhwc``; fp32 convolutions without tensor cores run NCHW kernels (1 ms of
+    transposes in 81 ms there). Channels-last (NHWC) tensors need no transposes.
+    """
+    if layout == "nhwc" or dtype_key not in TENSOR_CORE_CONV_DTYPES or "convolution" not in e.op:
+        return 0
+    if not e.out_shapes or len(e.out_shapes[0]) != 4:  # 2-d convolutions only
+        return 0
+    if e.phase != "backward" and _pointwise(e):
+        return 0
+    return 2 * (e.bytes_read + e.bytes_written)
+
+
+def _pointwise(e: OpEvent) -> bool:
+    """A forward 1x1, stride-1 convolution: a matrix product over NCHW as it lies, which cuDNN
+    runs as a GEMM without transposes (an H100's ResNet-50 forward runs 69 transposes for its
+    53 convolutions, of which 36 are 1x1: train-kernels-h100-resnet50.txt). Told from the
+    bytes: its input holds exactly K (= input channels) values per output position."""
+    n, c_out, h, w = e.out_shapes[0]
+    positions = n * h * w
+    if not positions or not c_out:
+        return False
+    item = _out_bytes(e) // (positions * c_out) or 2
+    k = e.macs // (positions * c_out)  # the reduction length: C_in x kh x kw
+    weight = c_out * k * item
+    inputs = e.bytes_read - weight
+    return k > 0 and abs(inputs - positions * k * item) <= c_out * item  # a bias at most
+
+
+def batch_norm_pass_bytes(e: OpEvent, training: bool) -> int:
+    """Extra bytes of a batch norm in training: its kernels pass over the activations twice.
+
+    PyTorch's CUDA batch norm in training first reduces the batch statistics, then
+    normalises: forward ``batch_norm_collect_statistics_kernel`` (reads the input) then
+    ``batch_norm_transform_input_kernel`` (reads it again, writes the output); backward
+    ``batch_norm_backward_reduce_kernel`` (reads the output gradient and the input) then
+    ``batch_norm_backward_elemt_kernel`` (reads both again, writes the input gradient)
+    (aten/src/ATen/native/cuda/Normalization.cuh). The trace counts each tensor once, so a
+    forward reads its input once more (the size of its output) and a backward its two
+    inputs once more (twice the size of its input gradient). In inference the running
+    statistics are used: one pass.
+    """
+    if not training:
+        return 0
+    if e.op.startswith("aten.native_batch_norm_backward"):
+        return 2 * _out_bytes(e)
+    if e.op.startswith("aten.native_batch_norm.") or e.op.startswith("aten._native_batch_norm_legit."):
+        return _out_bytes(e)
+    return 0
+
+
+def batch_norm_layout_factor(e: OpEvent, training: bool, layout: str) -> float:
+    """How much longer a batch norm's kernels take than the roofline's bytes say, by backend.
+
+    PyTorch sends a batch norm to cuDNN unless its input or weight is bf16
+    (``_select_batch_norm_backend``, aten/src/ATen/native/Normalization.cpp); bf16 goes to
+    PyTorch's own kernels, whose NCHW reductions (``batch_norm_collect_statistics_kernel``,
+    ``batch_norm_backward_kernel``: one block per channel striding over N, H and W) are the
+    slow ones: "kernel ``at::native::batch_norm_backward_kernel`` is the bottleneck" against
+    the channels-last kernels, which run "a few times faster" on large tensors (PyTorch
+    issue 60063); cuDNN's own batch norm is "about a factor of 2" slower in NCHW than NHWC on
+    an H100 (cudnn-frontend issue 134). The factor is the one measured on an H100 for
+    PyTorch's kernels (:data:`NATIVE_NCHW_BATCH_NORM_SLOWDOWN`); 1 for every other case.
+    """
+    if not training or layout != "nchw" or "batch_norm" not in e.op:
+        return 1.0
+    if e.out_shapes and len(e.out_shapes[0]) == 4 and e.out_dtypes and e.out_dtypes[0] == "bfloat16":
+        return NATIVE_NCHW_BATCH_NORM_SLOWDOWN
+    return 1.0
+
+
+def is_state_init(e: OpEvent) -> bool:
+    """An operator that creates optimizer state (zeros for Adam's moments, the step count).
+
+    torch.optim creates its state lazily, in the first ``step()`` (``_init_group``: e.g.
+    ``torch.zeros_like(p)`` for Adam's ``exp_avg`` and ``exp_avg_sq``); the trace records that
+    first step, whose memory the peak needs, but every later step finds the state made.
+    A throughput is the time of those later steps.
+    """
+    return e.phase == "optimizer" and e.op.startswith(STATE_INIT_OPS)
