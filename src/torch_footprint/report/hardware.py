@@ -93,11 +93,17 @@ def render_prediction(pred: Any, console: Console | None = None, depth: int = 1,
     console.print(*fit_tables(cols, cells, console.width, title=f"slowest {top} operators"))
     for n in pred.notes:
         console.print(Text(f"note: {n}", style="dim"))
+    gpu = a.kind == "gpu"
     console.print(Text("time = max(FLOPs / compute ceiling, bytes / bandwidth ceiling) + launch overhead, per "
-                       "operator; a prediction, not a measurement. The compute, memory and launch columns sum "
+                       "operator" + (" (its memory term with the kernels it runs besides its own: an NCHW "
+                                     "convolution's transposes, batch norm's second pass)" if gpu else "")
+                       + "; a prediction, not a measurement. The compute, memory and launch columns sum "
                        "each term over the operators, so they add up to more than the time (only the larger of "
                        "compute and memory counts per operator); the line above the table sums whole operators "
-                       "by their bound.", style="dim italic"))
+                       "by their bound."
+                       + (" Calibrated: the host dispatches while the device runs, so the time is when the later "
+                          "of the two is done (an operator's share: how far it moves that), not the sum."
+                          if pred.ceilings.overlap else ""), style="dim italic"))
 
 
 def render_fit(res: Any, console: Console | None = None) -> None:
