@@ -18,6 +18,16 @@ from .step import tensors_in
 
 # lookups: the first argument is a table the op gathers rows (or elements) of, as many as it writes
 SELECTS = frozenset({"embedding", "index_select", "gather", "take"})
+MATMULS = frozenset({"mm", "addmm"})
+
+
+def _right_transposed(func: Any, args: Any) -> bool:
+    """Whether a 2-d matmul's right operand is column-major (``nn.Linear``'s ``weight.t()``)."""
+    name = func._overloadpacket.__name__
+    if name not in MATMULS:
+        return False
+    b = args[2] if name == "addmm" else args[1]
+    return isinstance(b, torch.Tensor) and b.dim() == 2 and b.stride(0) == 1 and b.shape[1] > 1
 
 
 def span_bytes(t: torch.Tensor) -> int:
@@ -147,5 +157,6 @@ class Recorder(TorchDispatchMode):
             allocs=allocs,
             scratch=scratch,
             weights=weights,
+            transposed=cost.kind == "matrix" and _right_transposed(func, args),
         ))
         return out

@@ -35,6 +35,9 @@ class OpEvent:
     scratch: int = 0
     # the model's parameters this op reads: indices into ``Trace.params``
     weights: list[int] = field(default_factory=list)
+    # a matmul whose right operand is stored transposed (column-major), as nn.Linear passes its
+    # weight: a one-row product then reads it a row at a time, at a rate of its own on CPUs
+    transposed: bool = False
 
     @property
     def matrix_flops(self) -> int:
