@@ -208,6 +208,12 @@ def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         dist.barrier()
         Path(spec["out"], f"rank{rank}.ready").touch()
         res = collectives(spec, world, device)
+        if spec.get("ceilings"):  # every rank at once, on the threads it has: what a rank of a bench reaches
+            from .calibrate import calibrate
+
+            dist.barrier()
+            res["ceilings"] = calibrate("cpu", quick=bool(spec.get("quick")))
+            dist.barrier()
         dist.destroy_process_group()
         return dict(res, rank=rank, backend="nccl" if device.startswith("cuda") else "gloo")
     factory = training.optimizer(spec["optimizer"])
