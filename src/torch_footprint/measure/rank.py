@@ -211,8 +211,9 @@ def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         if spec.get("ceilings"):  # every rank at once, on the threads it has: what a rank of a bench reaches
             from .calibrate import calibrate
 
-            dist.barrier()
-            res["ceilings"] = calibrate("cpu", quick=bool(spec.get("quick")))
+            # each measurement starts on every rank together (a barrier before each): a rank that
+            # finished early must not leave the other to measure the rest alone
+            res["ceilings"] = calibrate("cpu", quick=bool(spec.get("quick")), on_step=lambda _: dist.barrier())
             dist.barrier()
         dist.destroy_process_group()
         return dict(res, rank=rank, backend="nccl" if device.startswith("cuda") else "gloo")
