@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,6 +58,9 @@ FILES = {
     "saved-other-format.json": json.dumps({"trace": {"format": "something-else/9"}}),
     "saved-empty.json": "",
 }
+
+LLAMA = str(Path(__file__).resolve().parent / "configs" / "llama-tiny")
+CUDA_UNAVAILABLE = not torch.cuda.is_available()
 
 CASES = [
     # profile: model names, input specs, dtypes, options
@@ -117,6 +121,14 @@ CASES = [
     (["bench", "resnet18", "--threads", "0"], "--threads must be at least 1"),
     (["bench", "resnet18", "--max-memory", "lots"], "cannot read the memory size 'lots'"),
     (["bench", "resnet18", "--dtype", "fp33"], "unknown dtype"),
+    # several ranks: more than this machine has, a --tp that does not divide the heads, an unknown strategy,
+    # and NCCL's GPU ranks asked for where there is no GPU (CUDA_UNAVAILABLE: on a machine without one)
+    (["bench", "resnet18", "--train", "--nproc", "100000"], "--nproc 100000 is more than the"),
+    (["bench", "resnet18", "--train", "--nproc", "2", "--strategy", "pp"], "unknown strategy 'pp'"),
+    (["fit", LLAMA, "--input-ids", "2,64", "--train", "--gpus", "3", "--tp", "3", "--gpu", "h100-sxm"],
+     "--tp 3 does not divide the model's 4 attention heads"),
+    *([(["bench", "resnet18", "--train", "--nproc", "2", "--device", "cuda"], "CUDA is not available")]
+      if CUDA_UNAVAILABLE else []),
     (["bench", "resnet18", "--train", "--optimizer", "nope"], "nope"),
     # gpus and hardware files, TOML and JSON
     (["gpus", "--vendor", "intel"], "no accelerator of vendor 'intel'"),

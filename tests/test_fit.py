@@ -86,6 +86,58 @@ def test_rank_peak_replays_sharded_storages():
     assert sharding.rank_peak(t, "zero3", 4).peak_bytes <= z1 + W  # everything sharded, plus two gathered units
 
 
+def test_fsdp2_buffers_between_operators_by_hand():
+    # FSDP2 on the mlp: units "0" (W0 = 100x50x4 + 50x4 = 20,200 bytes) and "2" (W2 = 50x10x4 + 10x4
+    # = 2,040), the root owns none; gradients the same sizes; N = 4 ranks, traced on the CPU (gloo).
+    from torch_footprint.analysis.memory import Moment
+
+    t = _adam_trace()
+    ev = t.events
+    first = {(u, ph): min(i for i, e in enumerate(ev) if e.module == u and e.phase == ph)
+             for u in ("0", "2") for ph in ("forward", "backward")}
+    last = {(u, ph): max(i for i, e in enumerate(ev) if e.module == u and e.phase == ph)
+            for u in ("0", "2") for ph in ("forward", "backward")}
+    end_bwd = max(i for i, e in enumerate(ev) if e.phase == "backward")
+    moments = sharding.fsdp_moments(t, "fsdp", 4)
+    gathers = [(m.before, m.hold, m.spike) for m in moments if m.what == "gathered parameters"]
+    # all-gather: W_u gathered, W_u more for a moment (the flat output beside the copied-out parameters)
+    assert sorted(gathers) == sorted([
+        (first["0", "forward"], 20_200, 20_200), (last["0", "forward"] + 1, -20_200, 0),
+        (first["2", "forward"], 2_040, 2_040), (last["2", "forward"] + 1, -2_040, 0),
+        # backward order: "2" first, gathered at its start; "0" prefetched when "2" starts
+        (first["2", "backward"], 2_040, 2_040), (last["2", "backward"] + 1, -2_040, 0),
+        (first["2", "backward"], 20_200, 20_200), (last["0", "backward"] + 1, -20_200, 0)])
+    reduces = [m for m in moments if m.what == "reduce-scatter input"]
+    # "2": input G2 kept, gradients to G2/4 (2,000/4 + 40/4 = 510), gloo's clone of the input a moment;
+    # "0": the previous input freed, G0 kept, gradients to G0/4 = 5,050; the final callback frees it
+    assert [(m.before, m.hold, sum(m.resize.values()), m.spike) for m in reduces] == [
+        (last["2", "backward"] + 1, 2_040, 510, 2_040), (last["0", "backward"] + 1, 20_200 - 2_040, 5_050, 20_200),
+        (end_bwd + 1, -20_200, 0, 0)]
+    assert sum(m.hold for m in moments) == 0
+    # zero2 keeps each unit gathered from its forward to its post-backward, gathered once
+    z2 = [(m.before, m.hold) for m in sharding.fsdp_moments(t, "zero2", 4) if m.what == "gathered parameters"]
+    assert sorted(z2) == sorted([(first["0", "forward"], 20_200), (last["0", "backward"] + 1, -20_200),
+                                 (first["2", "forward"], 2_040), (last["2", "backward"] + 1, -2_040)])
+    # after the step each rank holds a quarter of the gradients (the reduce-scatters' outputs)
+    assert sharding.rank_peak(t, "fsdp", 4).persistent["gradients"] == G // 4
+    assert isinstance(moments[0], Moment)
+
+
+def test_a_moment_spikes_holds_and_resizes():
+    from torch_footprint.analysis.memory import Moment, replay
+
+    t = _adam_trace()
+    plain = replay(t, keep_timeline=True)
+    base = plain.peak_bytes
+    # a spike before event 1, larger than anything in the step: the peak is what lived after event 0, plus it
+    p = replay(t, moments=[Moment(1, spike=10**9)])
+    assert p.peak_bytes == plain.timeline[0][1] + 10**9 and p.event == 0
+    assert p.breakdown["collective buffers"] == 10**9
+    # bytes held over the whole step move the peak by exactly that much
+    held = replay(t, moments=[Moment(0, "gathered parameters", hold=1_000), Moment(len(t.events), hold=-1_000)])
+    assert held.peak_bytes == base + 1_000 and held.breakdown["gathered parameters"] == 1_000
+
+
 def test_bucket_view_removes_the_copy():
     t = _adam_trace()
     assert sharding.rank_peak(t, "ddp", 4, bucket_view=True).peak_bytes == sharding.rank_peak(t).peak_bytes

@@ -431,9 +431,10 @@ def bench_ranks(model: str, inputs: InputsLike = None, *, nproc: int, strategy: 
     plan (``strategy``: ddp, zero1, zero2, zero3, fsdp, tp): each rank's measured peak,
     step time and communication time beside one rank's prediction. ``model`` is given by
     name (each rank builds it). Returns a :class:`~torch_footprint.measure.distributed.RanksBench`."""
-    from .estimate.ranks import check_strategy, predict_rank
+    from .estimate.ranks import check_strategy, predict_rank, rank_device
     from .estimate.workload import StepSpec, trace_step
     from .hardware.catalog import local_accelerator
+    from .measure import contention
     from .measure.distributed import RanksBench, check_nproc, launch, usable_cores
     from .measure.runner import pick_device
 
@@ -449,20 +450,28 @@ def bench_ranks(model: str, inputs: InputsLike = None, *, nproc: int, strategy: 
     trace, notes = trace_step(model, inputs, spec, batch=batch)
     acc = local_accelerator(dev)
     threads = max(1, usable_cores() // nproc)
-    share = 1.0
+    share, where = 1.0, ""
     if not dev.startswith("cuda") and acc is not None and acc.calibrated:  # the ranks share this CPU's cores
-        share = threads / max(1, int(acc.calibrated.get("threads") or threads))
+        acc, share, where = rank_device(acc, nproc, threads)
     pred = predict_rank(trace, strategy, 1 if strategy == "tp" else nproc, tp, acc, share)
     if acc is None:
         pred.notes.append("run `footprint calibrate --nproc N` to see the predicted step time beside this")
+    elif where and pred.step is not None:
+        pred.step.notes.append(where)
     run = {"model": model, "inputs": _portable(inputs),
            "batch": batch, "optimizer": optimizer, "precision": precision, "strategy": strategy,
            "device": "cuda" if dev.startswith("cuda") else "cpu", "warmup": warmup, "steps": steps}
+    before = contention.sample(children=True)
     ranks = launch(run, nproc, timeout=timeout, threads=threads)
+    busy = None if dev.startswith("cuda") else contention.between(before, contention.sample(children=True),
+                                                                  nproc * threads)
     settings = {"optimizer": optimizer, "precision": precision, "batch_per_rank": batch, "threads": threads,
                 "steps": steps, "warmup": warmup}
+    notes = [n for n in notes if not n.startswith("default input")]
+    if busy is not None and busy.describe():
+        notes.append(busy.describe().replace("this process got", "the ranks got"))
     return RanksBench(model=trace.model, strategy=strategy, nproc=nproc, device=dev, settings=settings, ranks=ranks,
-                      predicted=pred, notes=[n for n in notes if not n.startswith("default input")])
+                      predicted=pred, notes=notes, contention=busy)
 
 
 def _portable(inputs: InputsLike) -> Any:

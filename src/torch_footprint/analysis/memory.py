@@ -17,7 +17,7 @@ is alive there, in the categories a user adds up by hand:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -57,6 +57,21 @@ class MemoryPeak:
         return d
 
 
+@dataclass(frozen=True)
+class Moment:
+    """Something that happens between two of the trace's operators, outside them (a
+    collective and its buffers), just before event ``before`` runs (``len(events)``: after
+    the last): ``hold`` bytes of ``what`` begin to be alive (negative: stop), each storage in
+    ``resize`` takes its new size in bytes (a gradient reduce-scattered to its shard), and
+    then ``spike`` bytes exist for a moment on top (the collective's staging buffers)."""
+
+    before: int
+    what: str = "collective buffers"
+    hold: int = 0
+    resize: Mapping[int, int] = field(default_factory=dict)
+    spike: int = 0
+
+
 def _forward_end(trace: Trace) -> int:
     """Index of the first event after the forward phase (len(events) if none)."""
     for i, e in enumerate(trace.events):
@@ -66,20 +81,19 @@ def _forward_end(trace: Trace) -> int:
 
 
 def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float] | None = None,
-           extra: int = 0, extra_in: Mapping[str, int] | None = None, steady: bool = False) -> MemoryPeak:
+           extra: int = 0, steady: bool = False, moments: Sequence[Moment] = ()) -> MemoryPeak:
     """Replay allocations and frees; return the peak and the breakdown there.
 
     ``scale`` maps storage uids to a factor on their size (a shard of a parameter, its
     gradient or optimizer state on one rank); ``extra`` bytes are alive throughout (buffers
-    outside the model's tensors, such as DDP's gradient buckets); ``extra_in`` bytes are
-    alive while the operators of a phase run (FSDP's gathered parameters in the forward
-    and backward). ``steady``: the second and later steps of a training run, where the
+    outside the model's tensors, such as DDP's gradient buckets); ``moments``: what happens
+    between operators, outside them (:class:`Moment`: FSDP's gathered parameters and
+    reduce-scatter buffers). ``steady``: the second and later steps of a training run, where the
     optimizer state the first step created exists before the step begins (the first step
     allocates it lazily, in its optimizer phase) and is only updated in place; the gradients
     are as the trace has them (kept from the step before with ``grads_kept``, else dropped
     by ``zero_grad`` before the forward).
     """
-    during = extra_in or {}
     factor = scale or {}
     size: dict[int, int] = {}
     born: dict[int, int] = {}  # uid -> event index of its allocation (-1: before the run)
@@ -104,10 +118,34 @@ def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float]
             alive.discard(uid)
             live -= size[uid]
     peak, peak_at, peak_alive = live, -1, set(alive)
-    peak_scratch = peak_during = 0
+    peak_scratch = 0
+    held: dict[str, int] = {}  # bytes the moments hold, by what they are
+    peak_held: dict[str, int] = {}
     timeline: list[tuple[int, int]] = []
     highs: list[int] = [live] if keep_timeline else []
-    for i, e in enumerate(trace.events):
+    at: dict[int, list[Moment]] = {}
+    for m in moments:
+        at.setdefault(m.before, []).append(m)
+    peak_spike = peak_tick = 0
+    resized: dict[int, tuple[int, int]] = {}  # uid -> (tick of its resize, its size before)
+    n_events = len(trace.events)
+    for i in range(n_events + 1):
+        for m in at.get(i, ()):
+            held[m.what] = held.get(m.what, 0) + m.hold
+            live += m.hold
+            for uid, nbytes in m.resize.items():
+                if uid in alive:
+                    live += nbytes - size[uid]
+                resized[uid] = (2 * i, size[uid])
+                size[uid] = nbytes
+            if live + m.spike > peak:
+                peak, peak_at, peak_alive = live + m.spike, i - 1, set(alive)
+                peak_scratch, peak_held, peak_spike, peak_tick = 0, dict(held), m.spike, 2 * i
+            if keep_timeline:
+                highs[-1] = max(highs[-1], live + m.spike)
+        if i == n_events:
+            break
+        e = trace.events[i]
         for uid, nbytes in e.allocs:
             if uid in before:
                 continue
@@ -115,12 +153,11 @@ def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float]
             born[uid] = i
             alive.add(uid)
             live += size[uid]
-        x = during.get(e.phase, 0)
         if keep_timeline:
-            highs.append(live + e.scratch + x)
-        if live + e.scratch + x > peak:  # the op's outputs exist together with its inputs (and its scratch)
-            peak, peak_at, peak_alive = live + e.scratch + x, i, set(alive)
-            peak_scratch, peak_during = e.scratch, x
+            highs.append(live + e.scratch)
+        if live + e.scratch > peak:  # the op's outputs exist together with its inputs (and its scratch)
+            peak, peak_at, peak_alive = live + e.scratch, i, set(alive)
+            peak_scratch, peak_held, peak_spike, peak_tick = e.scratch, dict(held), 0, 2 * i + 1
         for uid in frees_after.get(i, []):
             if uid in alive:
                 alive.discard(uid)
@@ -129,12 +166,17 @@ def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float]
             timeline.append((i, live))
     fwd_end = _forward_end(trace)
     survived_forward = _alive_at(trace, fwd_end, size, born)
-    breakdown = _categorise(trace, peak_alive, size, born, fwd_end, survived_forward)
+    # the sizes at the peak: a storage resized later had its old size (a moment resizes, then spikes)
+    at_peak = {**size, **{uid: old for uid, (tick, old) in resized.items() if tick > peak_tick}}
+    breakdown = _categorise(trace, peak_alive, at_peak, born, fwd_end, survived_forward)
     breakdown["temporaries"] += peak_scratch
     if extra:
         breakdown["buffers (outside the model)"] = extra
-    if peak_during:
-        breakdown["gathered parameters"] = peak_during
+    for what, nbytes in peak_held.items():
+        if nbytes:
+            breakdown[what] = breakdown.get(what, 0) + nbytes
+    if peak_spike:
+        breakdown["collective buffers"] = breakdown.get("collective buffers", 0) + peak_spike
     by_module: dict[str, int] = {}
     if trace.settings.get("backward"):
         outputs = set(trace.tags.get("output", []))

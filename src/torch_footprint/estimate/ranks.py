@@ -22,6 +22,26 @@ def check_strategy(strategy: str) -> None:
         raise FootprintError(f"unknown strategy '{strategy}': use {', '.join(BENCH_STRATEGIES)}")
 
 
+def rank_device(acc: Accelerator, nproc: int, threads: int) -> tuple[Accelerator, float, str]:
+    """One of ``nproc`` CPU ranks of ``threads`` threads each: the device it computes on, the
+    share of that device's ceilings it gets, and where they come from. ``footprint
+    calibrate --nproc N`` measured the ceilings in N ranks at once, each on its threads
+    (:func:`~torch_footprint.measure.distributed.measure_link`): those, whole. Otherwise
+    the machine's ceilings scaled by the rank's share of the threads they were measured
+    with, which assumes the rates scale with the thread count and ignores the caches and
+    memory bandwidth the ranks share."""
+    from dataclasses import replace
+
+    cal = acc.calibrated or {}
+    link = cal.get("link") or {}
+    if link.get("ceilings") and link.get("nproc") == nproc and link.get("threads") == threads:
+        return (replace(acc, calibrated={**cal, **link["ceilings"]}), 1.0,
+                f"ceilings measured in {nproc} ranks at once, {threads} thread(s) each")
+    share = threads / max(1, int(cal.get("threads") or threads))
+    return acc, share, (f"ceilings of {cal.get('threads', '?')} thread(s) x {share:.2g} (run `footprint calibrate "
+                        f"--nproc {nproc}` to measure them in {nproc} ranks)")
+
+
 def phase_times(pred: Prediction, share: float = 1.0) -> dict[str, float]:
     """Compute seconds per phase, the operators' arithmetic and memory traffic slowed by
     ``1/share`` (ranks sharing one machine's cores and memory each get ``share`` of them;

@@ -21,8 +21,12 @@ sharded like the weights under ZeRO-3/FSDP, which gathers each unit in that prec
 The per-rank peak replays the trace with every parameter, gradient and optimizer-state
 storage scaled by its factor, and the optimizer step's temporaries with the optimizer
 state's (a rank steps over its shard only), so activations and the forward's and
-backward's temporaries stay where they were, and the gathered parameters alive while the
-forward and backward run. Communication time is :mod:`.comm`'s.
+backward's temporaries stay where they were. Under FSDP2 (zero2, zero3, fsdp) the replay
+also follows, unit by unit, what happens between the operators (:func:`fsdp_moments`):
+the all-gathers and their buffers, each unit's parameters gathered while it runs, its
+gradients whole until its reduce-scatter, and the reduce-scatter's buffers. The table
+above (:func:`model_states`, what ``fit`` shows) keeps the coarser figure of
+:func:`gather_bytes`. Communication time is :mod:`.comm`'s.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..analysis.memory import MemoryPeak, replay
+from ..analysis.memory import MemoryPeak, Moment, replay
 from ..errors import FootprintError
 from ..parallel import fsdp_units
 from ..trace import Trace
@@ -126,15 +130,106 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
         if e.phase == "optimizer":
             for uid, _ in e.allocs:
                 scale.setdefault(uid, f["optimizer state"])
-    extra, during = 0, {}
+    extra = 0
     training = bool(trace.settings.get("backward"))
     if strategy in ("ddp", "zero1") and training and not bucket_view:
         extra = sum(p.nbytes for p in trace.params if p.trainable)
-    elif strategy in ("zero2", "zero3", "fsdp"):
-        g = gather_bytes(trace, strategy)
-        during = {"forward": g, "loss": g, "backward": g}
+    moments = fsdp_moments(trace, strategy, n) if strategy in ("zero2", "zero3", "fsdp") else []
+    for m in moments:  # a gradient is whole until its unit's reduce-scatter resizes it
+        for uid in m.resize:
+            scale.pop(uid, None)
     return replay(trace, keep_timeline=True, scale={k: v for k, v in scale.items() if v != 1.0}, extra=extra,
-                  extra_in=during, steady=steady)
+                  steady=steady, moments=moments)
+
+
+def _unit_of(module: str, units: list[str]) -> str:
+    """The wrapped unit that owns ``module`` ("" for the root: outside every unit)."""
+    return next((u for u in units if module == u or module.startswith(u + ".")), "")
+
+
+def fsdp_moments(trace: Trace, strategy: str, n: int) -> list[Moment]:
+    """What FSDP2 (``fully_shard`` on every unit of :func:`wrap_units`, then on the root)
+    holds outside the traced operators, per unit u with W_u parameter and G_u gradient
+    bytes, as torch 2.x implements it (torch/distributed/fsdp/_fully_shard/):
+
+    * all-gather (``foreach_all_gather``, _fsdp_collectives.py): one flat output of W_u,
+      then ``foreach_all_gather_copy_out`` allocates the unsharded parameters (W_u) before
+      the output is freed (gloo's ``_allgather_base`` also stages the output through a
+      second flat tensor of W_u): W_u gathered, W_u more for a moment.
+    * when: each unit before its first forward operator; the root before the first. With
+      ``reshard_after_forward=True`` (zero3, fsdp; the root too, the bool being given) each
+      is freed after its last forward operator and gathered again in the backward: the
+      root before the first backward operator, each unit when the one before it in the
+      backward order starts (FSDP2 prefetches one unit ahead: ``FSDP::backward_prefetch``),
+      and freed after its last backward operator (``post_backward_reshard``). zero2
+      (``reshard_after_forward=False``) keeps each from its forward to its post-backward.
+    * reduce-scatter (``foreach_reduce``), after u's last backward operator (the root's in
+      the final callback, after the backward): autograd made u's gradients whole (G_u),
+      and "only after the copy-in finishes can we free the gradients" into the reduce-
+      scatter input (G_u); the output (G_u/N) becomes the sharded gradient. The input is
+      kept (``reduce_scatter_states``, one buffer: ``reduce_scatter_max_input_buffers``)
+      until the next unit's reduce-scatter waits on it, the last until the root's final
+      callback (``_root_post_backward_final_callback``) clears them. Gloo's ``_reduce_scatter_base``
+      reduces a clone of the input (G_u for a moment), NCCL in place.
+
+    Gradients that exist before the step (kept from the step before) are shards throughout
+    and are left out. Empty when the trace's gradients cannot be matched to its trainable
+    parameters or the trace has no backward."""
+    grads = trace.tags.get("gradients", [])
+    trainable = [p for p in trace.params if p.trainable]
+    if len(grads) != len(trainable) or not trace.settings.get("backward"):
+        return []
+    units = sorted(wrap_units(trace), key=len, reverse=True)  # the deepest owner first
+    pre = {uid for uid, *_ in trace.preexisting}
+    allocated: dict[int, int] = {}
+    for e in trace.events:
+        for uid, nbytes in e.allocs:
+            allocated.setdefault(uid, nbytes)
+    w_of: dict[str, int] = {}
+    for p in trace.params:
+        u = _unit_of(p.module, units)
+        w_of[u] = w_of.get(u, 0) + p.nbytes
+    grads_of: dict[str, dict[int, int]] = {}
+    for p, uid in zip(trainable, grads, strict=True):
+        if uid not in pre and uid in allocated:
+            grads_of.setdefault(_unit_of(p.module, units), {})[uid] = allocated[uid]
+    span: dict[tuple[str, str], list[int]] = {}  # (unit, phase) -> [first event, last event]
+    for i, e in enumerate(trace.events):
+        if e.phase in ("forward", "backward"):
+            for u in {_unit_of(e.module, units), ""}:  # the root's forward and backward enclose every unit's
+                span.setdefault((u, e.phase), [i, i])[1] = i
+    out: list[Moment] = []
+
+    def gathered(u: str, first: int, last: int) -> None:
+        out.append(Moment(first, "gathered parameters", hold=w_of[u], spike=w_of[u]))
+        out.append(Moment(last + 1, "gathered parameters", hold=-w_of[u]))
+
+    backward = sorted((u for u in w_of if (u, "backward") in span), key=lambda u: span[u, "backward"][0])
+    for u in w_of:
+        fwd, bwd = span.get((u, "forward")), span.get((u, "backward"))
+        if fwd is None:
+            continue
+        if strategy == "zero2":
+            gathered(u, fwd[0], bwd[1] if bwd else fwd[1])
+            continue
+        gathered(u, fwd[0], fwd[1])
+        if bwd:
+            k = backward.index(u)
+            gathered(u, span[backward[k - 1], "backward"][0] if k else bwd[0], bwd[1])
+    gloo = trace.settings.get("device", "cpu") == "cpu"
+    kept = 0
+    for u in sorted(grads_of, key=lambda u: span.get((u, "backward"), [0, len(trace.events)])[1]):
+        g = sum(grads_of[u].values())
+        if (u, "backward") not in span or not g:
+            continue
+        at = span[u, "backward"][1] + 1
+        shard = {uid: math.ceil(b / n) for uid, b in grads_of[u].items()}
+        out.append(Moment(at, "reduce-scatter input", hold=g - kept, resize=shard,
+                          spike=g if gloo else g - sum(shard.values())))
+        kept = g
+    if kept:  # the final callback waits on the last one and clears them
+        out.append(Moment(span["", "backward"][1] + 1, "reduce-scatter input", hold=-kept))
+    return out
 
 
 def step_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool = False) -> MemoryPeak:

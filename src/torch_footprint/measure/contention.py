@@ -34,9 +34,12 @@ class CpuSample:
     load: float | None
 
 
-def sample() -> CpuSample:
+def sample(children: bool = False) -> CpuSample:
+    """Now; ``children``: this process's CPU time includes that of the children it waited for
+    (the ranks torchrun started, and torchrun)."""
     t = os.times()
-    return CpuSample(time.perf_counter(), t.user + t.system, cpu_seconds(), load_average())
+    own = t.user + t.system + (t.children_user + t.children_system if children else 0.0)
+    return CpuSample(time.perf_counter(), own, cpu_seconds(), load_average())
 
 
 @dataclass(frozen=True)

@@ -179,13 +179,27 @@ def launch(spec: dict[str, Any], nproc: int, *, timeout: float = 600.0, threads:
             for d in run_ranks(spec, nproc, timeout=timeout, threads=threads)]
 
 
-def measure_link(nproc: int, device: str = "cpu", *, quick: bool = False, timeout: float = 300.0) -> dict[str, Any]:
+CEILINGS_META = ("device", "name", "when", "seconds", "torch", "problems")  # not ceilings
+
+
+def measure_link(nproc: int, device: str = "cpu", *, quick: bool = False,
+                 timeout: float = 300.0) -> dict[str, Any]:
     """``footprint calibrate --nproc N``: all-reduces of 1 MiB and 64 MiB (quick: 16 MiB)
-    across ``nproc`` ranks; the bus bandwidth and per-step latency rank 0 measured."""
-    spec = {"mode": "collectives", "device": "cuda" if device.startswith("cuda") else "cpu",
-            "sizes": [2**20, (16 if quick else 64) * 2**20], "reps": 5 if quick else 15}
+    across ``nproc`` ranks; the bus bandwidth and per-step latency rank 0 measured. On a
+    CPU the ranks then calibrate at once, each on the threads ``bench --nproc`` gives a
+    rank (its share of the cores): ``ceilings``, rank 0's. Ranks that share a CPU share
+    its cores, caches and memory bandwidth, and a matmul on one thread is not half as fast
+    as on two: scaling the whole machine's ceilings by the share of cores misses both."""
+    cpu = not device.startswith("cuda")
+    spec = {"mode": "collectives", "device": "cpu" if cpu else "cuda",
+            "sizes": [2**20, (16 if quick else 64) * 2**20], "reps": 5 if quick else 15,
+            "ceilings": cpu, "quick": quick}
     res = run_ranks(spec, nproc, timeout=timeout)[0]
-    return {k: res[k] for k in ("busbw_gbs", "latency_us", "points", "nproc", "backend")}
+    out = {k: res[k] for k in ("busbw_gbs", "latency_us", "points", "nproc", "backend")}
+    if "ceilings" in res:
+        out["threads"] = res["ceilings"]["threads"]
+        out["ceilings"] = {k: v for k, v in res["ceilings"].items() if k not in CEILINGS_META}
+    return out
 
 
 @dataclass
@@ -200,8 +214,10 @@ class RanksBench:
     ranks: list[RankResult]
     predicted: Any  # estimate.ranks.RankPrediction
     notes: list[str] = field(default_factory=list)
+    contention: Any = None  # measure.contention.Contention over the ranks' run (CPU), their threads together
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "strategy": self.strategy, "nproc": self.nproc, "device": self.device,
                 "settings": self.settings, "ranks": [r.__dict__ for r in self.ranks],
-                "predicted": self.predicted.to_dict() if self.predicted else None, "notes": self.notes}
+                "predicted": self.predicted.to_dict() if self.predicted else None, "notes": self.notes,
+                "contention": self.contention.to_dict() if self.contention else None}

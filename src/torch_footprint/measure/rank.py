@@ -82,27 +82,48 @@ def _wrap(model: nn.Module, strategy: str, world: int, factory: Any, device: str
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
+STAGING_RANGES = ("c10d::", "gloo:")  # a collective's own call: what it allocates inside is its staging
+
+
 def _step_window_peak(prof: Any) -> tuple[int, int]:
     """(live bytes when the step began, peak during the step) from the allocator's records
     of a profile that began before the model was built: every allocation and free in time
     order, paired by address; the step is the ``footprint.step`` range. A block freed on a
     thread the profiler does not follow (a collective's worker) leaves no record: an
     address allocated again while still live was freed in between, and counts so; a block
-    allocated there and freed here counts when it is freed."""
+    allocated there and freed here counts when it is freed; a block allocated inside a
+    collective's own call (``c10d::`` and ``gloo:`` ranges: gloo's ``_reduce_scatter_base``
+    clones its input, ``_allgather_base`` stages its output) whose free went unrecorded was
+    freed when that call returned, the collective being done (gloo's worker thread drops
+    the last reference to it, or the caller does: which one varies from run to run)."""
     from torch._C._profiler import _EventType
 
     records: list[tuple[int, int, int]] = []
+    staged: list[tuple[int, int, int]] = []  # (allocation time, address, end of the collective's call)
     window = None
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    stack: list[tuple[Any, int | None]] = [(n, None) for n in prof.profiler.kineto_results.experimental_event_tree()]
     while stack:
-        node = stack.pop()
+        node, call_end = stack.pop()
         if node.typed[0] == _EventType.Allocation:
             f = node.typed[1]
             records.append((node.start_time_ns, f.alloc_size, f.ptr))
-        elif node.name == "footprint.step":
+            if call_end is not None and f.alloc_size > 0:
+                staged.append((node.start_time_ns, f.ptr, call_end))
+            continue
+        if node.name == "footprint.step":
             window = (node.start_time_ns, node.end_time_ns)
-        stack.extend(node.children)
+        if call_end is None and node.name.startswith(STAGING_RANGES):
+            call_end = node.end_time_ns
+        stack.extend((c, call_end) for c in node.children)
     assert window is not None, "the step's range was not recorded"
+    records.sort()
+    by_ptr: dict[int, list[tuple[int, int]]] = {}
+    for t, size, ptr in records:
+        by_ptr.setdefault(ptr, []).append((t, size))
+    for t, ptr, end in staged:
+        later = [(u, size) for u, size in by_ptr[ptr] if u > t]
+        if not later or later[0][1] > 0:  # no free recorded before the address is used again
+            records.append((max(t, min(end, later[0][0] - 1) if later else end), 0, ptr))
     blocks: dict[int, int] = {}
     live = 0
     start: int | None = None
@@ -113,6 +134,8 @@ def _step_window_peak(prof: Any) -> tuple[int, int]:
         if size > 0:
             live += size - blocks.pop(ptr, 0)
             blocks[ptr] = size
+        elif size == 0:  # the collective's staging, its free unrecorded
+            live -= blocks.pop(ptr, 0)
         else:  # a free; of a block allocated where the profiler did not look, by its own size
             live -= blocks.pop(ptr, -size)
         if start is not None and t <= window[1]:
@@ -185,6 +208,13 @@ def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         dist.barrier()
         Path(spec["out"], f"rank{rank}.ready").touch()
         res = collectives(spec, world, device)
+        if spec.get("ceilings"):  # every rank at once, on the threads it has: what a rank of a bench reaches
+            from .calibrate import calibrate
+
+            # each measurement starts on every rank together (a barrier before each): a rank that
+            # finished early must not leave the other to measure the rest alone
+            res["ceilings"] = calibrate("cpu", quick=bool(spec.get("quick")), on_step=lambda _: dist.barrier())
+            dist.barrier()
         dist.destroy_process_group()
         return dict(res, rank=rank, backend="nccl" if device.startswith("cuda") else "gloo")
     factory = training.optimizer(spec["optimizer"])

@@ -186,6 +186,11 @@ def render_calibration(res: dict[str, Any], path: Any, console: Console | None =
         cells.append([f"all-reduce bus bandwidth, {ln['nproc']} ranks ({ln['backend']})",
                       f"{ln['busbw_gbs']:.3g} GB/s"])
         cells.append(["all-reduce latency per ring step", f"{ln['latency_us']:.1f} us"])
+        if "ceilings" in ln:
+            one = ln["ceilings"]
+            each = f"in each of {ln['nproc']} ranks at once, {ln['threads']} thread(s)"
+            cells.append([f"matmul fp32, {each}", si(one["matmul_tflops"].get("fp32", 0) * 1e12, "FLOP/s")])
+            cells.append([f"copy bandwidth, {each}", f"{one['copy_gbs']:.1f} GB/s"])
     console.print(*fit_tables([Column("ceiling", "left", wrap=True), Column("measured")], cells, console.width))
     # by reduction length: one row per K, one column per kernel and batch
     by_k: dict[str, dict[int, float]] = {f"conv batch {b}": {int(k): r for k, r in table}
