@@ -93,17 +93,19 @@ class Ceilings:
     matmul_by_rows: dict[int, list[list[float]]] = field(default_factory=dict)
     # bytes/s a one-row matmul streams its matrix at (calibrated CPUs; None: the bandwidth)
     matvec_bandwidth: float | None = None
-    # the same by layout ("n", "t": the right operand transposed, as nn.Linear's) against K:
-    # {layout: [[K, bytes/s], ...]} (calibrated CPUs; empty: matvec_bandwidth)
-    matvec_by_k: dict[str, list[list[float]]] = field(default_factory=dict)
+    # few-row products' streaming rate by layout ("n", "t": the right operand transposed, as
+    # nn.Linear's), rows and K: {layout: {rows: [[K, bytes/s], ...]}} (calibrated CPUs; empty:
+    # matvec_bandwidth)
+    matvec_by_k: dict[str, dict[int, list[list[float]]]] = field(default_factory=dict)
     overlap: bool = False  # host and device clocks (calibrated GPUs and SoCs; module docstring)
 
-    def matvec_rate(self, k: float, transposed: bool) -> float:
-        """Bytes/s a one-row product streams its matrix at: by K and layout where calibrated,
-        else the one calibrated figure, else the bandwidth."""
-        table = self.matvec_by_k.get("t" if transposed else "n")
-        if table:
-            return self.rate_at(table, k)
+    def matvec_rate(self, k: float, transposed: bool, rows: int = 1) -> float:
+        """Bytes/s a product of ``rows`` rows streams its matrix at: by layout, rows (in log
+        rows between the calibrated ones) and K where calibrated, else the one calibrated
+        one-row figure, else the bandwidth."""
+        tables = self.matvec_by_k.get("t" if transposed else "n")
+        if tables:
+            return self._by_size(tables, k, rows)
         return self.matvec_bandwidth or self.bandwidth
 
     def conv_rate(self, k: float, batch: int) -> float:
@@ -170,8 +172,9 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
                         matmul_by_rows={int(m): [[k, r * 1e12] for k, r in t]
                                         for m, t in cal.get("matmul_fp32_by_rows_k", {}).items()},
                         matvec_bandwidth=cal["matvec_gbs"] * 1e9 if cal.get("matvec_gbs") else None,
-                        matvec_by_k={lay: [[k, r * 1e9] for k, r in t]
-                                     for lay, t in cal.get("matvec_gbs_by_k", {}).items() if t},
+                        matvec_by_k={lay: {int(m): [[k, r * 1e9] for k, r in t] for m, t in by_rows.items()}
+                                     for lay, by_rows in cal.get("matvec_gbs_by_k", {}).items()
+                                     if isinstance(by_rows, dict) and by_rows},
                         # a view's dispatch is host time: in line with the kernels on a CPU,
                         # overlapped with the device's on a GPU (the two clocks)
                         view_overhead=cal.get("view_overhead_us", 0.0) * 1e-6 if overhead_s is None else 0.0,
@@ -435,7 +438,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                         rows = outs // max(e.out_shapes[0][-1], 1) if e.out_shapes[0] else 1
                         rate = c.matmul_rate(e.macs / outs, max(1, rows))
                         if rows <= MATVEC_ROWS:  # its matrix streams as a matvec's
-                            bandwidth = min(bandwidth, c.matvec_rate(e.macs / outs, e.transposed))
+                            bandwidth = min(bandwidth, c.matvec_rate(e.macs / outs, e.transposed, max(1, rows)))
                 if rate is None:
                     missing.add(key)
                     rate = rates.get("fp32") or c.matrix["fp32"]

@@ -125,31 +125,35 @@ def _stream_matvec(device: str, nbytes: int, reps: int) -> float:
     return w.numel() * 4 / t
 
 
-MATVEC_K = (512, 1024, 2048, 4096, 8192)  # reduction lengths of the one-row products timed on CPUs
+MATVEC_K = (512, 1024, 2048, 4096, 8192)  # reduction lengths of the few-row products timed on CPUs
+MATVEC_TABLE_ROWS = (1, 2, 4)  # their rows: a decode step's batch
 MATVEC_MATRIX_BYTES = 8 * 2**20  # each weight matrix: a decode step streams many of about this size
 
 
-def _matvec_by_k(device: str, nbytes: int, reps: int) -> dict[str, list[list[float]]]:
-    """{layout: [[K, GB/s], ...]}: the rate a one-row product streams weight matrices at, as a
-    decode step does (many matrices of MATVEC_MATRIX_BYTES in turn, ``nbytes`` in all, far
-    beyond the caches), by the reduction length K and the layout: "t" for ``x @ W.t()`` with W
-    stored (N, K) as ``nn.Linear`` keeps its weight, "n" for ``x @ W`` with W stored (K, N)
-    (GPT-2's Conv1D). On this 2-core EPYC they differ: 10.9 GB/s for "t" at K = 768 against
-    14.8 for "n", 16.1 for "t" at K = 4096."""
-    out: dict[str, list[list[float]]] = {"n": [], "t": []}
+def _matvec_by_k(device: str, nbytes: int, reps: int) -> dict[str, dict[str, list[list[float]]]]:
+    """{layout: {rows: [[K, GB/s], ...]}}: the rate few-row products stream weight matrices at,
+    as a decode step does (many matrices of MATVEC_MATRIX_BYTES in turn, ``nbytes`` in all,
+    beyond the caches), by layout, rows and reduction length K. Layout "t" is ``x @ W.t()``
+    with W stored (N, K) as ``nn.Linear`` keeps its weight, "n" is ``x @ W`` with W stored
+    (K, N) (GPT-2's Conv1D). On this 2-core EPYC: one row 10.8 GB/s in "t" at K = 768 and
+    15.4 in "n", and 2 rows half that, 4 rows a third: the BLAS packs the matrix once rows
+    are more than one, so a decode step at batch 4 is far slower than at batch 1."""
+    out: dict[str, dict[str, list[list[float]]]] = {"n": {}, "t": {}}
     count = max(2, nbytes // MATVEC_MATRIX_BYTES)
     for k in MATVEC_K:
         n = max(MATVEC_MATRIX_BYTES // (4 * k), 1)
-        x = torch.randn(1, k, device=device)
         for layout in ("n", "t"):
             ws = [torch.randn(k, n, device=device) if layout == "n" else torch.randn(n, k, device=device).t()
                   for _ in range(count)]
+            for rows in MATVEC_TABLE_ROWS:
+                x = torch.randn(rows, k, device=device)
 
-            def run(ws: list[torch.Tensor] = ws) -> None:
-                for w in ws:
-                    x @ w
+                def run(ws: list[torch.Tensor] = ws, x: torch.Tensor = x) -> None:
+                    for w in ws:
+                        x @ w
 
-            out[layout].append([float(k), count * k * n * 4 / _time(run, device, reps) / 1e9])
+                rate = count * k * n * 4 / _time(run, device, reps) / 1e9
+                out[layout].setdefault(str(rows), []).append([float(k), rate])
             del ws
     return out
 
@@ -249,8 +253,8 @@ def calibrate(device: str = "cpu", quick: bool = False,
         result["cache_copy_gbs"] = _copy(device, small, reps * 4) / 1e9
         step(f"one-row matmul over {big // 2**20} MiB")
         result["matvec_gbs"] = _stream_matvec(device, big, reps) / 1e9
-        step("one-row products by reduction length and layout")
-        result["matvec_gbs_by_k"] = _matvec_by_k(device, big, reps)
+        step("few-row products by layout, rows and reduction length")
+        result["matvec_gbs_by_k"] = _matvec_by_k(device, big // 2, max(3, reps - 2))
     step("small operator overhead")
     view_s = _view_overhead(device)
     result["view_overhead_us"] = view_s * 1e6
