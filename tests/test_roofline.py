@@ -167,3 +167,36 @@ def test_a_calibrated_gpu_overlaps_the_hosts_dispatch_with_the_devices_kernels()
     assert predict(trace, replace(CARD, calibrated=cal)).ceilings.overlap
     assert not predict(trace, CARD).ceilings.overlap
     assert not predict(trace, replace(CARD, kind="cpu", calibrated=cal)).ceilings.overlap
+
+
+def test_few_row_products_stream_at_their_layouts_and_rows_calibrated_rate() -> None:
+    # Linear(4096 -> 1024): nn.Linear hands addmm/mm its weight transposed ("t"); a calibration
+    # that read 5 GB/s for one row and 2 GB/s for four in that layout prices one row at 5, four
+    # at 2, two halfway in log rows (3.5); a plain x @ W ("n", no table here) at the one-row
+    # figure of 8 GB/s
+    from dataclasses import replace
+
+    import torch
+
+    cal = {"matmul_tflops": {"fp32": 0.1}, "conv_tflops": {"fp32": 0.1}, "copy_gbs": 20.0, "matvec_gbs": 8.0,
+           "op_overhead_us": 0.0, "matmul_fp32_by_k": [[64, 0.1], [4096, 0.1]],
+           "matvec_gbs_by_k": {"t": {"1": [[64, 5.0], [8192, 5.0]], "4": [[64, 2.0], [8192, 2.0]]}}}
+    cpu = replace(CARD, id="cpu", kind="cpu", calibrated=cal)
+    for rows, gbs in ((1, 5.0), (2, 3.5), (4, 2.0)):
+        trace = tfp.profile(nn.Linear(4096, 1024, bias=False), f"{rows},4096").trace
+        [mm] = [o for o in predict(trace, cpu).ops if o.kind == "matrix"]
+        assert [e.transposed for e in trace.events if e.kind == "matrix"] == [True]
+        assert mm.memory_s == pytest.approx(mm.bytes / (gbs * 1e9), rel=1e-9)
+
+    class XW(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(4096, 1024))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ self.w
+
+    trace = tfp.profile(XW(), "1,4096").trace
+    [mm] = [o for o in predict(trace, cpu).ops if o.kind == "matrix"]
+    assert [e.transposed for e in trace.events if e.kind == "matrix"] == [False]
+    assert mm.memory_s == pytest.approx(mm.bytes / 8e9, rel=1e-9)
