@@ -178,6 +178,8 @@ def render_calibration(res: dict[str, Any], path: Any, console: Console | None =
     cells.append(["copy bandwidth (read + write)", f"{res['copy_gbs']:.1f} GB/s"])
     if "cache_copy_gbs" in res:
         cells.append(["copy bandwidth, 4 MiB (cache)", f"{res['cache_copy_gbs']:.1f} GB/s"])
+    if "matvec_gbs" in res:
+        cells.append(["one-row product streaming a large matrix", f"{res['matvec_gbs']:.1f} GB/s"])
     cells.append(["per-operator overhead (eager model)", f"{res['op_overhead_us']:.2f} us"])
     if "view_overhead_us" in res:
         cells.append(["per view (eager dispatch, no kernel)", f"{res['view_overhead_us']:.2f} us"])
@@ -201,6 +203,16 @@ def render_calibration(res: dict[str, Any], path: Any, console: Console | None =
         cells = [[str(k), *(si(col[k] * 1e12, "FLOP/s") if k in col else "" for col in by_k.values())] for k in ks]
         console.print(*fit_tables([Column("K"), *(Column(name) for name in by_k)], cells, console.width,
                                   title="fp32 rate by reduction length K (MACs behind one output element)"))
+    streams = res.get("matvec_gbs_by_k") or {}
+    cols = {f"{rows} row{'s' if rows != '1' else ''} {'W.t' if lay == 't' else 'W'}": dict(table)
+            for lay, by_rows in streams.items() if isinstance(by_rows, dict) for rows, table in by_rows.items()}
+    ks = sorted({int(k) for col in cols.values() for k in col})
+    if ks:
+        cells = [[str(k), *(f"{col[float(k)]:.1f} GB/s" if float(k) in col else "" for col in cols.values())]
+                 for k in ks]
+        console.print(*fit_tables([Column("K"), *(Column(name) for name in cols)], cells, console.width,
+                                  title="weights streamed by a few-row product (a decode step's) against K: "
+                                  "x @ W (W stored K x N), x @ W.t (stored N x K, as nn.Linear's)"))
     for problem in res.get("problems", []):
         console.print(Text(f"check failed: {problem}", style="yellow bold"))
     if path is None:
