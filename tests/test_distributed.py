@@ -110,6 +110,65 @@ def test_tensor_parallel_share_and_all_reduces_by_hand():
     assert tp.exposed_s == pytest.approx(14 * 0.065536)
 
 
+def test_sequence_parallel_splits_the_sequence_between_the_split_linears_by_hand():
+    # The same tiny Llama (hidden 128, 2 layers, vocab 1000) at 2 x 64 tokens over tp 2 with
+    # sequence parallelism (Korthikanti et al. 2022, 4.2.2): between the blocks' split linears each
+    # rank holds 64 / 2 = 32 tokens; the attention and the MLP gather all 64 for their column-parallel
+    # linears; each row-parallel output is reduce-scattered back to 32; the head gathers all 64.
+    spec = StepSpec(train=True, optimizer="adamw", tp=2, sequence_parallel=True)
+    sp = trace_step(LLAMA, {"input_ids": "2,64:int64"}, spec)[0]
+    fwd = [e for e in sp.events if e.phase == "forward"]
+    norms = [e for e in fwd if e.module.endswith("input_layernorm") and e.op == "aten.mul.Tensor"]
+    assert norms and all(e.out_shapes[0] == [2, 32, 128] for e in norms)
+    q = [e for e in fwd if e.module.endswith("self_attn.q_proj") and e.kind == "matrix"]
+    assert q and all(e.out_shapes[0] == [128, 64] for e in q)  # 2 x 64 rows gathered, 128 / 2 features
+    # each row-parallel output: all 64 tokens, then the reduce-scatter's 32 (a copy of its own)
+    o = [i for i, e in enumerate(fwd) if e.module.endswith("self_attn.o_proj") and e.kind == "matrix"]
+    assert len(o) == 2 and all(fwd[i].out_shapes[0] == [128, 128] for i in o)
+    assert all([e.out_shapes[0] for e in fwd[i + 1:i + 5] if e.op == "aten.clone.default"] == [[2, 32, 128]]
+               for i in o)
+    [head] = [e for e in fwd if e.module == "lm_head" and e.kind == "matrix"]
+    assert head.out_shapes[0][0] == 2 * 64  # the head sees the whole sequence
+    # the same weights as tensor parallelism alone, and less alive when the forward ends (its
+    # norms and residuals hold half the tokens)
+    tp_only = trace_step(LLAMA, {"input_ids": "2,64:int64"}, StepSpec(train=True, optimizer="adamw", tp=2))[0]
+    assert sum(p.nbytes for p in sp.params) == sum(p.nbytes for p in tp_only.params)
+    from torch_footprint.estimate.sharding import rank_peak
+
+    def forward_end(t):
+        last = max(i for i, e in enumerate(t.events) if e.phase == "forward")
+        return rank_peak(t).highs[last]
+
+    assert forward_end(sp) < forward_end(tp_only)
+
+
+def test_sequence_parallel_rank_trains_every_parameter():
+    # run for real (random weights, CPU): the hooks and the shard-keeping linear leave no parameter
+    # without a gradient, and the logits cover the whole sequence
+    import torch
+    import transformers
+
+    from torch_footprint.parallel import apply_sequence_parallel, shrink_for_tp
+
+    cfg = transformers.AutoConfig.from_pretrained(LLAMA)
+    cfg.use_cache = False
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    apply_sequence_parallel(model, 2, shrink_for_tp(model, 2))
+    out = model(input_ids=torch.randint(0, 100, (2, 64)))
+    assert out.logits.shape == (2, 64, 1000)
+    out.logits.sum().backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None] == []
+
+
+def test_sequence_parallel_needs_tp_and_a_divisible_sequence(capsys):
+    assert main(["fit", str(LLAMA), "--input-ids", "1,64", "--train", "--sequence-parallel"]) == 2
+    assert "add --tp 2 or more" in capsys.readouterr().err
+    assert main(["fit", str(LLAMA), "--input-ids", "1,63", "--train", "--gpus", "2", "--tp", "2",
+                 "--sequence-parallel", "--gpu", "h100-sxm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the sequence length 63 is not a multiple of --tp 2" in err and "\n" not in err
+
+
 def test_tp_that_does_not_divide_the_heads_is_one_line(capsys):
     assert main(["fit", LLAMA, "--input-ids", "2,64", "--train", "--gpus", "3", "--tp", "3", "--gpu", "h100-sxm"]) == 2
     err = capsys.readouterr().err.strip()

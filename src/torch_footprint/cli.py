@@ -171,6 +171,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="how model states are split across --gpus ranks (default ddp)")
     ft.add_argument("--tp", type=int, default=1,
                     help="tensor-parallel ranks among --gpus (Megatron-style split of attention and MLP linears)")
+    ft.add_argument("--sequence-parallel", action="store_true",
+                    help="with --tp: norms and residuals hold 1/tp of the sequence (Megatron-LM's sequence "
+                         "parallelism)")
     ft.add_argument("--bucket-view", action="store_true",
                     help="DDP with gradient_as_bucket_view=True (no second copy of the gradients)")
     ft.add_argument("--gpu", action="append", default=[], metavar="ID", help="only these accelerators (repeatable)")
@@ -341,7 +344,8 @@ def _fit(args: argparse.Namespace) -> int:
                       strategy=args.strategy, latency=args.latency, utilisation=args.utilisation,
                       hardware=args.hardware, only=args.gpu or None, tf32=_tf32(args.tf32),
                       efficiency=_efficiency(args.efficiency), bucket_view=args.bucket_view, weights=args.weights,
-                      trust_remote_code=args.trust_remote_code, tp=args.tp)
+                      trust_remote_code=args.trust_remote_code, tp=args.tp,
+                      sequence_parallel=args.sequence_parallel)
     render_fit(res)
     _write(args, res.to_dict())
     if args.csv:

@@ -23,8 +23,11 @@ and of BERT-style encoders (query/key/value, fc1/fc2). GPT-2 keeps its projectio
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .errors import FootprintError
@@ -122,6 +125,102 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
             lin.weight = nn.Parameter(w.new_empty(w.shape[0], w.shape[1] // tp), requires_grad=w.requires_grad)
             lin.in_features //= tp
     return plan
+
+
+class _ShardSavingLinear(torch.autograd.Function):
+    """A column-parallel linear under sequence parallelism (Korthikanti et al. 2022, section
+    4.2.2; Megatron-LM's ``LinearWithGradAccumulationAndAsyncCommunication``): it multiplies
+    the all-gathered input but keeps only this rank's shard of it for the backward, which
+    gathers the shard again for the weight's gradient. One rank's trace sees the gathers as
+    concatenations: the same shapes and bytes."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu")
+    def forward(ctx: Any, full: torch.Tensor, shard: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor | None, tp: int) -> torch.Tensor:
+        ctx.save_for_backward(shard, weight)
+        ctx.tp, ctx.has_bias = tp, bias is not None
+        return F.linear(full, weight, bias)
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cpu")
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        shard, weight = ctx.saved_tensors
+        full = torch.cat([shard] * ctx.tp, dim=SEQUENCE_DIM).to(grad.dtype)
+        grad_w = grad.flatten(0, -2).t() @ full.flatten(0, -2)
+        grad_b = grad.flatten(0, -2).sum(0) if ctx.has_bias else None
+        return grad @ weight.to(grad.dtype), None, grad_w, grad_b, None
+
+
+SEQUENCE_DIM = 1  # Hugging Face's hidden states are [batch, sequence, hidden]
+
+
+def _shard(x: torch.Tensor, tp: int) -> torch.Tensor:
+    """This rank's 1/tp of the sequence, in a storage of its own (a reduce-scatter's output;
+    at the embedding, Megatron-LM clones its scattered view so the whole can be freed)."""
+    if x.shape[SEQUENCE_DIM] % tp:
+        raise FootprintError(f"--sequence-parallel: the sequence length {x.shape[SEQUENCE_DIM]} is not a "
+                             f"multiple of --tp {tp}")
+    return x.narrow(SEQUENCE_DIM, 0, x.shape[SEQUENCE_DIM] // tp).clone()
+
+
+def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> None:
+    """Make one rank's share (after :func:`shrink_for_tp`) hold 1/tp of the sequence outside
+    the split linears (module docstring): the first block's input scattered; the modules
+    that hold column-parallel linears (attention, MLP) gather their input, of which those
+    linears keep only the shard for the backward (:class:`_ShardSavingLinear`); each
+    row-parallel linear reduce-scatters its output; the output head (replicated) gathers its
+    input. The collectives move what the all-reduces did (an all-gather plus a
+    reduce-scatter for each)."""
+    if tp <= 1:
+        return
+    mods = dict(model.named_modules())
+    containers = [p for p, m in mods.items() if p and isinstance(m, (nn.ModuleList, nn.Sequential))]
+    blocks = sorted({c + "." + path[len(c) + 1:].split(".", 1)[0] for path in plan for c in containers
+                     if path.startswith(c + ".")}, key=lambda b: (b.rsplit(".", 1)[0], int(b.rsplit(".", 1)[1])
+                                                                  if b.rsplit(".", 1)[1].isdigit() else 0))
+    if not blocks:
+        raise FootprintError("--sequence-parallel: found no repeated blocks to split the sequence in")
+
+    def scatter(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if args:
+            return (_shard(args[0], tp), *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": _shard(kwargs["hidden_states"], tp)}
+
+    # the first block takes the sequence scattered (Megatron-LM scatters the embedding's output;
+    # here the model's positions and masks are made from the whole sequence before the blocks)
+    mods[blocks[0]].register_forward_pre_hook(scatter, with_kwargs=True)
+
+    def gathered(shard: torch.Tensor) -> torch.Tensor:
+        full = torch.cat([shard] * tp, dim=SEQUENCE_DIM)
+        full._footprint_shard = shard  # type: ignore[attr-defined]  # what its linears keep; gone with it
+        return full
+
+    def gather(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if args:
+            return (gathered(args[0]), *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": gathered(kwargs["hidden_states"])}
+
+    def colwise(x: torch.Tensor, lin: nn.Linear) -> torch.Tensor:
+        shard = getattr(x, "_footprint_shard", None)
+        if shard is None:  # the input was made from the gathered one: keep a shard of its own
+            shard = _shard(x, tp)
+        return _ShardSavingLinear.apply(x, shard, lin.weight, lin.bias, tp)
+
+    for path, style in plan.items():
+        lin = mods[path]
+        if style == "rowwise":
+            lin.register_forward_hook(lambda _m, _a, out: _shard(out, tp))
+            continue
+        parent = mods[path.rsplit(".", 1)[0]]
+        if not getattr(parent, "_footprint_sp", False):
+            parent.register_forward_pre_hook(gather, with_kwargs=True)
+            parent._footprint_sp = True  # type: ignore[assignment]
+        lin.forward = partial(colwise, lin=lin)  # type: ignore[method-assign]
+    get_out = getattr(model, "get_output_embeddings", None)
+    head = get_out() if callable(get_out) else None
+    if isinstance(head, nn.Module):
+        head.register_forward_pre_hook(lambda _m, args: (torch.cat([args[0]] * tp, dim=SEQUENCE_DIM), *args[1:]))
 
 
 def fsdp_units(modules: list[ModuleInfo]) -> dict[str, int]:

@@ -11,7 +11,7 @@ from torch import nn
 
 from ..dtypes import name_of
 from ..errors import FootprintError
-from ..parallel import shrink_for_tp
+from ..parallel import apply_sequence_parallel, shrink_for_tp
 from ..sources import Workload, prepare
 from ..sources.inputs import InputsLike
 from ..trace import StepOptions, Trace, trace_model
@@ -28,9 +28,13 @@ class StepSpec:
     checkpointing: bool = False
     grads: str = "none"  # "none": gradients appear in the backward; "zero": kept between steps
     tp: int = 1  # tensor-parallel ranks: the trace is one rank's share of the model (parallel.py)
+    sequence_parallel: bool = False  # with tp: norms and residuals hold 1/tp of the sequence
 
     def check(self) -> None:
         training.precision(self.precision)
+        if self.sequence_parallel and self.tp <= 1:
+            raise FootprintError("--sequence-parallel splits the sequence among tensor-parallel ranks: add --tp 2 "
+                                 "or more")
         if self.optimizer is not None:
             if not self.train:
                 raise FootprintError("--optimizer needs --train (an optimizer only runs in a training step)")
@@ -63,8 +67,12 @@ def trace_step(model: nn.Module | str, inputs: InputsLike, spec: StepSpec, *, ba
         work = work.cast(param_dtype)
     if spec.tp > 1:  # one rank's share, on a copy: a module the caller gave stays whole
         m = built.model = copy.deepcopy(m)
-        shrink_for_tp(m, spec.tp)
+        plan = shrink_for_tp(m, spec.tp)
         notes.append(f"tensor parallel over {spec.tp} ranks: one rank's share of the attention and MLP linears")
+        if spec.sequence_parallel:
+            apply_sequence_parallel(m, spec.tp, plan)
+            notes.append(f"sequence parallel: norms and residuals between the blocks hold 1/{spec.tp} of the "
+                         "sequence; each split linear's input gathered, its output reduce-scattered")
     undo: Any = lambda: None  # noqa: E731
     if spec.checkpointing:
         what, undo = training.enable_checkpointing(m)
