@@ -275,3 +275,33 @@ def test_calibrate_nproc_measures_each_rank_at_once():
     assert link["threads"] == max(1, usable_cores() // 2) == link["ceilings"]["threads"]
     assert {"matmul_tflops", "conv_fp32_by_batch_k", "copy_gbs", "op_overhead_us"} <= set(link["ceilings"])
     assert "when" not in link["ceilings"]
+
+
+def test_rings_across_nodes_run_at_the_networks_share_per_gpu_by_hand():
+    # DGX H100 nodes (8 GPUs, eight 400 Gb/s NDR ports: 50 GB/s per GPU, the BasePOD reference
+    # architecture) x 80% = 40 GB/s, under NVLink's 450 x 0.8 = 360 GB/s. An all-reduce of 1 GB over
+    # 16 ranks: 2 x 15/16 x 1e9 / 40e9 = 46.875 ms, + 30 steps x 2.7 us (NCCL's network ring LL step)
+    # + 6.6 us a call = 46.9632 ms. Eight ranks stay on one node: NVLink's figures.
+    from torch_footprint.hardware import get
+    from torch_footprint.hardware.networks import get_network
+
+    h100, ndr = get("h100-sxm"), get_network("ib-ndr")
+    across = comm.link_of(h100, ranks=16, per_node=8, network=ndr)
+    assert across is not None and across.bandwidth == pytest.approx(40e9)
+    assert comm.all_reduce_s(1e9, 16, across) == pytest.approx(46.875e-3 + 30 * 2.7e-6 + 6.6e-6, rel=1e-12)
+    inside = comm.link_of(h100, ranks=8, per_node=8, network=ndr)
+    assert inside is not None and inside.bandwidth == pytest.approx(450e9 * 0.8)
+    with pytest.raises(FootprintError, match="unknown network 'ib-xyz': use ib-edr, ib-hdr, ib-ndr"):
+        get_network("ib-xyz")
+    assert main(["fit", str(LLAMA), "--input-ids", "1,64", "--train", "--gpus", "16", "--network", "ib-xyz",
+                 "--gpu", "h100-sxm"]) == 2
+
+
+def test_fit_across_nodes_says_which_network_carries_the_rings(capsys):
+    res = api.fit(LLAMA, {"input_ids": "1,64:int64"}, train=True, optimizer="adamw", gpus=16, strategy="fsdp",
+                  only=["h100-sxm"], network="ib-ndr")
+    assert any("16 GPUs span 2 nodes of 8: their rings cross InfiniBand NDR" in n for n in res.notes)
+    res = api.fit(LLAMA, {"input_ids": "1,64:int64"}, train=True, optimizer="adamw", gpus=16, strategy="fsdp",
+                  only=["h100-sxm"])
+    assert any("no --network given" in n for n in res.notes)
+

@@ -198,14 +198,15 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
         utilisation: float = 0.8, hardware: str | None = None, only: Sequence[str] | None = None,
         tf32: bool | None = None, efficiency: Mapping[str, float] | None = None, bucket_view: bool = False,
         weights: str | None = None, trust_remote_code: bool = False, tp: int = 1,
-        sequence_parallel: bool = False) -> Any:
+        sequence_parallel: bool = False, network: str | None = None, gpus_per_node: int = 8) -> Any:
     """Rank every accelerator for this workload: fits in memory, largest batch, predicted
     latency at ``batch`` and throughput at the largest batch, and the pick.
 
     ``batch`` is per rank; with ``gpus`` > 1 the memory is per rank under ``strategy``
     ("ddp", "zero1", "zero2", "zero3", "fsdp"), and ``tp`` of the ``gpus`` split each layer
     (tensor parallelism; ``sequence_parallel`` also splits the sequence of what lies between
-    the split linears); training over several ranks is timed with its communication.
+    the split linears); training over several ranks is timed with its communication, over
+    ``network`` (an id of hardware/networks.toml) between nodes of ``gpus_per_node``.
     ``latency`` ("10ms", or seconds) makes the pick the lowest-power accelerator that meets it.
     ``dtype`` (inference) or ``precision`` (training: fp32, fp16, bf16, fp16-mixed, bf16-mixed)
     set the arithmetic. ``only`` limits the ids considered; ``hardware`` adds a user database file. Returns a
@@ -220,7 +221,8 @@ def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None 
     return recommend(model, inputs, spec, batch=batch, gpus=gpus, strategy=strategy,
                      target_s=parse_seconds(latency) if latency is not None else None, utilisation=utilisation,
                      hardware=hardware, only=only, tf32=tf32, efficiency=efficiency, bucket_view=bucket_view,
-                     weights=weights, trust_remote_code=trust_remote_code, tp=tp)
+                     weights=weights, trust_remote_code=trust_remote_code, tp=tp, network=network,
+                     gpus_per_node=gpus_per_node)
 
 
 def gpus(hardware: str | None = None, vendor: str | None = None) -> list[Any]:

@@ -171,6 +171,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="how model states are split across --gpus ranks (default ddp)")
     ft.add_argument("--tp", type=int, default=1,
                     help="tensor-parallel ranks among --gpus (Megatron-style split of attention and MLP linears)")
+    ft.add_argument("--network", metavar="ID",
+                    help="the network between nodes when --gpus spans several (ib-edr, ib-hdr, ib-ndr, eth-100g, "
+                         "eth-200g, eth-400g; hardware/networks.toml)")
+    ft.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs per node (default 8)")
     ft.add_argument("--sequence-parallel", action="store_true",
                     help="with --tp: norms and residuals hold 1/tp of the sequence (Megatron-LM's sequence "
                          "parallelism)")
@@ -345,7 +349,8 @@ def _fit(args: argparse.Namespace) -> int:
                       hardware=args.hardware, only=args.gpu or None, tf32=_tf32(args.tf32),
                       efficiency=_efficiency(args.efficiency), bucket_view=args.bucket_view, weights=args.weights,
                       trust_remote_code=args.trust_remote_code, tp=args.tp,
-                      sequence_parallel=args.sequence_parallel)
+                      sequence_parallel=args.sequence_parallel, network=args.network,
+                      gpus_per_node=args.gpus_per_node)
     render_fit(res)
     _write(args, res.to_dict())
     if args.csv:

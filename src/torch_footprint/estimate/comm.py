@@ -51,6 +51,7 @@ import torch
 
 from ..errors import FootprintError
 from ..hardware.db import Accelerator
+from ..hardware.networks import Network
 from ..parallel import tp_plan_of_trace
 from ..trace import Trace
 from .sharding import wrap_units
@@ -62,6 +63,7 @@ LINK_EFFICIENCY = 0.8
 # over PCIe. An 8-rank all-reduce of a few bytes: 6.6 + 14 x 0.6 = 15 us over NVLink.
 NCCL_BASE_LATENCY_S = 6.6e-6
 NCCL_STEP_LATENCY_S = {"nvlink": 0.6e-6, "pcie": 1.0e-6}
+NCCL_NET_STEP_LATENCY_S = 2.7e-6  # the same table's network (NET) ring LL step
 DDP_BUCKET = 25 * 2**20
 DDP_FIRST_BUCKET = 2**20
 SHARDED_OPTIMIZER = ("zero1", "zero2", "zero3", "fsdp")
@@ -85,9 +87,31 @@ def nccl_link(bandwidth: float, link: str, source: str) -> Link:
     return Link(bandwidth, NCCL_STEP_LATENCY_S["pcie" if pcie else "nvlink"], source, NCCL_BASE_LATENCY_S)
 
 
-def link_of(acc: Accelerator, efficiency: float = LINK_EFFICIENCY) -> Link | None:
+def across_nodes(link: Link, network: Network, ranks: int, per_node: int,
+                 efficiency: float = LINK_EFFICIENCY) -> Link:
+    """``link`` for a ring of ``ranks`` over nodes of ``per_node`` GPUs joined by ``network``:
+    each GPU's share leaves its node through the node's NICs, so the ring runs at the slower of
+    its own link and its share of the NICs (x ``efficiency``); NCCL's latency per step is its
+    network one there (2.7 us for ring LL, src/graph/tuning.cc), its base per call unchanged."""
+    nodes = math.ceil(ranks / per_node)
+    bandwidth = min(link.bandwidth, network.per_gpu(per_node) * efficiency)
+    return Link(bandwidth, max(link.latency, NCCL_NET_STEP_LATENCY_S),
+                f"{link.source} within a node; across {nodes} nodes {network.name}, {network.nics} x "
+                f"{network.port_gbps:g} Gb/s per node of {per_node} GPUs ({efficiency:.0%})", link.base)
+
+
+def link_of(acc: Accelerator, efficiency: float = LINK_EFFICIENCY, *, ranks: int = 1, per_node: int = 8,
+            network: Network | None = None) -> Link | None:
     """The link of ``acc``: measured by ``footprint calibrate --nproc N`` where it ran, else
-    the database's figure x ``efficiency``; None when neither is known."""
+    the database's figure x ``efficiency``; None when neither is known. ``ranks`` beyond one
+    node of ``per_node`` go through ``network`` (:func:`across_nodes`) where it is given."""
+    link = _link_of(acc, efficiency)
+    if link is not None and network is not None and ranks > per_node:
+        return across_nodes(link, network, ranks, per_node, efficiency)
+    return link
+
+
+def _link_of(acc: Accelerator, efficiency: float) -> Link | None:
     cal = (acc.calibrated or {}).get("link")
     if cal:
         return Link(cal["busbw_gbs"] * 1e9, cal["latency_us"] * 1e-6,

@@ -19,6 +19,7 @@ from typing import Any
 from ..analysis.memory import MemoryPeak, replay
 from ..errors import FootprintError
 from ..hardware import Accelerator, find, load
+from ..hardware.networks import get_network
 from ..trace import Trace
 from .comm import StepTime, link_of, step_time
 from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for, scaling_line
@@ -206,11 +207,13 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
               strategy: str = "ddp", target_s: float | None = None, utilisation: float = 0.8,
               hardware: str | None = None, only: Sequence[str] | None = None, tf32: bool | None = None,
               efficiency: Mapping[str, float] | None = None, bucket_view: bool = False,
-              weights: str | None = None, trust_remote_code: bool = False, tp: int = 1) -> FitResult:
+              weights: str | None = None, trust_remote_code: bool = False, tp: int = 1,
+              network: str | None = None, gpus_per_node: int = 8) -> FitResult:
     """Every accelerator's answer for ``spec`` at ``batch`` per rank, and the pick (see the module docstring).
     ``tp`` of the ``gpus`` split each layer (tensor parallelism, :mod:`~torch_footprint.parallel`); the
     rest, ``gpus / tp``, are data-parallel ranks under ``strategy``. Training over several ranks
-    is timed with its communication (:mod:`.comm`)."""
+    is timed with its communication (:mod:`.comm`); ``gpus`` beyond one node of ``gpus_per_node``
+    communicate through ``network`` (an id of hardware/networks.toml)."""
     if strategy not in STRATEGIES:
         raise FootprintError(f"unknown strategy '{strategy}': use {', '.join(STRATEGIES)}")
     if gpus < 1:
@@ -219,6 +222,9 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
         raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
     if batch is not None and batch < 1:
         raise FootprintError(f"batch must be at least 1, got {batch}")
+    if gpus_per_node < 1:
+        raise FootprintError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+    net = get_network(network) if network else None
     if tp < 1 or gpus % tp:
         raise FootprintError(f"--tp {tp} must divide --gpus {gpus}")
     dp = gpus // tp
@@ -273,7 +279,7 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
         """One rank's training step with its communication (None: one rank, or no link figure)."""
         if not spec.train or gpus == 1:
             return None
-        link = link_of(acc)
+        link = link_of(acc, ranks=gpus, per_node=gpus_per_node, network=net)
         if link is None:
             no_link.append(acc.id)
             return None
@@ -333,6 +339,11 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
         if no_link:
             notes.append(f"no interconnect figure for {', '.join(sorted(set(no_link)))}: their communication is "
                          "not timed")
+        if spec.train and gpus > gpus_per_node:
+            nodes = -(-gpus // gpus_per_node)
+            notes.append(f"{gpus} GPUs span {nodes} nodes of {gpus_per_node}: " + (
+                f"their rings cross {net.name} ({net.nics} x {net.port_gbps:g} Gb/s per node, {net.source})"
+                if net else "no --network given, so the GPUs' own link is assumed between nodes too (optimistic)"))
     if how:
         notes.append(how)
     settings = dict(t1.settings, precision=spec.precision, checkpointing=spec.checkpointing,
