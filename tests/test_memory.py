@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -291,15 +292,20 @@ def test_linear_on_a_non_contiguous_input_adds_its_bias_in_place() -> None:
     assert est.peak.above_baseline == measured
 
 
+def _llama_tiny(transformers: Any) -> torch.nn.Module:
+    """The tiny grouped-query Llama, fp32, without its cache, from seed 0."""
+    cfg = transformers.AutoConfig.from_pretrained(LLAMA_TINY)
+    cfg.use_cache = False
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+
+
 def test_a_transformers_module_object_skips_the_mask_a_real_run_skips() -> None:
     # positions 0..T-1 are never packed sequences: a real run builds no mask tensor
     transformers = pytest.importorskip("transformers")
     from torch_footprint.measure.measured import allocator_peak, one_step
 
-    cfg = transformers.AutoConfig.from_pretrained(LLAMA_TINY)
-    cfg.use_cache = False
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    model = _llama_tiny(transformers).eval()
     est = tfp.memory(model, {"input_ids": "2,32:int64"})
     ids = torch.zeros(2, 32, dtype=torch.int64)
     gc.collect()
@@ -324,10 +330,7 @@ def test_grouped_query_attention_training_step_matches_the_cpu_allocator() -> No
     from torch_footprint.estimate.training import optimizer as make_optimizer
     from torch_footprint.measure.measured import allocator_peak, one_step
 
-    cfg = transformers.AutoConfig.from_pretrained(LLAMA_TINY)
-    cfg.use_cache = False
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).train()
+    model = _llama_tiny(transformers).train()
     est = tfp.memory(model, {"input_ids": "2,32:int64"}, train=True, optimizer="adamw")
     opt = make_optimizer("adamw")(list(model.parameters()))
     ids = torch.zeros(2, 32, dtype=torch.int64)

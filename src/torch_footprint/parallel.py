@@ -175,11 +175,10 @@ def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> 
     if tp <= 1:
         return
     mods = dict(model.named_modules())
-    containers = [p for p, m in mods.items() if p and isinstance(m, (nn.ModuleList, nn.Sequential))]
-    blocks = sorted({c + "." + path[len(c) + 1:].split(".", 1)[0] for path in plan for c in containers
-                     if path.startswith(c + ".")}, key=lambda b: (b.rsplit(".", 1)[0], int(b.rsplit(".", 1)[1])
-                                                                  if b.rsplit(".", 1)[1].isdigit() else 0))
-    if not blocks:
+    # the outermost repeated container holding split linears: the model's blocks
+    outer = min((p for p, m in mods.items() if p and isinstance(m, (nn.ModuleList, nn.Sequential))
+                 and any(path.startswith(p + ".") for path in plan)), key=lambda p: p.count("."), default=None)
+    if outer is None or f"{outer}.0" not in mods:
         raise FootprintError("--sequence-parallel: found no repeated blocks to split the sequence in")
 
     def scatter(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -189,7 +188,7 @@ def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> 
 
     # the first block takes the sequence scattered (Megatron-LM scatters the embedding's output;
     # here the model's positions and masks are made from the whole sequence before the blocks)
-    mods[blocks[0]].register_forward_pre_hook(scatter, with_kwargs=True)
+    mods[f"{outer}.0"].register_forward_pre_hook(scatter, with_kwargs=True)
 
     def gathered(shard: torch.Tensor) -> torch.Tensor:
         full = torch.cat([shard] * tp, dim=SEQUENCE_DIM)
