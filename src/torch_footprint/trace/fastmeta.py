@@ -132,6 +132,16 @@ if hasattr(aten, "_grouped_mm"):
     CPU_RULE[aten._grouped_mm.default] = _grouped_mm
 
 
+def _mkldnn_rnn_layer(*args: Any, **kwargs: Any) -> Any:
+    """oneDNN's LSTM layer with its training workspace at the size the CPU kernel allocates."""
+    from .onednn_rnn import with_workspace
+
+    return with_workspace(aten.mkldnn_rnn_layer.default, args, kwargs)
+
+
+CPU_RULE[aten.mkldnn_rnn_layer.default] = _mkldnn_rnn_layer
+
+
 def _cpu_rule(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
     """``CPU_RULE[func]`` when every tensor argument is a meta or a fake CPU tensor."""
     from torch._subclasses.fake_tensor import FakeTensor
