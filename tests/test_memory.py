@@ -350,3 +350,40 @@ def test_a_cuda_training_step_holds_a_second_cublas_workspace_for_the_backward_t
     assert train.overheads["cublas_workspace"] == 32 * 2**20
     assert train.overheads["cublas_workspace (backward thread)"] == 32 * 2**20
     assert "cublas_workspace (backward thread)" not in infer.overheads
+
+
+class _PatchEmbed(nn.Module):
+    """A ViT's patch embedding: a 16 x 16 stride-16 convolution, its output flattened and
+    transposed to tokens (so its gradient arrives strided), then a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(3, 64, 16, 16)
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.proj(x).flatten(2).transpose(1, 2))
+
+
+def test_a_patch_convolutions_backward_holds_onednns_gemm_scratchpad() -> None:
+    """On an AVX2 CPU oneDNN's jit kernel refuses a 16-wide kernel, and the weight gradient
+    goes to its gemm kernel. At batch 4, 224 x 224 (196 positions, fewer than 256 per thread),
+    by hand: a contiguous copy of the gradient 4 x 64 x 196 x 4 = 200,704 B; per thread the
+    reduction buffer 4 x (64 x 3 x 16 x 16 x 4) = 786,432 B and the im2col buffer
+    3 x 256 x 196 x 4 = 602,112 B; each of the two bookings padded by 128 B. Then the step's
+    peak against the allocator's records."""
+    from torch_footprint.trace.kernels import _conv_backward_scratch
+
+    if torch.backends.cpu.get_cpu_capability() != "AVX2":
+        pytest.skip("oneDNN's kernel choice here is AVX2's; other CPUs take other kernels")
+    threads = torch.get_num_threads()
+    x = torch.empty(4, 3, 224, 224, device="meta")
+    grad = torch.empty(4, 196, 64, device="meta").transpose(1, 2).unflatten(2, (14, 14))
+    w = torch.empty(64, 3, 16, 16, device="meta")
+    scratch = _conv_backward_scratch((grad, x, w, [64], [16, 16], [0, 0], [1, 1], False, [0, 0], 1,
+                                      [False, True, True]))
+    assert scratch == 200_704 + threads * 786_432 + 128 + threads * 602_112 + 128
+    torch.manual_seed(0)
+    model = _PatchEmbed().train()
+    est = tfp.memory(model, "4,3,224,224", train=True, optimizer="sgd")
+    assert est.peak.above_baseline == _measured_peak(model, torch.randn(4, 3, 224, 224), train=True)

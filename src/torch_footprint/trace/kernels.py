@@ -221,11 +221,42 @@ def _depthwise_reorder(args: tuple[Any, ...]) -> int:
     return 0
 
 
+def _conv_backward_scratch(args: tuple[Any, ...]) -> int:
+    """A float32 2-D convolution's backward on oneDNN: a contiguous copy of a strided output
+    gradient (``mkldnn_convolution_backward``), and, where the weight gradient goes to
+    oneDNN's gemm-based kernel, its scratchpad. On an AVX2 CPU that is a kernel ``jit_avx2``
+    refuses, one 14 or more wide (a ViT's 16 x 16 patch embedding); the scratchpad then holds
+    a per-thread weight-gradient buffer for the reduction, booked as ``book<float>`` of the
+    weights' size in bytes (4 x the weights per thread), and a per-thread im2col buffer of
+    C_in x k_h x k_w x output positions floats, each padded by 128 bytes
+    (src/cpu/gemm_convolution_utils.cpp in oneDNN 3.12: threads = torch's when
+    ``positions / threads < 256`` and the batch is over 1, else one). Elsewhere (AVX-512,
+    bfloat16, grouped or transposed convolutions) the kernel's scratch is not modelled."""
+    grad, x, w = args[0], args[1], args[2]
+    if not (isinstance(grad, torch.Tensor) and isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)
+            and x.dtype == torch.float32 and x.dim() == 4 and len(args) > 10):
+        return 0
+    transposed, groups, mask = bool(args[7]), int(args[9]), args[10]
+    if transposed or groups != 1:
+        return 0
+    copy = grad.numel() * grad.element_size() if not grad.is_contiguous() else 0
+    kh, kw = w.shape[2], w.shape[3]
+    if not mask[1] or kw < 14 or torch.backends.cpu.get_cpu_capability() != "AVX2":
+        return copy
+    positions = grad.shape[2] * grad.shape[3]
+    threads = torch.get_num_threads()
+    n = threads if positions // threads < 256 and x.shape[0] != 1 else 1
+    weights = w.numel() * 4
+    im2col = x.shape[1] * kh * kw * positions * 4
+    return copy + (n * weights * 4 + 128) + (n * im2col + 128)
+
+
 _aten = torch.ops.aten
 CPU_SCRATCH = {
     _aten.mm: _matmul_copies(0), _aten.bmm: _matmul_copies(0),
     _aten.addmm: _matmul_copies(1), _aten.baddbmm: _matmul_copies(1),
     _aten.convolution: _depthwise_reorder,
+    _aten.convolution_backward: _conv_backward_scratch,
     _aten.mkldnn_rnn_layer: onednn_rnn.forward_scratch,
     _aten.mkldnn_rnn_layer_backward: onednn_rnn.backward_scratch,
 }
