@@ -139,7 +139,15 @@ def _mkldnn_rnn_layer(*args: Any, **kwargs: Any) -> Any:
     return with_workspace(aten.mkldnn_rnn_layer.default, args, kwargs)
 
 
+def _mkldnn_rnn_layer_backward(*args: Any, **kwargs: Any) -> Any:
+    """Its backward, with the second bias gradient a storage of its own as on the CPU."""
+    from .onednn_rnn import with_own_bias_grad
+
+    return with_own_bias_grad(aten.mkldnn_rnn_layer_backward.default, args, kwargs)
+
+
 CPU_RULE[aten.mkldnn_rnn_layer.default] = _mkldnn_rnn_layer
+CPU_RULE[aten.mkldnn_rnn_layer_backward.default] = _mkldnn_rnn_layer_backward
 
 
 def _cpu_rule(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:

@@ -91,10 +91,6 @@ class CpuKernels:
     branch, ``at::add(output, bias)``: a second output as large as the first, alive with
     it. The swap does what the real kernel does (a matmul, then the in-place add).
 
-    It also sends a float32 ``nn.LSTM`` on meta tensors down the path ATen takes on a CPU,
-    oneDNN's ``mkldnn_rnn_layer`` per layer (:func:`onednn_rnn.lstm_as_cpu`), where the meta
-    device would run it cell by cell: other operators, other saved tensors.
-
     It also hands ``host_tensor`` the CPU tensors made outside the dispatcher that the CPU
     allocator records: ``torch.get_rng_state()``'s copy of the generator (5056 bytes), which
     activation checkpointing keeps per checkpointed call until its backward and takes again
@@ -106,7 +102,6 @@ class CpuKernels:
         self._saved: Any = None
         self._saved_rng: Any = None
         self._saved_linear: Any = None
-        self._lstm_swapped = False
         self.reroute = reroute  # send meta-tensor calls to the CPU's fused kernel
         self.host_tensor = host_tensor
 
@@ -146,18 +141,12 @@ class CpuKernels:
         F.scaled_dot_product_attention = sdpa
         self._saved_linear = F.linear
         F.linear = _in_place_bias(self._saved_linear)
-        if self.reroute:
-            torch._VF.lstm = _cpu_lstm(torch._C._VariableFunctions.lstm)  # type: ignore[attr-defined]
-            self._lstm_swapped = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
         F.scaled_dot_product_attention = self._saved
         torch.get_rng_state = self._saved_rng
         F.linear = self._saved_linear
-        if self._lstm_swapped:  # torch._VF forwards the name to torch._C._VariableFunctions again
-            del torch._VF.lstm  # type: ignore[attr-defined]
-            self._lstm_swapped = False
 
 
 def _in_place_bias(original: Any) -> Any:
@@ -171,19 +160,6 @@ def _in_place_bias(original: Any) -> Any:
         return torch.matmul(input, weight.t()).add_(bias)
 
     return linear
-
-
-def _cpu_lstm(original: Any) -> Any:
-    """``torch._VF.lstm`` that takes oneDNN's per-layer path for meta tensors where ATen on a
-    CPU would (the padded-input overload; a packed sequence keeps the original)."""
-
-    def lstm(*args: Any, **kwargs: Any) -> Any:
-        if (len(args) == 9 and not kwargs and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta"
-                and onednn_rnn.takes_onednn(args[0], args[1], args[2], args[3], args[4], args[7])):
-            return onednn_rnn.lstm_as_cpu(*args)
-        return original(*args, **kwargs)
-
-    return lstm
 
 
 # --------------------------------------------------------------------------- kernel scratch

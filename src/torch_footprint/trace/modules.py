@@ -26,10 +26,13 @@ class ModuleStack:
     def __init__(self, model: nn.Module) -> None:
         self.paths: dict[int, str] = {}
         self.types: dict[str, str] = {}
+        self.recurrent: set[str] = set()  # nn.RNN, nn.LSTM, nn.GRU and their subclasses
         for path, mod in model.named_modules():
             if id(mod) not in self.paths:
                 self.paths[id(mod)] = path
                 self.types[path] = type(mod).__name__
+                if isinstance(mod, nn.RNNBase):
+                    self.recurrent.add(path)
         self.forward: list[str] = []
         self.backward: list[str] = []
         self.track_backward = False

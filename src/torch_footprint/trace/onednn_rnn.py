@@ -27,8 +27,11 @@ The training forward and the backward take oneDNN's reference implementation; th
 forward takes brgemm on an x86 CPU with AVX2 or AVX-512 (the reference one elsewhere, not
 measured). Checked to the byte against the allocator on this machine (AVX2) for shapes from
 ``(B, T, D, H) = (1, 10, 64, 32)`` to ``(4, 33, 256, 256)`` (batch, steps, input width, hidden) in
-tests/test_onednn_rnn.py, and up to ``(16, 5, 300, 512)`` by hand.
+tests/test_recurrent.py, and up to ``(16, 5, 300, 512)`` by hand.
 
+The trace reaches these calls because a model with recurrent layers is traced on a CPU with
+fake CPU tensors (tracer.py): ATen picks oneDNN, or for the other recurrent layers the input
+projection of the whole sequence at once, by the tensors' device, which meta tensors are not.
 Only float32 is modelled: a bfloat16 LSTM on a CPU without AVX-512 BF16 does not take oneDNN
 (PyTorch runs it cell by cell, which the trace sees), and elsewhere its scratch is not
 counted.
@@ -43,7 +46,6 @@ import torch
 
 PAGE = 4096
 GATES = 4  # LSTM: the only mode PyTorch sends to mkldnn_rnn_layer
-LSTM_MODE = 2  # ideep::rnn_kind::LSTM
 F32 = 4
 POINTER = 8
 BATCH_ELEMENT = 40  # sizeof(brgemm_batch_element_t): two pointers, two dim_t, one dim_t
@@ -171,10 +173,11 @@ def backward_scratch(args: tuple[Any, ...]) -> int:
                  if isinstance(g, torch.Tensor) and not g.is_contiguous())
     bias = GATES * H * F32  # b_ih + b_hh, zeros when the layer has none
     reordered = sum(GATES * H * good_ld(k) * F32 for k in (D, H) if good_ld(k) != k)
-    # the weight gradients in ldigo and the bias gradient: oneDNN's own buffers. (The op's second
-    # bias-gradient output is a clone the real kernel makes after its scratch is freed; the meta
-    # kernel returns the first one twice, so the trace holds it once, as the real high point does.)
-    grads = (D + H) * good_ld(GATES * H) * F32 + GATES * H * F32
+    # the weight gradients in ldigo. (oneDNN's bias gradient has a buffer of its own too, as large
+    # as the op's second bias-gradient output, a clone the CPU kernel makes after its scratch is
+    # freed; the trace holds that output from the start of the call (:func:`with_own_bias_grad`),
+    # which stands in for the buffer.)
+    grads = (D + H) * good_ld(GATES * H) * F32
     return zeros + copies + bias + reordered + grads + _train_scratchpad(B, T, D, H, merged=True)
 
 
@@ -190,52 +193,10 @@ def with_workspace(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     return (*out[:3], ws)
 
 
-def takes_onednn(input: Any, hx: Any, params: Any, has_biases: bool, num_layers: int, bidirectional: bool) -> bool:
-    """Whether ATen's ``lstm`` runs this call on oneDNN on a CPU (``use_mkldnn`` in
-    aten/src/ATen/native/RNN.cpp, without projections): oneDNN on, float32 (bfloat16 where the
-    CPU has bfloat16 units), not empty."""
-    if not (isinstance(input, torch.Tensor) and torch.backends.mkldnn.is_available()
-            and torch.backends.mkldnn.enabled and input.dim() == 3 and input.numel()):
-        return False
-    bf16 = input.dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    per_layer = 4 if has_biases else 2
-    return ((input.dtype == torch.float32 or bf16) and len(hx) == 2
-            and len(params) == num_layers * (2 if bidirectional else 1) * per_layer)
-
-
-def lstm_as_cpu(input: torch.Tensor, hx: Any, params: Any, has_biases: bool, num_layers: int, dropout: float,
-                train: bool, bidirectional: bool, batch_first: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``aten::lstm`` as the CPU runs it through oneDNN (``mkldnn_rnn`` in
-    aten/src/ATen/native/mkldnn/RNN.cpp), op for op: a time-major contiguous input, one
-    ``mkldnn_rnn_layer`` per layer and direction, the directions concatenated, dropout between
-    layers in training, the final states stacked."""
-    # the time-major input stays alive to the end of the call, as ATen's local ``input`` does
-    time_major = (input.transpose(0, 1) if batch_first else input).contiguous()
-    x = time_major
-    h, c = hx[0].contiguous(), hx[1].contiguous()
-    dirs = 2 if bidirectional else 1
-    stride = 4 if has_biases else 2
-    hidden = h.shape[2]
-    hys, cys = [], []
-    # one slot per direction, overwritten layer by layer: a layer's outputs live until the next
-    # layer's call for that direction returns, as in ATen's ``layer_output`` vector
-    outs: list[Any] = [None] * dirs
-    for layer in range(num_layers):
-        for d in range(dirs):
-            i = layer * dirs + d
-            w = params[i * stride:(i + 1) * stride]
-            b0 = w[2] if has_biases else torch.zeros(w[0].shape, dtype=w[0].dtype, device=w[0].device)
-            b1 = w[3] if has_biases else torch.zeros(w[1].shape, dtype=w[1].dtype, device=w[1].device)
-            out, hy, cy, _ws = torch.ops.aten.mkldnn_rnn_layer(x, w[0], w[1], b0, b1, h[i], c[i], d > 0, [], LSTM_MODE,
-                                                             hidden, num_layers, has_biases, bidirectional,
-                                                             batch_first, train)
-            outs[d] = out
-            hys.append(hy)
-            cys.append(cy)
-        x = outs[0] if dirs == 1 else torch.cat(outs, -1)
-        if dropout and train and layer < num_layers - 1:
-            x = torch.dropout(x, dropout, True)
-    hy, cy = torch.stack(hys, 0), torch.stack(cys, 0)
-    out = x.transpose(0, 1) if batch_first else x
-    del time_major
-    return out, hy, cy
+def with_own_bias_grad(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``mkldnn_rnn_layer_backward``'s outputs on meta or fake tensors with the second bias
+    gradient in a storage of its own, as the CPU kernel returns it (a clone of the first). The
+    meta kernel returns the first one twice, and fake tensors' dispatch cache may or may not
+    keep that aliasing from one call to the next."""
+    out = func(*args, **kwargs)
+    return (*out[:4], torch.empty_like(out[3]), *out[5:])

@@ -18,6 +18,7 @@ from .step import tensors_in
 
 # lookups: the first argument is a table the op gathers rows (or elements) of, as many as it writes
 SELECTS = frozenset({"embedding", "index_select", "gather", "take"})
+_ADD, _ADD_, _UNSAFE_VIEW = torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor, torch.ops.aten._unsafe_view.default
 MATMULS = frozenset({"mm", "addmm"})
 
 
@@ -60,6 +61,7 @@ class Recorder(TorchDispatchMode):
         self.param_uids: set[int] = set()
         self.param_casts: list[int] = []
         self.param_index: dict[int, int] = {}  # parameter storage -> index in Trace.params
+        self._folded: Any = None  # the last op's output where it was matmul's fold (_unsafe_view)
 
     def watch(self, t: torch.Tensor) -> tuple[int, int] | None:
         """Start tracking ``t``'s storage; return (uid, nbytes) if it was not tracked yet.
@@ -99,10 +101,27 @@ class Recorder(TorchDispatchMode):
                                    macs=0, kind="data", bytes_read=0, bytes_written=span_bytes(t),
                                    out_shapes=[list(t.shape)], out_dtypes=[name_of(t.dtype)], allocs=[list(new)]))
 
+    def _linear_bias_in_place(self, func: Any, args: Any) -> bool:
+        """ATen's ``linear`` called from C++ (a recurrent layer's cells: CellParams::linear_ih)
+        on an input it cannot flatten runs matmul, then ``output.add_(bias)`` in place; under a
+        dispatch mode it takes its composite-compliant branch, ``at::add(output, bias)``, a
+        second output as large as the first. Inside a recurrent layer's forward on a CPU, a
+        1-d add right onto matmul's folded output is that add, and is made in place as the
+        real kernel makes it. (Python callers of ``F.linear`` get the same through
+        :class:`~torch_footprint.trace.kernels.CpuKernels`.)"""
+        return (func is _ADD and self.device == "cpu" and self.phase == "forward" and self._folded is not None
+                and len(args) == 2 and args[0] is self._folded and isinstance(args[1], torch.Tensor)
+                and args[1].dim() == 1 and self.stack.current(self.phase) in self.stack.recurrent)
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if self._linear_bias_in_place(func, args):
+            func = _ADD_
+        self._folded = None
         fast = fast_meta(func, args)
         out = fast(*args, **kwargs) if fast is not None else func(*args, **kwargs)
+        if func is _UNSAFE_VIEW:
+            self._folded = out
         if func.namespace == "prim":
             return out
         cost = formula_for(func)(func, args, kwargs, out)

@@ -52,7 +52,9 @@ def trace_model(
     ``model`` may live on the meta device (the usual case) or on a real device.
     ``make_inputs(device)`` returns ``(args, kwargs)`` built on the device it is given.
 
-    Tensors: meta first (fastest; attention routed to the kernel ``device`` would run);
+    Tensors: meta first (fastest; attention routed to the kernel ``device`` would run), or
+    fake ones first for a model with recurrent layers on a CPU (their CPU path is chosen by
+    device) and under autocast;
     after a failure on meta, fake tensors on ``device`` (the same error from both is the
     model's own); where the forward depends on tensor values, or fake tensors fail for a
     reason of their own, real tensors with random values if the parameters fit
@@ -80,6 +82,10 @@ def _traced(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...]
     common.update(params=params, buffers=buffers)
     if tensors == "auto" and step is not None and step.autocast is not None:
         tensors = "fake"  # autocast acts on a device's tensors, not on meta ones
+    # ATen's recurrent layers choose their CPU path by the tensors' device: oneDNN for an LSTM,
+    # and the input projection of the whole sequence at once for the others (FullLayer's is_cpu
+    # branch); meta tensors would take neither, so such a model starts with fake tensors
+    fake_first = tensors == "auto" and device == "cpu" and any(isinstance(m, nn.RNNBase) for m in model.modules())
     if tensors != "auto":
         if tensors not in ("meta", "fake", "real"):
             raise FootprintError(f"unknown tensor kind '{tensors}': use auto, meta, fake or real")
@@ -88,23 +94,40 @@ def _traced(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...]
                 return _run(model, make_inputs, tensors=tensors, **common)
         except _ModelRaised as err:
             raise err.user_error() from err.original
-    try:
-        return _run(model, make_inputs, tensors="meta", **common)
-    except _ModelRaised as err:
-        # a meta kernel may follow another device's rule and say nothing of meta (the grouped
-        # matmul's did): fake tensors on the device settle whether the error is the model's
-        first = err
-    gc.collect()
-    try:
-        with _quiet_fake_logs():
-            trace = _run(model, make_inputs, tensors="fake", **common)
-        trace.notes = [f"traced with fake tensors on {device}: the meta device failed "
-                       f"({type(first.original).__name__} in '{first.where}')"]
-        return trace
-    except _ModelRaised as err:
-        second = err
-    if not _meta_specific(first.original) and _same_error(first, second):
-        raise second.user_error() from second.original  # meta and fake tensors agree: the model's own
+    if fake_first:
+        try:
+            with _quiet_fake_logs():
+                return _run(model, make_inputs, tensors="fake", **common)
+        except _ModelRaised as err:
+            second = err
+        if not _is_data_dependent(second.original):
+            gc.collect()
+            try:  # fake tensors failed for a reason of their own: meta ones, cell by cell
+                trace = _run(model, make_inputs, tensors="meta", **common)
+            except _ModelRaised:
+                raise second.user_error() from second.original
+            trace.notes = [f"traced with meta tensors: fake tensors on {device} failed "
+                           f"({type(second.original).__name__} in '{second.where}'); recurrent layers "
+                           "follow the meta device's path, not the CPU's"]
+            return trace
+    else:
+        try:
+            return _run(model, make_inputs, tensors="meta", **common)
+        except _ModelRaised as err:
+            # a meta kernel may follow another device's rule and say nothing of meta (the grouped
+            # matmul's did): fake tensors on the device settle whether the error is the model's
+            first = err
+        gc.collect()
+        try:
+            with _quiet_fake_logs():
+                trace = _run(model, make_inputs, tensors="fake", **common)
+            trace.notes = [f"traced with fake tensors on {device}: the meta device failed "
+                           f"({type(first.original).__name__} in '{first.where}')"]
+            return trace
+        except _ModelRaised as err:
+            second = err
+        if not _meta_specific(first.original) and _same_error(first, second):
+            raise second.user_error() from second.original  # meta and fake tensors agree: the model's own
     total = sum(p.nbytes for p in params) + sum(b.nbytes for b in buffers)
     if total > real_fallback_limit:
         if not _is_data_dependent(second.original):

@@ -1,5 +1,6 @@
-"""A float32 LSTM on the CPU runs on oneDNN: the trace takes that path, and counts the memory
-oneDNN allocates inside its calls, against the CPU allocator's own records."""
+"""Recurrent layers on a CPU, against the CPU allocator's own records: a float32 LSTM runs on
+oneDNN, and the trace counts what oneDNN allocates inside its calls; GRU, plain RNN and LSTM
+with projections run ATen's own CPU layers."""
 
 from __future__ import annotations
 
@@ -103,14 +104,8 @@ def test_scratch_inside_each_call_matches_the_allocator(shape: tuple[int, int, i
     peaks = _inside(prof)
     assert len(peaks) == len(seen.calls) == (2 if train else 1)
     for (name, args, out), peak in zip(seen.calls, peaks):
-        # the outputs as the trace holds them: the meta kernel's storages (it returns the bias
-        # gradient twice where the CPU kernel clones it after its scratch is freed)
-        meta = getattr(torch.ops.aten, name)(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args])
-        storages = {o.untyped_storage()._cdata: o.untyped_storage().nbytes() for o in meta
-                    if isinstance(o, torch.Tensor)}
-        if name == "mkldnn_rnn_layer" and train:
-            storages[-1] = out[3].numel()  # the workspace, which the trace sizes as the CPU kernel does
-        outputs = sum(storages.values())
+        # the outputs as the trace holds them: one storage each, as the CPU kernel returns them
+        outputs = sum(o.untyped_storage().nbytes() for o in out if isinstance(o, torch.Tensor))
         model = onednn_rnn.forward_scratch(args) if name == "mkldnn_rnn_layer" else onednn_rnn.backward_scratch(args)
         assert outputs + model == peak, name
 
@@ -158,3 +153,38 @@ def test_the_trace_takes_one_onednn_call_per_layer_and_direction() -> None:
     assert ops.count("aten.mkldnn_rnn_layer_backward.default") == 4
     forward = sum(e.macs for e in trace.events if e.op == "aten.mkldnn_rnn_layer.default")
     assert forward == 2 * T * B * 4 * H * (D + H) + 2 * T * B * 4 * H * (2 * H + H)
+
+
+class _RNNLM(nn.Module):
+    def __init__(self, cls: type[nn.RNNBase], **rnn: object) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(512, 64)
+        self.rnn = cls(64, batch_first=True, **rnn)  # type: ignore[arg-type]
+        width = int(rnn.get("proj_size") or rnn["hidden_size"]) * (2 if rnn.get("bidirectional") else 1)  # type: ignore[call-overload]
+        self.head = nn.Linear(width, 512)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(self.embed(ids))[0])
+
+
+@pytest.mark.parametrize("optimizer", [None, "sgd"], ids=["inference", "sgd"])
+@pytest.mark.parametrize(("cls", "rnn"), [
+    (nn.GRU, {"hidden_size": 96, "num_layers": 2}),
+    (nn.GRU, {"hidden_size": 64, "bidirectional": True}),
+    (nn.RNN, {"hidden_size": 96, "num_layers": 2}),
+    (nn.LSTM, {"hidden_size": 64, "proj_size": 32}),
+], ids=["gru", "gru-bidirectional", "rnn-tanh", "lstm-projections"])
+def test_other_recurrent_layers_match_the_cpu_allocator(cls: type[nn.RNNBase], rnn: dict[str, object],
+                                                        optimizer: str | None) -> None:
+    """GRU, plain RNN and an LSTM with projections run ATen's own layers on a CPU, which project
+    the whole sequence's input at once (FullLayer's CPU branch) and add each linear's bias in
+    place: the step's peak to the byte."""
+    from torch_footprint.estimate import training
+
+    torch.manual_seed(0)
+    model = _RNNLM(cls, **rnn).train(optimizer is not None)
+    ids = torch.randint(0, 512, (4, 20))
+    est = tfp.memory(model, {"ids": "4,20:int64"}, train=optimizer is not None, optimizer=optimizer)
+    opt = training.optimizer(optimizer)(list(model.parameters())) if optimizer else None
+    measured = allocator_peak(lambda: one_step(model, (), {"ids": ids}, opt, optimizer is not None))
+    assert est.peak.above_baseline == measured
