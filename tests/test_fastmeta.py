@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
+from torch import nn
 
 from torch_footprint.trace.fastmeta import fast_meta
 
@@ -60,14 +63,129 @@ def test_fast_output_matches_torch(func, args) -> None:
 @pytest.mark.parametrize(
     ("func", "args"),
     [
-        (aten.add.Tensor, (meta(3, 1), meta(1, 4))),  # broadcasting: torch decides
+        (aten.add.Tensor, (meta(4, 3).t(), meta(1, 4))),  # broadcasting a strided operand: torch decides
         (aten.add.Tensor, (meta(3, 3), meta(3, 3, dtype=torch.float16))),  # promotion
         (aten.add.Tensor, (meta(3, 3, dtype=torch.int64), 1)),  # integers
         (aten.eq.Tensor, (meta(3, 3), meta(3, 3))),  # bool result
         (aten.addmm.default, (meta(6), meta(4, 5), meta(4, 6))),  # bad shapes: let torch raise
-        (aten.add_.Tensor, (meta(3, 3), meta(1, 3))),
+        (aten.add_.Tensor, (meta(1, 3), meta(3, 3))),  # an in-place result that would grow: torch raises
         (aten.add.Tensor, (torch.empty(3, 3), torch.empty(3, 3))),  # not meta
     ],
 )
 def test_anything_else_goes_to_torch(func, args) -> None:
     assert fast_meta(func, args) is None
+
+
+BROADCAST_CASES = [
+    (aten.mul.Tensor, (meta(2, 5, 8), meta(2, 5, 1))),
+    (aten.add.Tensor, (meta(4, 1), meta(1, 6))),
+    (aten.mul.Tensor, (meta(8), meta(3, 8, dtype=torch.float32))),
+    (aten.mul_.Tensor, (meta(2, 5, 8), meta(5, 1))),
+    (aten._to_copy.default, (meta(4, 6).t(),), {"dtype": torch.bfloat16}),
+    (aten._to_copy.default, (x4_cl,), {"dtype": torch.float16}),
+    (aten.zeros_like.default, (x4_cl,), {"memory_format": torch.preserve_format}),
+    (aten.mm.default, (meta(4, 5), meta(6, 5).t())),
+]
+
+
+@pytest.mark.parametrize("case", BROADCAST_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(BROADCAST_CASES)])
+@pytest.mark.parametrize("fake", [False, True], ids=["meta", "fake"])
+def test_fast_output_matches_torch_on_meta_and_fake_tensors(case, fake: bool) -> None:
+    """Broadcasting, casts, zeros_like and mm on meta tensors, and every case on fake CPU
+    tensors, against FakeTensorMode's own outputs: shapes, strides, dtypes, devices."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    func, args = case[0], case[1]
+    kwargs = case[2] if len(case) > 2 else {}
+    if not fake:
+        fast = fast_meta(func, args, kwargs)
+        assert fast is not None
+        mine, ref = fast(*args, **kwargs), func(*args, **kwargs)
+        assert (mine.shape, mine.stride(), mine.dtype) == (ref.shape, ref.stride(), ref.dtype)
+        return
+    with FakeTensorMode() as mode:
+        fargs = tuple(torch.empty_strided(a.shape, a.stride(), dtype=a.dtype) if isinstance(a, torch.Tensor) else a
+                      for a in args)
+        fast = fast_meta(func, fargs, kwargs)
+        assert fast is not None
+        mine = fast(*fargs, **kwargs)
+        ref = func(*fargs, **kwargs)
+    assert isinstance(mine, FakeTensor) and mine.fake_mode is mode
+    assert (mine.shape, mine.stride(), mine.dtype, mine.device) == (ref.shape, ref.stride(), ref.dtype, ref.device)
+    if func._schema.name.endswith("_"):
+        assert mine is fargs[0]
+
+
+def test_fake_views_share_the_inputs_storage() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(8, 16)
+        for func, args in [(aten.t.default, (x,)), (aten.view.default, (x, [4, 32])),
+                           (aten._unsafe_view.default, (x, [16, 8])), (aten.transpose.int, (x, 0, 1)),
+                           (aten.slice.Tensor, (x, 1, 2, 10)), (aten.expand.default, (x[:, :1], [8, 5])),
+                           (aten.unsqueeze.default, (x, 1)), (aten.permute.default, (x, [1, 0])),
+                           (aten.select.int, (x, 0, 3)), (aten.squeeze.dim, (x[:1], 0))]:
+            fast = fast_meta(func, args)
+            assert fast is not None
+            mine, ref = fast(*args), func(*args)
+            assert (mine.shape, mine.stride(), mine.storage_offset(), mine.device) == (
+                ref.shape, ref.stride(), ref.storage_offset(), ref.device), func
+            assert mine.untyped_storage()._cdata == x.untyped_storage()._cdata == ref.untyped_storage()._cdata
+
+
+def test_constants_fake_tensors_carry_go_to_torch() -> None:
+    """An optimizer's step count is a fake tensor with a value FakeTensorMode keeps up to
+    date (``step += 1``, then ``step.item()``): torch's path, or the value goes stale."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        step = torch.tensor(0.0)
+        assert fast_meta(aten.add_.Tensor, (step, 1)) is None
+
+
+def _record(trace) -> tuple[list, list]:  # type: ignore[no-untyped-def]
+    events = [(e.op, e.module, e.phase, [n for _, n in e.allocs], e.out_shapes, e.out_dtypes, e.flops,
+               e.bytes_read, e.bytes_written, e.scratch) for e in trace.events]
+    return events, [(f.after, f.nbytes) for f in trace.frees]
+
+
+@pytest.mark.parametrize("which", ["llama-bf16-mixed", "lstm"])
+def test_a_fake_trace_is_the_same_without_the_fast_path(which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole traced training step on fake tensors (a Llama under autocast; an LSTM language
+    model), with the fake fast path and without it: the same operators, outputs, bytes,
+    allocations and frees, event by event."""
+    from pathlib import Path
+
+    import torch_footprint.trace.recorder as recorder
+    from torch_footprint.estimate.workload import StepSpec, trace_step
+    from torch_footprint.trace import fastmeta
+
+    if which == "lstm":
+        model: Any = nn.Sequential(nn.Embedding(64, 16), nn.LSTM(16, 24, num_layers=2))
+        inputs: Any = "12,3:int64"
+        spec = StepSpec(True, "adamw", "fp32", False, "none")
+    else:
+        model = str(Path(__file__).parent / "configs" / "llama-gqa-tiny")
+        inputs = {"input_ids": "2,16:int64"}
+        spec = StepSpec(True, "adamw", "bf16-mixed", False, "none")
+    original = recorder.fast_meta
+    taken = []
+
+    def counted(func: Any, args: Any, kwargs: Any = None) -> Any:
+        fn = original(func, args, kwargs)
+        if fn is not None and func not in fastmeta.CPU_RULE and fastmeta._kind(args) != "meta":
+            taken.append(func)
+        return fn
+
+    def meta_only(func: Any, args: Any, kwargs: Any = None) -> Any:
+        if func not in fastmeta.CPU_RULE and fastmeta._kind(args) != "meta":
+            return None
+        return original(func, args, kwargs)
+
+    monkeypatch.setattr(recorder, "fast_meta", counted)
+    fast, _ = trace_step(model, inputs, spec)
+    monkeypatch.setattr(recorder, "fast_meta", meta_only)
+    slow, _ = trace_step(model, inputs, spec)
+    assert len(taken) > 50  # the fast path ran
+    assert _record(fast) == _record(slow)

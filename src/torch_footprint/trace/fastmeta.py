@@ -1,4 +1,4 @@
-"""Output tensors for hot ops whose meta kernels are slow Python decompositions.
+"""Output tensors for hot ops, made without torch's slow paths.
 
 On the meta device, batch norm, layer norm, addmm and the pointwise ops run torch's
 Python reference implementations just to produce empty outputs (about 2.5 ms per batch
@@ -7,6 +7,16 @@ empty outputs directly: same shapes, strides and dtypes as torch's own meta kern
 which a test checks case by case. They are used only when every tensor argument is a
 plain meta tensor, and for pointwise ops only in the simple case (one shape, dtype and
 layout; no broadcasting or type promotion), where the result is known without checks.
+
+Fake tensors (a trace under autocast, or of a model with recurrent layers) pay instead for
+FakeTensorMode's dispatch: about 150 us per operator on this machine, most of it hashing
+the arguments for its cache, where the output itself takes 20 us to make. For the same
+simple cases, and for the plain views and matrix products that make up most of a
+transformer's step, the fake output is made here directly: the same function run on the
+fake tensors' meta storage (``in_kernel_invocation_manager``, as FakeTensorMode runs a
+meta kernel), wrapped as a fake tensor on the inputs' device (as FakeTensorMode wraps
+a fresh meta output). A test checks shapes, strides, storage sharing and devices
+against FakeTensorMode's own outputs, and a whole trace against one without this path.
 """
 
 from __future__ import annotations
@@ -43,6 +53,20 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, **kwargs: Any) 
     return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
 
 
+def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+
+
+def _like(x: torch.Tensor, *rest: Any, **kwargs: Any) -> torch.Tensor:
+    """``zeros_like`` (and the like) with no other argument than a memory format kept as it is."""
+    return torch.empty_like(x)
+
+
+def _to_copy(x: torch.Tensor, *, dtype: torch.dtype | None = None, **_: Any) -> torch.Tensor:
+    """A cast (autocast's, mostly) on one device: an empty tensor like the input, in the new dtype."""
+    return torch.empty_like(x, dtype=dtype or x.dtype)
+
+
 def _gelu(x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     return torch.empty_like(x)
 
@@ -76,8 +100,16 @@ FAST_META: dict[Any, Callable[..., Any]] = {
     aten._native_batch_norm_legit.default: _batch_norm,
     aten.native_layer_norm.default: _layer_norm,
     aten.addmm.default: _addmm,
+    aten.mm.default: _mm,
     aten.gelu.default: _gelu,
+    aten.zeros_like.default: _like,
+    aten._to_copy.default: _to_copy,
 }
+
+# views the fake path makes itself (on meta tensors torch's own view kernels are fast)
+FAKE_VIEWS = frozenset({aten.t.default, aten.view.default, aten._unsafe_view.default, aten.transpose.int,
+                        aten.slice.Tensor, aten.expand.default, aten.unsqueeze.default, aten.permute.default,
+                        aten.select.int, aten.squeeze.dim})
 
 
 # pointwise ops whose result is not of their inputs' dtype
@@ -88,29 +120,41 @@ _NOT_SAME_DTYPE = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_o
 
 
 def _pointwise_same(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
-    """Pointwise ops on floating meta tensors of one shape, dtype and layout, with Python
-    numbers beside them: the result is an empty tensor like the first (or the first itself,
-    in place). Anything else (broadcasting, promotion, mixed layouts) goes to torch."""
+    """Pointwise ops on floating tensors of one dtype (all meta or all fake: :func:`fast_meta`
+    checks), with Python numbers beside them: of one shape and layout, the result is an empty
+    tensor like the first (or the first itself, in place); contiguous ones of shapes that
+    broadcast, a contiguous result of the broadcast shape. Anything else (type promotion,
+    mixed layouts under broadcasting) goes to torch."""
     if torch.Tag.pointwise not in func.tags or func._overloadname == "out":
         return None
     name = func._overloadpacket.__name__
     if name.rstrip("_") in _NOT_SAME_DTYPE or name in _NOT_SAME_DTYPE:
         return None
     first: torch.Tensor | None = None
+    shapes: list[torch.Size] = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            if type(a) not in (torch.Tensor, torch.nn.Parameter) or a.device.type != "meta":
-                return None
             if first is None:
                 if not a.is_floating_point():
                     return None
                 first = a
-            elif a.shape != first.shape or a.dtype != first.dtype or a.stride() != first.stride():
+            elif a.dtype != first.dtype or (a.shape != first.shape or a.stride() != first.stride()) and not (
+                    a.is_contiguous() and first.is_contiguous()):
                 return None
+            shapes.append(a.shape)
         elif not (a is None or isinstance(a, (bool, int, float, str))):
             return None
     if first is None:
         return None
+    if any(s != first.shape for s in shapes):
+        # broadcasting contiguous operands: a contiguous result of the broadcast shape
+        try:
+            shape = torch.broadcast_shapes(*shapes)
+        except RuntimeError:
+            return None
+        if name.endswith("_"):
+            return _in_place if shape == first.shape else None
+        return lambda *args, **kwargs: torch.empty(shape, dtype=first.dtype, device=first.device)
     if name.endswith("_"):
         return _in_place
     return _like_first
@@ -161,20 +205,94 @@ def _cpu_rule(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
     return CPU_RULE[func]
 
 
-def fast_meta(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
-    """The fast kernel for ``func`` when its tensors are plain meta tensors, else None; the
-    CPU's output rule (:data:`CPU_RULE`) for meta and fake CPU tensors."""
+def _kind(args: tuple[Any, ...]) -> Any:
+    """"meta" when every tensor argument is a plain meta tensor; the fake mode when every one
+    is a fake tensor of that mode on one device; else None."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    kind: Any = None
+    for a in args:
+        if not isinstance(a, torch.Tensor):
+            continue
+        if isinstance(a, FakeTensor):
+            if a.constant is not None:  # a value FakeTensorMode carries along (an optimizer's step count)
+                return None
+            this: Any = (a.fake_mode, a.fake_device)
+        elif type(a) in (torch.Tensor, torch.nn.Parameter) and a.device.type == "meta":
+            this = "meta"
+        else:
+            return None
+        if kind is None:
+            kind = this
+        elif this != kind:
+            return None
+    return kind
+
+
+def _on_fake(fn: Callable[..., Any], mode: Any, device: torch.device) -> Callable[..., Any]:
+    """``fn`` run on fake tensors' meta storage, its new outputs wrapped as fake tensors on
+    ``device`` (what FakeTensorMode does around a meta kernel, without its cache)."""
+    from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager, unset_fake_temporarily
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with unset_fake_temporarily(), in_kernel_invocation_manager(mode):
+            out = fn(*args, **kwargs)
+
+        def wrap(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor) or isinstance(t, FakeTensor):
+                return t
+            return FakeTensor(mode, t, device)  # a fresh meta tensor: nothing for the converter's memo
+
+        return tuple(wrap(t) for t in out) if isinstance(out, tuple) else wrap(out)
+
+    return run
+
+
+def _keeps_format(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``zeros_like(x)`` with nothing but the memory format kept as it is (and no pinning)."""
+    return (len(args) == 1 and set(kwargs) <= {"memory_format", "pin_memory"} and not kwargs.get("pin_memory")
+            and kwargs.get("memory_format") in (None, torch.preserve_format))
+
+
+def _a_cast(x: torch.Tensor, kwargs: dict[str, Any]) -> bool:
+    """``_to_copy`` of a floating tensor that changes at most its dtype: strided, on its own
+    device, memory format kept."""
+    return (x.is_floating_point() and set(kwargs) <= {"dtype", "layout", "device", "non_blocking"}
+            and kwargs.get("layout") in (None, torch.strided) and kwargs.get("device") in (None, x.device))
+
+
+def _operands_fit(func: Any, args: tuple[Any, ...]) -> bool:
+    """Whether addmm's or mm's matrices fit each other (else a bias that does not broadcast,
+    a scalar, a dtype mismatch: torch's kernel says so)."""
+    if func is aten.addmm.default:
+        return args[1].dim() == 2 and args[2].dim() == 2 and args[1].shape[1] == args[2].shape[0]
+    if func is aten.mm.default:
+        a, b = args[0], args[1]
+        return a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0] and a.dtype == b.dtype
+    return True
+
+
+def fast_meta(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Callable[..., Any] | None:
+    """The fast kernel for ``func`` when its tensors are plain meta tensors, or fake tensors
+    of one mode and device (:func:`_on_fake`), else None; the CPU's output rule
+    (:data:`CPU_RULE`) for meta and fake CPU tensors."""
     if func in CPU_RULE:
         return _cpu_rule(func, args)
+    kind = _kind(args)
+    if kind is None:
+        return None
     fn = FAST_META.get(func)
     if fn is None:
-        return _pointwise_same(func, args)
-    for a in args:
-        if isinstance(a, torch.Tensor) and (a.device.type != "meta" or type(a) not in (torch.Tensor,
-                                                                                     torch.nn.Parameter)):
-            return None
-    # addmm with a bias that does not broadcast, or a scalar: let torch check and raise
-    if func is aten.addmm.default and not (args[1].dim() == 2 and args[2].dim() == 2
-                                           and args[1].shape[1] == args[2].shape[0]):
+        if kind != "meta" and func in FAKE_VIEWS:
+            fn = func
+        else:
+            fn = _pointwise_same(func, args)
+            if fn is None:
+                return None
+    elif not _operands_fit(func, args):  # let torch check and raise
         return None
-    return fn
+    elif func is aten._to_copy.default and not _a_cast(args[0], kwargs or {}):
+        return None  # a move to another device, a layout or memory format of its own: torch's
+    elif func is aten.zeros_like.default and not _keeps_format(args, kwargs or {}):
+        return None
+    return fn if kind == "meta" else _on_fake(fn, *kind)
