@@ -59,12 +59,12 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _like(x: torch.Tensor, *rest: Any, **kwargs: Any) -> torch.Tensor:
     """``zeros_like`` (and the like) with no other argument than a memory format kept as it is."""
-    return torch.empty_like(x)
+    return _empty_as(x)
 
 
 def _to_copy(x: torch.Tensor, *, dtype: torch.dtype | None = None, **_: Any) -> torch.Tensor:
     """A cast (autocast's, mostly) on one device: an empty tensor like the input, in the new dtype."""
-    return torch.empty_like(x, dtype=dtype or x.dtype)
+    return _empty_as(x, dtype)
 
 
 def _gelu(x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
@@ -164,9 +164,16 @@ def _in_place(*args: Any, **kwargs: Any) -> torch.Tensor:
     return args[0]
 
 
+def _empty_as(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``torch.empty_like(x, dtype=dtype)``; a contiguous ``x`` without empty_like's Python
+    stride computation on meta tensors."""
+    if x.is_contiguous():
+        return torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
+    return torch.empty_like(x, dtype=dtype or x.dtype)
+
+
 def _like_first(*args: Any, **kwargs: Any) -> torch.Tensor:
-    first = next(a for a in args if isinstance(a, torch.Tensor))
-    return torch.empty_like(first)
+    return _empty_as(next(a for a in args if isinstance(a, torch.Tensor)))
 
 
 # ops whose meta kernel follows another device's rule than the CPU's: the CPU's output for
@@ -232,11 +239,19 @@ def _kind(args: tuple[Any, ...]) -> Any:
 def _on_fake(fn: Callable[..., Any], mode: Any, device: torch.device) -> Callable[..., Any]:
     """``fn`` run on fake tensors' meta storage, its new outputs wrapped as fake tensors on
     ``device`` (what FakeTensorMode does around a meta kernel, without its cache)."""
-    from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager, unset_fake_temporarily
+    from torch._subclasses.fake_tensor import FakeTensor
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        with unset_fake_temporarily(), in_kernel_invocation_manager(mode):
-            out = fn(*args, **kwargs)
+        # fake_tensor.in_kernel_invocation_manager's guards, without its generator's cost: no
+        # Python dispatch (modes or subclasses), Meta kernels, fake tensors reporting "meta"
+        prev = mode.in_kernel_invocation
+        with torch._C._DisableTorchDispatch(), torch._C._PreserveDispatchKeyGuard():
+            torch._C._set_meta_in_tls_dispatch_include(True)
+            mode.in_kernel_invocation = True
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                mode.in_kernel_invocation = prev
 
         def wrap(t: Any) -> Any:
             if not isinstance(t, torch.Tensor) or isinstance(t, FakeTensor):
