@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from torch._C._profiler import _EventType
 
 import torch_footprint as tfp
-from torch_footprint.measure.measured import allocator_peak, one_step
+from torch_footprint.measure.measured import allocator_peak, one_step, peak_of_allocations
 from torch_footprint.trace import onednn_rnn
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
@@ -59,18 +58,7 @@ def _inside(prof: torch.profiler.profile) -> list[int]:
     def walk(node: object) -> None:
         for child in node.children:  # type: ignore[attr-defined]
             if child.name in ("aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward"):
-                allocs: list[tuple[int, int]] = []
-                stack = list(child.children)
-                while stack:
-                    n = stack.pop()
-                    if n.typed[0] == _EventType.Allocation:
-                        allocs.append((n.start_time_ns, n.typed[1].alloc_size))
-                    stack.extend(n.children)
-                live = peak = 0
-                for _, size in sorted(allocs):
-                    live += size
-                    peak = max(peak, live)
-                peaks.append(peak)
+                peaks.append(peak_of_allocations(child.children))
             walk(child)
 
     for root in prof.profiler.kineto_results.experimental_event_tree():

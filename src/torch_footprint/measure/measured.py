@@ -34,7 +34,6 @@ def allocator_peak(fn: Callable[[], Any]) -> int:
     """Run ``fn`` under torch.profiler with profile_memory=True and return the peak of the
     cumulative sum of every allocation and free the CPU allocator reported ("[memory]" in
     the profiler's tables), in time order, above where it started."""
-    from torch._C._profiler import _EventType
 
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # no "gpuGetDeviceCount failed" ERROR line without a GPU
     from .runner import kineto_quiet
@@ -42,8 +41,16 @@ def allocator_peak(fn: Callable[[], Any]) -> int:
     with kineto_quiet(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                                 profile_memory=True) as prof:
         fn()
+    return peak_of_allocations(prof.profiler.kineto_results.experimental_event_tree())
+
+
+def peak_of_allocations(nodes: Any) -> int:
+    """The peak of the cumulative sum of the allocations and frees under these profiler event
+    nodes (the nodes themselves and everything below them), in time order, above where it started."""
+    from torch._C._profiler import _EventType
+
     records: list[tuple[int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    stack = list(nodes)
     while stack:
         node = stack.pop()
         if node.typed[0] == _EventType.Allocation:
