@@ -387,3 +387,66 @@ def test_a_patch_convolutions_backward_holds_onednns_gemm_scratchpad() -> None:
     model = _PatchEmbed().train()
     est = tfp.memory(model, "4,3,224,224", train=True, optimizer="sgd")
     assert est.peak.above_baseline == _measured_peak(model, torch.randn(4, 3, 224, 224), train=True)
+
+
+def _conv_backward_high(conv: nn.Conv2d, x: torch.Tensor) -> tuple[int, tuple[Any, ...]]:
+    """(the allocator's high point inside one real convolution backward, its aten args)."""
+    from torch_footprint.measure.measured import peak_of_allocations
+
+    y = conv(x)
+    g = torch.randn_like(y)
+    seen: list[tuple[Any, ...]] = []
+
+    class Args(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func is torch.ops.aten.convolution_backward.default:
+                seen.append(args)
+            return func(*args, **(kwargs or {}))
+
+    with Args():
+        torch.autograd.grad(y, [t for t in (x, conv.weight) if t.requires_grad], g, retain_graph=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        torch.autograd.grad(y, [t for t in (x, conv.weight) if t.requires_grad], g)
+    highs: list[int] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.name == "aten::convolution_backward":
+            highs.append(peak_of_allocations(node.children))
+        else:
+            stack.extend(node.children)
+    assert len(highs) == len(seen) == 1
+    return highs[0], seen[0]
+
+
+@pytest.mark.parametrize(("c", "k", "size", "kernel", "stride", "input_grad"), [
+    (3, 64, 224, 7, 2, False), (64, 64, 56, 3, 1, True), (64, 128, 56, 3, 2, True), (64, 128, 56, 1, 2, True),
+    (128, 128, 28, 3, 1, True), (128, 256, 28, 3, 2, True), (256, 256, 14, 3, 1, True), (512, 512, 7, 3, 1, True),
+    (20, 36, 17, 3, 1, True),
+])
+def test_a_convolution_backward_holds_onednns_blocked_copies(c: int, k: int, size: int, kernel: int, stride: int,
+                                                             input_grad: bool) -> None:
+    """ResNet's convolutions (and one whose channels are not a multiple of 8) on oneDNN's
+    jit_avx2 kernels: inside each real backward the allocator's high point is the op's
+    outputs plus what the trace charges as scratch (blocked copies of the operands and
+    gradients, the dense conversions), to the byte."""
+    from torch_footprint.trace.kernels import _conv_backward_scratch
+
+    if torch.backends.cpu.get_cpu_capability() != "AVX2":
+        pytest.skip("oneDNN's kernel choice here is AVX2's; other CPUs take other kernels")
+    torch.manual_seed(0)
+    conv = nn.Conv2d(c, k, kernel, stride, kernel // 2, bias=False)
+    high, args = _conv_backward_high(conv, torch.randn(4, c, size, size, requires_grad=input_grad))
+    x, w = args[1], args[2]
+    outputs = (x.numel() * 4 if input_grad else 0) + w.numel() * 4
+    assert outputs + _conv_backward_scratch(args) == high
+
+
+def test_a_resnet18_training_step_matches_the_cpu_allocator_to_the_byte() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    if torch.backends.cpu.get_cpu_capability() != "AVX2":
+        pytest.skip("oneDNN's kernel choice here is AVX2's; other CPUs take other kernels")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18()
+    measured = _measured_peak(model, torch.randn(2, 3, 224, 224), True)
+    assert tfp.memory("resnet18", "2,3,224,224", train=True, optimizer="sgd").peak.above_baseline == measured

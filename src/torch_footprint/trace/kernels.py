@@ -217,7 +217,11 @@ def _conv_backward_scratch(args: tuple[Any, ...]) -> int:
         return 0
     copy = grad.numel() * grad.element_size() if not grad.is_contiguous() else 0
     kh, kw = w.shape[2], w.shape[3]
-    if not mask[1] or kw < 14 or torch.backends.cpu.get_cpu_capability() != "AVX2":
+    if torch.backends.cpu.get_cpu_capability() != "AVX2" or not x.is_contiguous():
+        return copy
+    if kw < 14:
+        return copy + _jit_conv_backward(grad, x, w, args[4], mask)
+    if not mask[1]:
         return copy
     positions = grad.shape[2] * grad.shape[3]
     threads = torch.get_num_threads()
@@ -225,6 +229,43 @@ def _conv_backward_scratch(args: tuple[Any, ...]) -> int:
     weights = w.numel() * 4
     im2col = x.shape[1] * kh * kw * positions * 4
     return copy + (n * weights * 4 + 128) + (n * im2col + 128)
+
+
+def _jit_conv_backward(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Any, mask: Any) -> int:
+    """What oneDNN's ``jit_avx2`` convolution backward holds beyond the op's outputs at its high
+    point, on an AVX2 CPU, from the allocator's records of ResNet's convolutions (3 x 3 and
+    1 x 1, strides 1 and 2; tests/test_memory.py) read with ideep's ``compute_v2`` and ATen's
+    ``mkldnn_convolution_backward``. Each pass reorders its operands into the blocked
+    8-channel layout (channels padded to 8): the backward-data pass holds the output
+    gradient, the weights and a blocked input gradient (phase A), which ``mkldnn_to_dense``
+    then copies to the dense input gradient (B; with a stride, one more dense copy, as
+    the allocator shows); the backward-weights pass holds the dense input gradient, the
+    output gradient and the input blocked, and a blocked weight gradient (C), then the dense
+    weight gradient beside it (D). A first convolution (3 input channels) reads its input
+    as it is. The kernels' own scratchpads (the 1 x 1 stride-2 kernels' input compaction)
+    are not modelled."""
+    def pad8(c: int) -> int:
+        return -(-c // 8) * 8
+
+    n, c, h, w_in = x.shape
+    k = w.shape[0]
+    taps = w.shape[2] * w.shape[3]
+    flat = c == 3
+    if flat and mask[0]:
+        return 0
+    gy_b = n * pad8(k) * grad.shape[2] * grad.shape[3] * 4
+    x_b = n * pad8(c) * h * w_in * 4
+    w_b = pad8(k) * (c if flat else pad8(c)) * taps * 4
+    gi = n * c * h * w_in * 4 if mask[0] else 0
+    gw = k * c * taps * 4 if mask[1] else 0
+    gb = k * 4 if len(mask) > 2 and mask[2] else 0
+    phases = [0]
+    if mask[0]:
+        strided = any(int(s) != 1 for s in stride) if isinstance(stride, (list, tuple)) else int(stride) != 1
+        phases += [gy_b + w_b + x_b, x_b + gi + (gi if strided else 0)]
+    if mask[1]:
+        phases += [gi + gy_b + (0 if flat else x_b) + w_b, gi + w_b + gw]
+    return max(0, max(phases) - gi - gw - gb)
 
 
 _aten = torch.ops.aten
