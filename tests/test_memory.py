@@ -395,6 +395,7 @@ def _conv_backward_high(conv: nn.Conv2d, x: torch.Tensor) -> tuple[int, tuple[An
 
     y = conv(x)
     g = torch.randn_like(y)
+    wrt = [t for t in (x, conv.weight, conv.bias) if t is not None and t.requires_grad]
     seen: list[tuple[Any, ...]] = []
 
     class Args(torch.utils._python_dispatch.TorchDispatchMode):
@@ -404,9 +405,9 @@ def _conv_backward_high(conv: nn.Conv2d, x: torch.Tensor) -> tuple[int, tuple[An
             return func(*args, **(kwargs or {}))
 
     with Args():
-        torch.autograd.grad(y, [t for t in (x, conv.weight) if t.requires_grad], g, retain_graph=True)
+        torch.autograd.grad(y, wrt, g, retain_graph=True)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        torch.autograd.grad(y, [t for t in (x, conv.weight) if t.requires_grad], g)
+        torch.autograd.grad(y, wrt, g)
     highs: list[int] = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
@@ -419,26 +420,31 @@ def _conv_backward_high(conv: nn.Conv2d, x: torch.Tensor) -> tuple[int, tuple[An
     return highs[0], seen[0]
 
 
-@pytest.mark.parametrize(("c", "k", "size", "kernel", "stride", "input_grad"), [
-    (3, 64, 224, 7, 2, False), (64, 64, 56, 3, 1, True), (64, 128, 56, 3, 2, True), (64, 128, 56, 1, 2, True),
-    (128, 128, 28, 3, 1, True), (128, 256, 28, 3, 2, True), (256, 256, 14, 3, 1, True), (512, 512, 7, 3, 1, True),
-    (20, 36, 17, 3, 1, True),
+@pytest.mark.parametrize(("c", "k", "size", "kernel", "stride", "padding", "batch", "bias", "input_grad"), [
+    (3, 64, 224, 7, 2, 3, 4, False, False), (64, 64, 56, 3, 1, 1, 4, False, True),
+    (64, 128, 56, 3, 2, 1, 4, False, True), (64, 128, 56, 1, 2, 0, 4, False, True),
+    (128, 128, 28, 3, 1, 1, 4, False, True), (128, 256, 28, 3, 2, 1, 4, False, True),
+    (256, 256, 14, 3, 1, 1, 4, False, True), (512, 512, 7, 3, 1, 1, 4, False, True),
+    (20, 36, 17, 3, 1, 1, 4, False, True), (16, 32, 32, 5, 1, 2, 2, True, True), (16, 32, 32, 3, 1, 0, 2, True, True),
+    (24, 40, 20, 3, 2, 1, 3, True, True), (10, 12, 9, 3, 1, 1, 1, False, True),
 ])
-def test_a_convolution_backward_holds_onednns_blocked_copies(c: int, k: int, size: int, kernel: int, stride: int,
-                                                             input_grad: bool) -> None:
-    """ResNet's convolutions (and one whose channels are not a multiple of 8) on oneDNN's
-    jit_avx2 kernels: inside each real backward the allocator's high point is the op's
-    outputs plus what the trace charges as scratch (blocked copies of the operands and
-    gradients, the dense conversions), to the byte."""
+def test_a_convolution_backward_holds_what_its_kernel_allocates(c: int, k: int, size: int, kernel: int, stride: int,
+                                                                 padding: int, batch: int, bias: bool,
+                                                                 input_grad: bool) -> None:
+    """ResNet's convolutions, others with biases, channels not a multiple of 8 and 5 x 5
+    kernels on oneDNN's jit_avx2 kernels, and a small single image on ATen's own kernel:
+    inside each real backward the allocator's high point is the op's outputs plus what the
+    trace charges as scratch (blocked copies and dense conversions; the im2col buffer), to
+    the byte."""
     from torch_footprint.trace.kernels import _conv_backward_scratch
 
     if torch.backends.cpu.get_cpu_capability() != "AVX2":
         pytest.skip("oneDNN's kernel choice here is AVX2's; other CPUs take other kernels")
     torch.manual_seed(0)
-    conv = nn.Conv2d(c, k, kernel, stride, kernel // 2, bias=False)
-    high, args = _conv_backward_high(conv, torch.randn(4, c, size, size, requires_grad=input_grad))
-    x, w = args[1], args[2]
-    outputs = (x.numel() * 4 if input_grad else 0) + w.numel() * 4
+    conv = nn.Conv2d(c, k, kernel, stride, padding, bias=bias)
+    high, args = _conv_backward_high(conv, torch.randn(batch, c, size, size, requires_grad=input_grad))
+    x, w, mask = args[1], args[2], args[10]
+    outputs = (x.numel() * 4 if mask[0] else 0) + w.numel() * 4 + (k * 4 if mask[2] else 0)
     assert outputs + _conv_backward_scratch(args) == high
 
 

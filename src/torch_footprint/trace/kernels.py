@@ -198,9 +198,11 @@ def _depthwise_reorder(args: tuple[Any, ...]) -> int:
 
 
 def _conv_backward_scratch(args: tuple[Any, ...]) -> int:
-    """A float32 2-D convolution's backward on oneDNN: a contiguous copy of a strided output
-    gradient (``mkldnn_convolution_backward``), and, where the weight gradient goes to
-    oneDNN's gemm-based kernel, its scratchpad. On an AVX2 CPU that is a kernel ``jit_avx2``
+    """A float32 2-D convolution's backward: on ATen's own kernel (small single images), its
+    im2col buffer; on oneDNN, a contiguous copy of a strided output gradient
+    (``mkldnn_convolution_backward``), the jit kernels' blocked copies
+    (:func:`_jit_conv_backward`), and, where the weight gradient goes to oneDNN's gemm-based
+    kernel, its scratchpad. On an AVX2 CPU that is a kernel ``jit_avx2``
     refuses, one 14 or more wide (a ViT's 16 x 16 patch embedding); the scratchpad then holds
     a per-thread weight-gradient buffer for the reduction, booked as ``book<float>`` of the
     weights' size in bytes (4 x the weights per thread), and a per-thread im2col buffer of
@@ -215,8 +217,13 @@ def _conv_backward_scratch(args: tuple[Any, ...]) -> int:
     transposed, groups, mask = bool(args[7]), int(args[9]), args[10]
     if transposed or groups != 1:
         return 0
-    copy = grad.numel() * grad.element_size() if not grad.is_contiguous() else 0
     kh, kw = w.shape[2], w.shape[3]
+    if not _takes_mkldnn(x, w, args[4], args[6]):
+        # ATen's own kernel (_slow_conv2d_backward): one im2col buffer for the call (it runs
+        # for a single image, or on one thread), none for a plain 1 x 1 convolution
+        plain = kh == kw == 1 and all(int(v) == 1 for v in args[4]) and all(int(v) == 0 for v in args[5])
+        return 0 if plain else x.shape[1] * kh * kw * grad.shape[2] * grad.shape[3] * x.element_size()
+    copy = grad.numel() * grad.element_size() if not grad.is_contiguous() else 0
     if torch.backends.cpu.get_cpu_capability() != "AVX2" or not x.is_contiguous():
         return copy
     if kw < 14:
@@ -231,6 +238,19 @@ def _conv_backward_scratch(args: tuple[Any, ...]) -> int:
     return copy + (n * weights * 4 + 128) + (n * im2col + 128)
 
 
+def _takes_mkldnn(x: torch.Tensor, w: torch.Tensor, stride: Any, dilation: Any) -> bool:
+    """Whether ATen runs a float32 CPU convolution (one group) on oneDNN: ``use_mkldnn`` in
+    aten/src/ATen/native/Convolution.cpp, which keeps small single-image convolutions with
+    kernels of 3 or less (and single-threaded 1 x 1 ones) on its own kernels."""
+    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+        return False
+    strided = any(int(v) != 1 for v in stride)
+    dilated = any(int(v) != 1 for v in dilation)
+    n, kh, kw = x.shape[0], w.shape[-2], w.shape[-1]
+    fast_1x1 = strided or dilated or n >= 16 or kw != 1 or kh != 1 or torch.get_num_threads() > 1
+    return fast_1x1 and ((kw > 3 and kh > 3) or n > 1 or x.numel() > 20480)
+
+
 def _jit_conv_backward(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Any, mask: Any) -> int:
     """What oneDNN's ``jit_avx2`` convolution backward holds beyond the op's outputs at its high
     point, on an AVX2 CPU, from the allocator's records of ResNet's convolutions (3 x 3 and
@@ -240,8 +260,8 @@ def _jit_conv_backward(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, str
     gradient, the weights and a blocked input gradient (phase A), which ``mkldnn_to_dense``
     then copies to the dense input gradient (B; with a stride, one more dense copy, as
     the allocator shows); the backward-weights pass holds the dense input gradient, the
-    output gradient and the input blocked, and a blocked weight gradient (C), then the dense
-    weight gradient beside it (D). A first convolution (3 input channels) reads its input
+    output gradient and the input blocked, and a blocked weight gradient and its bias
+    gradient (C), then the dense weight gradient beside them (D). A first convolution (3 input channels) reads its input
     as it is. The kernels' own scratchpads (the 1 x 1 stride-2 kernels' input compaction)
     are not modelled."""
     def pad8(c: int) -> int:
@@ -264,7 +284,8 @@ def _jit_conv_backward(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, str
         strided = any(int(s) != 1 for s in stride) if isinstance(stride, (list, tuple)) else int(stride) != 1
         phases += [gy_b + w_b + x_b, x_b + gi + (gi if strided else 0)]
     if mask[1]:
-        phases += [gi + gy_b + (0 if flat else x_b) + w_b, gi + w_b + gw]
+        gb_b = pad8(k) * 4 if gb else 0  # oneDNN's bias gradient, made with the weights'
+        phases += [gi + gy_b + (0 if flat else x_b) + w_b + gb_b, gi + w_b + gb_b + gw]
     return max(0, max(phases) - gi - gw - gb)
 
 
