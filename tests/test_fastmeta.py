@@ -189,3 +189,28 @@ def test_a_fake_trace_is_the_same_without_the_fast_path(which: str, monkeypatch:
     slow, _ = trace_step(model, inputs, spec)
     assert len(taken) > 50  # the fast path ran
     assert _record(fast) == _record(slow)
+
+
+def test_broadcasting_outputs_match_torch_for_any_shapes() -> None:
+    """Contiguous operands of any shapes that broadcast: the same shape and strides as
+    torch's own meta kernel (TensorIterator's layout), over generated shapes."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    dims = st.lists(st.integers(1, 5), min_size=1, max_size=4)
+
+    @settings(max_examples=300, deadline=None)
+    @given(dims, st.data())
+    def check(base: list[int], data: st.DataObject) -> None:
+        def operand() -> list[int]:
+            k = data.draw(st.integers(1, len(base)))
+            return [d if data.draw(st.booleans()) else 1 for d in base[len(base) - k:]]
+
+        a, b = meta(*operand()), meta(*operand())
+        for func in (aten.add.Tensor, aten.mul.Tensor, aten.maximum.default):
+            fast = fast_meta(func, (a, b))
+            assert fast is not None
+            mine, ref = fast(a, b), func(a, b)
+            assert (mine.shape, mine.stride()) == (ref.shape, ref.stride())
+
+    check()
