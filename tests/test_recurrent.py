@@ -99,15 +99,31 @@ def test_scratch_inside_each_call_matches_the_allocator(shape: tuple[int, int, i
 
 
 class _LM(nn.Module):
-    def __init__(self, **lstm: object) -> None:
+    """A language model around one recurrent layer of ``cls`` (64 wide input, 512 tokens)."""
+
+    def __init__(self, cls: type[nn.RNNBase], **rnn: object) -> None:
         super().__init__()
-        self.batch_first = bool(lstm.get("batch_first"))
+        self.batch_first = bool(rnn.get("batch_first"))
         self.embed = nn.Embedding(512, 64)
-        self.lstm = nn.LSTM(64, **lstm)  # type: ignore[arg-type]
-        self.head = nn.Linear(int(lstm["hidden_size"]) * (2 if lstm.get("bidirectional") else 1), 512)  # type: ignore[call-overload]
+        self.rnn = cls(64, **rnn)  # type: ignore[arg-type]
+        width = int(rnn.get("proj_size") or rnn["hidden_size"]) * (2 if rnn.get("bidirectional") else 1)  # type: ignore[call-overload]
+        self.head = nn.Linear(width, 512)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.lstm(self.embed(ids if self.batch_first else ids.t()))[0])
+        return self.head(self.rnn(self.embed(ids if self.batch_first else ids.t()))[0])
+
+
+def _predicted_and_measured(cls: type[nn.RNNBase], rnn: dict[str, object], optimizer: str | None) -> tuple[int, int]:
+    """footprint's step peak above the baseline, and the allocator's, for ``_LM`` on 4 x 20 tokens."""
+    from torch_footprint.estimate import training
+
+    torch.manual_seed(0)
+    model = _LM(cls, **rnn).train(optimizer is not None)
+    ids = torch.randint(0, 512, (4, 20))
+    est = tfp.memory(model, {"ids": "4,20:int64"}, train=optimizer is not None, optimizer=optimizer)
+    opt = training.optimizer(optimizer)(list(model.parameters())) if optimizer else None
+    measured = allocator_peak(lambda: one_step(model, (), {"ids": ids}, opt, optimizer is not None))
+    return est.peak.above_baseline, measured
 
 
 @pytest.mark.parametrize("optimizer", [None, "sgd"], ids=["inference", "sgd"])
@@ -117,15 +133,8 @@ class _LM(nn.Module):
     {"hidden_size": 128, "num_layers": 2, "batch_first": True, "dropout": 0.3},
 ], ids=["bidirectional", "no-bias", "dropout"])
 def test_lstm_step_matches_the_cpu_allocator(lstm: dict[str, object], optimizer: str | None) -> None:
-    from torch_footprint.estimate import training
-
-    torch.manual_seed(0)
-    model = _LM(**lstm).train(optimizer is not None)
-    ids = torch.randint(0, 512, (4, 20))
-    est = tfp.memory(model, {"ids": "4,20:int64"}, train=optimizer is not None, optimizer=optimizer)
-    opt = training.optimizer(optimizer)(list(model.parameters())) if optimizer else None
-    measured = allocator_peak(lambda: one_step(model, (), {"ids": ids}, opt, optimizer is not None))
-    assert est.peak.above_baseline == measured
+    predicted, measured = _predicted_and_measured(nn.LSTM, lstm, optimizer)
+    assert predicted == measured
 
 
 def test_the_trace_takes_one_onednn_call_per_layer_and_direction() -> None:
@@ -143,36 +152,17 @@ def test_the_trace_takes_one_onednn_call_per_layer_and_direction() -> None:
     assert forward == 2 * T * B * 4 * H * (D + H) + 2 * T * B * 4 * H * (2 * H + H)
 
 
-class _RNNLM(nn.Module):
-    def __init__(self, cls: type[nn.RNNBase], **rnn: object) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(512, 64)
-        self.rnn = cls(64, batch_first=True, **rnn)  # type: ignore[arg-type]
-        width = int(rnn.get("proj_size") or rnn["hidden_size"]) * (2 if rnn.get("bidirectional") else 1)  # type: ignore[call-overload]
-        self.head = nn.Linear(width, 512)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.rnn(self.embed(ids))[0])
-
-
 @pytest.mark.parametrize("optimizer", [None, "sgd"], ids=["inference", "sgd"])
 @pytest.mark.parametrize(("cls", "rnn"), [
-    (nn.GRU, {"hidden_size": 96, "num_layers": 2}),
-    (nn.GRU, {"hidden_size": 64, "bidirectional": True}),
-    (nn.RNN, {"hidden_size": 96, "num_layers": 2}),
-    (nn.LSTM, {"hidden_size": 64, "proj_size": 32}),
+    (nn.GRU, {"hidden_size": 96, "num_layers": 2, "batch_first": True}),
+    (nn.GRU, {"hidden_size": 64, "bidirectional": True, "batch_first": True}),
+    (nn.RNN, {"hidden_size": 96, "num_layers": 2, "batch_first": True}),
+    (nn.LSTM, {"hidden_size": 64, "proj_size": 32, "batch_first": True}),
 ], ids=["gru", "gru-bidirectional", "rnn-tanh", "lstm-projections"])
 def test_other_recurrent_layers_match_the_cpu_allocator(cls: type[nn.RNNBase], rnn: dict[str, object],
                                                         optimizer: str | None) -> None:
     """GRU, plain RNN and an LSTM with projections run ATen's own layers on a CPU, which project
     the whole sequence's input at once (FullLayer's CPU branch) and add each linear's bias in
     place: the step's peak to the byte."""
-    from torch_footprint.estimate import training
-
-    torch.manual_seed(0)
-    model = _RNNLM(cls, **rnn).train(optimizer is not None)
-    ids = torch.randint(0, 512, (4, 20))
-    est = tfp.memory(model, {"ids": "4,20:int64"}, train=optimizer is not None, optimizer=optimizer)
-    opt = training.optimizer(optimizer)(list(model.parameters())) if optimizer else None
-    measured = allocator_peak(lambda: one_step(model, (), {"ids": ids}, opt, optimizer is not None))
-    assert est.peak.above_baseline == measured
+    predicted, measured = _predicted_and_measured(cls, rnn, optimizer)
+    assert predicted == measured

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from . import onednn_rnn
+
 aten = torch.ops.aten
 
 
@@ -57,7 +59,7 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
 
 
-def _like(x: torch.Tensor, *rest: Any, **kwargs: Any) -> torch.Tensor:
+def _like(x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     """``zeros_like`` (and the like) with no other argument than a memory format kept as it is."""
     return _empty_as(x)
 
@@ -183,22 +185,10 @@ if hasattr(aten, "_grouped_mm"):
     CPU_RULE[aten._grouped_mm.default] = _grouped_mm
 
 
-def _mkldnn_rnn_layer(*args: Any, **kwargs: Any) -> Any:
-    """oneDNN's LSTM layer with its training workspace at the size the CPU kernel allocates."""
-    from .onednn_rnn import with_workspace
-
-    return with_workspace(aten.mkldnn_rnn_layer.default, args, kwargs)
-
-
-def _mkldnn_rnn_layer_backward(*args: Any, **kwargs: Any) -> Any:
-    """Its backward, with the second bias gradient a storage of its own as on the CPU."""
-    from .onednn_rnn import with_own_bias_grad
-
-    return with_own_bias_grad(aten.mkldnn_rnn_layer_backward.default, args, kwargs)
-
-
-CPU_RULE[aten.mkldnn_rnn_layer.default] = _mkldnn_rnn_layer
-CPU_RULE[aten.mkldnn_rnn_layer_backward.default] = _mkldnn_rnn_layer_backward
+# oneDNN's LSTM layer: the training workspace at the size the CPU kernel allocates, and the
+# backward's second bias gradient a storage of its own (trace/onednn_rnn.py)
+CPU_RULE[aten.mkldnn_rnn_layer.default] = onednn_rnn.layer_outputs
+CPU_RULE[aten.mkldnn_rnn_layer_backward.default] = onednn_rnn.layer_backward_outputs
 
 
 def _cpu_rule(func: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:

@@ -261,9 +261,9 @@ def _jit_conv_backward(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, str
     then copies to the dense input gradient (B; with a stride, one more dense copy, as
     the allocator shows); the backward-weights pass holds the dense input gradient, the
     output gradient and the input blocked, and a blocked weight gradient and its bias
-    gradient (C), then the dense weight gradient beside them (D). A first convolution (3 input channels) reads its input
-    as it is. The kernels' own scratchpads (the 1 x 1 stride-2 kernels' input compaction)
-    are not modelled."""
+    gradient (C), then the dense weight gradient beside them (D). A first convolution (3
+    input channels) reads its input as it is. The kernels' own scratchpads (the 1 x 1
+    stride-2 kernels' input compaction) are not modelled."""
     def pad8(c: int) -> int:
         return -(-c // 8) * 8
 
@@ -281,7 +281,7 @@ def _jit_conv_backward(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, str
     gb = k * 4 if len(mask) > 2 and mask[2] else 0
     phases = [0]
     if mask[0]:
-        strided = any(int(s) != 1 for s in stride) if isinstance(stride, (list, tuple)) else int(stride) != 1
+        strided = any(int(s) != 1 for s in stride)
         phases += [gy_b + w_b + x_b, x_b + gi + (gi if strided else 0)]
     if mask[1]:
         gb_b = pad8(k) * 4 if gb else 0  # oneDNN's bias gradient, made with the weights'

@@ -44,6 +44,10 @@ from typing import Any
 
 import torch
 
+from .formulas import named_args
+
+_LAYER = torch.ops.aten.mkldnn_rnn_layer.default
+_LAYER_BACKWARD = torch.ops.aten.mkldnn_rnn_layer_backward.default
 PAGE = 4096
 GATES = 4  # LSTM: the only mode PyTorch sends to mkldnn_rnn_layer
 F32 = 4
@@ -123,12 +127,6 @@ def _shape(x: torch.Tensor) -> tuple[int, int, int]:
     return x.shape[1], x.shape[0], x.shape[2]
 
 
-def _forward_args(args: tuple[Any, ...]) -> dict[str, Any]:
-    names = ("input", "weight0", "weight1", "weight2", "weight3", "hx_", "cx_", "reverse", "batch_sizes",
-             "mode", "hidden_size", "num_layers", "has_biases", "bidirectional", "batch_first", "train")
-    return dict(zip(names, args))
-
-
 def _applies(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.dtype == torch.float32
 
@@ -136,7 +134,7 @@ def _applies(x: Any) -> bool:
 def forward_scratch(args: tuple[Any, ...]) -> int:
     """Bytes ``mkldnn_rnn_layer`` allocates and frees inside itself (weights reordered, the
     biases summed, the scratchpad), all alive together with its outputs."""
-    a = _forward_args(args)
+    a = named_args(_LAYER, args, {})
     if not _applies(a["input"]):
         return 0
     B, T, D = _shape(a["input"])
@@ -160,10 +158,7 @@ def backward_scratch(args: tuple[Any, ...]) -> int:
     batch-first LSTM's output gradient arrives transposed), the summed bias, the weights in
     ``ldgoi`` where the padded leading dimension differs, the weight and bias gradients in
     oneDNN's layout, the scratchpad."""
-    names = ("input", "weight1", "weight2", "weight3", "weight4", "hx_", "cx_tmp", "output", "hy_", "cy_",
-             "grad_output", "grad_hy", "grad_cy", "reverse", "mode", "hidden_size", "num_layers", "has_biases",
-             "train", "bidirectional", "batch_sizes", "batch_first", "workspace")
-    a = dict(zip(names, args))
+    a = named_args(_LAYER_BACKWARD, args, {})
     if not _applies(a["input"]):
         return 0
     B, T, D = _shape(a["input"])
@@ -175,17 +170,17 @@ def backward_scratch(args: tuple[Any, ...]) -> int:
     reordered = sum(GATES * H * good_ld(k) * F32 for k in (D, H) if good_ld(k) != k)
     # the weight gradients in ldigo. (oneDNN's bias gradient has a buffer of its own too, as large
     # as the op's second bias-gradient output, a clone the CPU kernel makes after its scratch is
-    # freed; the trace holds that output from the start of the call (:func:`with_own_bias_grad`),
+    # freed; the trace holds that output from the start of the call (:func:`layer_backward_outputs`),
     # which stands in for the buffer.)
     grads = (D + H) * good_ld(GATES * H) * F32
     return zeros + copies + bias + reordered + grads + _train_scratchpad(B, T, D, H, merged=True)
 
 
-def with_workspace(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def layer_outputs(*args: Any, **kwargs: Any) -> Any:
     """``mkldnn_rnn_layer``'s outputs on meta or fake tensors with the training workspace at
     its real size (the meta kernel returns it empty)."""
-    out = func(*args, **kwargs)
-    a = _forward_args(args)
+    out = _LAYER(*args, **kwargs)
+    a = named_args(_LAYER, args, kwargs)
     if not (a["train"] and _applies(a["input"])):
         return out
     B, T, D = _shape(a["input"])
@@ -193,10 +188,10 @@ def with_workspace(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     return (*out[:3], ws)
 
 
-def with_own_bias_grad(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def layer_backward_outputs(*args: Any, **kwargs: Any) -> Any:
     """``mkldnn_rnn_layer_backward``'s outputs on meta or fake tensors with the second bias
     gradient in a storage of its own, as the CPU kernel returns it (a clone of the first). The
     meta kernel returns the first one twice, and fake tensors' dispatch cache may or may not
     keep that aliasing from one call to the next."""
-    out = func(*args, **kwargs)
+    out = _LAYER_BACKWARD(*args, **kwargs)
     return (*out[:4], torch.empty_like(out[3]), *out[5:])

@@ -108,7 +108,7 @@ class Recorder(TorchDispatchMode):
         costs two Python frames per operator (about 1 s over a 70B training step's 72,000 calls)."""
         return False
 
-    def _linear_bias_in_place(self, func: Any, args: Any) -> bool:
+    def _linear_bias_in_place(self, args: Any) -> bool:
         """ATen's ``linear`` called from C++ (a recurrent layer's cells: CellParams::linear_ih)
         on an input it cannot flatten runs matmul, then ``output.add_(bias)`` in place; under a
         dispatch mode it takes its composite-compliant branch, ``at::add(output, bias)``, a
@@ -116,7 +116,7 @@ class Recorder(TorchDispatchMode):
         1-d add right onto matmul's folded output is that add, and is made in place as the
         real kernel makes it. (Python callers of ``F.linear`` get the same through
         :class:`~torch_footprint.trace.kernels.CpuKernels`.)"""
-        return (func is _ADD and self.device == "cpu" and self.phase == "forward" and self._folded is not None
+        return (self.device == "cpu" and self.phase == "forward" and self._folded is not None
                 and len(args) == 2 and args[0] is self._folded and isinstance(args[1], torch.Tensor)
                 and args[1].dim() == 1 and self.stack.current(self.phase) in self.stack.recurrent)
 
@@ -124,7 +124,7 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func.namespace == "prim":  # prim.device, prim.layout, ...: fake tensors ask these all the time
             return func(*args, **kwargs)
-        if self._linear_bias_in_place(func, args):
+        if func is _ADD and self._linear_bias_in_place(args):  # an add, a one-line check per op
             func = _ADD_
         self._folded = None
         fast = fast_meta(func, args, kwargs)
