@@ -602,7 +602,8 @@ def run_model(lib: str, name: str, send: Callable[[Record], None]) -> Record:
     return rec
 
 
-def _child(lib: str, name: str, conn: Connection, max_gb: float) -> None:
+def _child(lib: str, name: str, conn: Connection, max_gb: float,
+           runner: Callable[[str, str, Callable[[Record], None]], Record] | None = None) -> None:
     if max_gb > 0:  # a model too big for the machine fails to allocate instead of swapping others out
         import resource
 
@@ -618,7 +619,7 @@ def _child(lib: str, name: str, conn: Connection, max_gb: float) -> None:
         conn.send(dict(rec))
 
     try:
-        rec = run_model(lib, name, send)
+        rec = (runner or run_model)(lib, name, send)
     except BaseException as e:  # noqa: BLE001 - report anything, the parent decides
         rec = {"lib": lib, "name": name, "built": False, "forward_ok": False, "stage": "done",
                "crash": error_text(e), "crash_where": error_where(e)}
@@ -697,7 +698,11 @@ def footprint_source(path: str) -> str:
     return f"{path} (repository HEAD {head.stdout.strip()}, working tree {state})"
 
 
-def sweep(tasks: list[tuple[str, str]], workers: int, timeout: float, max_gb: float = 0) -> list[Record]:
+def sweep(tasks: list[tuple[str, str]], workers: int, timeout: float, max_gb: float = 0,
+          runner: Callable[[str, str, Callable[[Record], None]], Record] | None = None,
+          describe: Callable[[Record], str] | None = None) -> list[Record]:
+    """Run ``runner(lib, name, send)`` (default :func:`run_model`) for every task, each in a
+    process of its own, ``workers`` at once; ``describe`` prints a finished record's line."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(preload_modules())
     pending = list(tasks)
@@ -716,13 +721,13 @@ def sweep(tasks: list[tuple[str, str]], workers: int, timeout: float, max_gb: fl
         conn.close()
         rec["seconds"] = round(time.perf_counter() - job["t0"], 2)
         results.append(rec)
-        print(f"[{len(results)}/{total} {time.perf_counter() - t_start:6.0f}s] {line(rec)}", flush=True)
+        print(f"[{len(results)}/{total} {time.perf_counter() - t_start:6.0f}s] {(describe or line)(rec)}", flush=True)
 
     while pending or running:
         while pending and len(running) < workers:
             lib, name = pending.pop(0)
             parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(lib, name, child, max_gb), daemon=True)
+            proc = ctx.Process(target=_child, args=(lib, name, child, max_gb, runner), daemon=True)
             proc.start()
             child.close()
             running[parent] = {"proc": proc, "t0": time.perf_counter(), "last": {"lib": lib, "name": name,

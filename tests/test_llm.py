@@ -228,3 +228,44 @@ def test_html_report_draws_memory_against_context_and_tokens_against_batch(tmp_p
     assert "Serving a language model" in page
     assert 'aria-label="memory against context"' in page and 'aria-label="tokens per second against batch"' in page
     assert "batch 1 · prompt 16 + output 16 tokens" in page
+
+
+def test_an_encoders_language_model_head_is_declined() -> None:
+    # BERT's LM head with is_decoder false fills a cache it is handed but returns none: generate()
+    # would recompute the whole sequence at every token, so there is no decode step to price
+    from transformers import BertConfig, BertLMHeadModel
+
+    from torch_footprint.errors import FootprintError
+
+    cfg = BertConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2,
+                     vocab_size=512)
+    with pytest.raises(FootprintError, match="returned no cache"):
+        trace_serving(BertLMHeadModel(cfg), batch=1, prompt=4)
+
+
+def test_a_cache_class_of_the_models_own_holds_the_linear_attention_state() -> None:
+    # MiniMax builds a MiniMaxCache: a key/value layer for the softmax-attention layer and, outside
+    # its layers, one (batch, heads, head_dim, head_dim) state per linear-attention layer (fp32 here)
+    from transformers import MiniMaxConfig, MiniMaxForCausalLM
+
+    cfg = MiniMaxConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        intermediate_size=128, num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2,
+                        vocab_size=512, layer_types=["linear_attention", "full_attention"])
+    st = trace_serving(MiniMaxForCausalLM(cfg), batch=1, prompt=4)
+    per_token = 2 * 2 * 16 * 4  # keys and values, 2 kv heads of 16, fp32
+    state = 4 * 16 * 16 * 4
+    assert st.kv_bytes_per_token == per_token
+    assert st.kv_bytes(100) == 100 * per_token + state
+    assert st.kv_bytes(100, batch=3) == 3 * (100 * per_token + state)
+
+
+def test_a_decoder_that_reads_its_own_mask_is_traced_on_real_tensors() -> None:
+    # BART's decoder builds a mask of ones when given none and asks whether it is all ones, which
+    # meta tensors cannot answer: the serving trace runs on real tensors and says so
+    from transformers import BartConfig, BartForCausalLM
+
+    cfg = BartConfig(d_model=64, decoder_attention_heads=4, decoder_ffn_dim=128, decoder_layers=2,
+                     encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=128, vocab_size=512)
+    st = trace_serving(BartForCausalLM(cfg), batch=1, prompt=4)
+    assert st.kv_bytes_per_token == 2 * 2 * 64 * 4  # 2 layers, keys and values of width 64, fp32
+    assert any("real CPU tensors" in n for n in st.notes)

@@ -1,9 +1,14 @@
 """A language model traced as an engine serves it: a prefill of P tokens, then decode steps
-with the model's own cache object (transformers' ``DynamicCache``, built from the config as
-``generate`` builds it).
+with the model's own cache object: the one it builds and returns when a prefill asks for a
+cache and gives none, as ``generate`` lets it (transformers' ``DynamicCache`` built from the
+config, or a cache class of the model's own). A model that returns no cache (an encoder's
+language-model head) is declined: it has no decode step to price. A forward that reads a
+tensor's value on the way (a padding mask of ones it built itself, a router) is traced on
+real CPU tensors with random weights, where the parameters fit the tracer's real-run limit.
 
-What the cache holds comes from its storages, layer by layer, after the prefill and after
-each of two decode steps: the bytes a token adds to a layer (the slope), what a layer keeps
+What the cache holds comes from its storages (each whole: a windowed layer's slice keeps
+its step's concatenation alive), layer by layer and outside the layers, after each of two
+decode steps: the bytes a token adds to a layer (the slope), what a layer keeps
 whatever the length (a state-space layer's state), and the most tokens a layer keeps (a
 sliding-window layer's window, from the layer's own ``get_max_cache_shape()``). A config
 whose fields contradict each other gets what the model builds from it.
@@ -40,6 +45,7 @@ from ..errors import FootprintError
 from ..sources import prepare
 from ..trace import trace_model
 from ..trace.records import OpEvent, Trace
+from ..trace.tracer import REAL_FALLBACK_LIMIT, meta_specific
 
 CACHE_KWARGS = ("past_key_values", "cache_params")  # what transformers' models call their cache argument
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
@@ -254,25 +260,50 @@ def _layer_paths(model: nn.Module) -> list[tuple[str, int]]:
     return sorted(out, key=lambda x: -len(x[0]))
 
 
-def _op_layers(trace: Trace, paths: list[tuple[str, int]]) -> list[int | None]:
+def _op_layers(trace: Trace, paths: list[tuple[str, int]], layers: int) -> list[int | None]:
+    """The cache layer of each operator (None outside the ``layers`` layers of the cache: a
+    cache class of the model's own may number only its attention layers)."""
     memo: dict[str, int | None] = {}
     out: list[int | None] = []
     for e in trace.events:
         if e.module not in memo:
-            memo[e.module] = next((idx for p, idx in paths if e.module == p or e.module.startswith(p + ".")), None)
+            idx = next((idx for p, idx in paths if e.module == p or e.module.startswith(p + ".")), None)
+            memo[e.module] = idx if idx is not None and idx < layers else None
         out.append(memo[e.module])
     return out
 
 
 def _storage_bytes(obj: Any) -> int:
-    """Bytes of the tensors a cache layer holds (its own attributes, lists of tensors included)."""
-    total = 0
-    for v in vars(obj).values():
-        ts = list(v.values()) if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]
-        for t in ts:
-            if isinstance(t, torch.Tensor) and t.dim() > 0:
-                total += t.numel() * t.element_size()
-    return total
+    """Bytes of the storages a cache object holds: its tensors (attributes, lists, tuples and
+    dicts of them) and the cache objects it is made of (a layer combining a linear-attention
+    state with a windowed cache keeps each in a layer object of its own), each storage once
+    and whole. Whole: a windowed layer keeps its last tokens as a slice of the step's
+    concatenation, and the slice keeps all of it alive."""
+    seen: set[int] = set()
+    storages: set[int] = set()
+
+    def walk(o: Any, depth: int) -> int:
+        if id(o) in seen or depth > 6:
+            return 0
+        seen.add(id(o))
+        if isinstance(o, torch.Tensor):
+            if o.dim() == 0:
+                return 0
+            st = o.untyped_storage()
+            if st._cdata in storages:
+                return 0
+            storages.add(st._cdata)
+            return st.nbytes()
+        if isinstance(o, (list, tuple)):
+            return sum(walk(v, depth + 1) for v in o)
+        if isinstance(o, dict):
+            return sum(walk(v, depth + 1) for v in o.values())
+        if depth == 0 or (hasattr(o, "__dict__") and not isinstance(o, (type, nn.Module))
+                          and type(o).__module__.startswith("transformers.")):
+            return sum(walk(v, depth + 1) for v in vars(o).values())
+        return 0
+
+    return walk(obj, 0)
 
 
 @dataclass(frozen=True)
@@ -303,16 +334,23 @@ def _latents(model: nn.Module) -> dict[int, Latent]:
     return out
 
 
-def _stored_tokens(layer: Any) -> int | None:
-    keys = getattr(layer, "keys", None)
-    return int(keys.shape[-2]) if isinstance(keys, torch.Tensor) and keys.dim() >= 2 else None
+def _token_bytes(layer: Any) -> int | None:
+    """Bytes one token takes in a windowed layer's keys and values (from their shapes)."""
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 2
+            and keys.shape[-2] > 0):
+        return None
+    return (keys.numel() * keys.element_size() + values.numel() * values.element_size()) // int(keys.shape[-2])
 
 
 def _cache_layers(cache: Any, sizes: list[list[int]], batch: int, prompt: int, latent: dict[int, Latent],
                   elem: int) -> list[CacheLayer]:
+    """One :class:`CacheLayer` per layer of the cache, from its bytes after the two decode steps
+    (``sizes[1]``, ``sizes[2]``), plus one for what the cache object keeps outside its layers
+    (a model's own cache class may hold linear-attention states there), if anything."""
     layers = []
     for i, layer in enumerate(cache.layers):
-        b0, b1, b2 = (s[i] for s in sizes)
+        b1, b2 = sizes[1][i], sizes[2][i]
         cap_fn = getattr(layer, "get_max_length", None) or getattr(layer, "get_max_cache_shape", None)
         cap = cap_fn() if callable(cap_fn) else -1
         cap = int(cap) if isinstance(cap, int) and cap > 0 else None
@@ -322,11 +360,65 @@ def _cache_layers(cache: Any, sizes: list[list[int]], batch: int, prompt: int, l
             layers.append(CacheLayer(i, "latent", latent[i].width * elem, 0, cap))
         elif slope > 0:
             layers.append(CacheLayer(i, kind, slope, max(b1 // batch - (prompt + 1) * slope, 0), cap))
-        elif cap is not None and (stored := _stored_tokens(layer)):
-            layers.append(CacheLayer(i, kind, b1 // (batch * stored), 0, cap))
+        elif cap is not None and (per := _token_bytes(layer)):  # a full window
+            layers.append(CacheLayer(i, kind, per // batch, max(b1 // batch - cap * per // batch, 0), cap))
         else:  # a state of fixed size (a state-space layer), or an empty layer
             layers.append(CacheLayer(i, kind, 0, b1 // batch, None))
+    b1, b2 = sizes[1][-1], sizes[2][-1]
+    if b1 or b2:
+        slope = (b2 - b1) // batch
+        layers.append(CacheLayer(len(layers), f"{type(cache).__name__} (outside its layers)", max(slope, 0),
+                                 max(b1 // batch - (prompt + 1) * max(slope, 0), 0), None))
     return layers
+
+
+class NoCache(FootprintError):
+    """The model returned no cache from a prefill that asked for one."""
+
+
+def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta: list[dict[str, Any]],
+                 tensors: str, step: Callable[[str], None]) -> tuple[Trace, tuple[Trace, Trace], Any, list[list[int]]]:
+    """The prefill (no cache given: the model builds its own, as ``generate`` lets it, and
+    returns it) and two decode steps with that cache; the cache layers' bytes after each."""
+    cache: Any = None
+    returned: list[Any] = []
+
+    def capture(_mod: nn.Module, _args: Any, out: Any) -> None:
+        returned.append(out)
+
+    def make(tokens: int) -> Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]]:
+        def inputs(device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            ids = torch.zeros(batch, tokens, dtype=torch.long, device=device)
+            if cache is None:
+                return (), {"input_ids": ids, "use_cache": True, **last_logits_only(m)}
+            return (), {"input_ids": ids, "use_cache": True, kw: cache}
+        return inputs
+
+    def sizes() -> list[int]:
+        """Bytes of each cache layer, then of what the cache holds outside them."""
+        per = [_storage_bytes(layer) for layer in cache.layers]
+        return [*per, max(_storage_bytes(cache) - sum(per), 0)]
+
+    one = [{**meta[0], "shape": [batch, 1]}]
+    hook = m.register_forward_hook(capture)
+    try:
+        step(f"tracing the prefill ({batch} x {prompt} tokens)")
+        pre = trace_model(m, make(prompt), name=name, inputs_meta=meta, tensors=tensors)
+        out = returned[-1] if returned else None
+        cache = next((getattr(out, k) for k in CACHE_KWARGS if getattr(out, k, None) is not None), None)
+        if cache is None or not hasattr(cache, "layers"):
+            raise NoCache(f"'{type(m).__name__}' returned no cache from a prefill with use_cache=True: its "
+                                 "decode would recompute the whole sequence. `footprint llm` serves decoder language "
+                                 "models that keep a cache (an encoder's language-model head is not one)")
+        s0 = sizes()
+        step("tracing two decode steps")
+        d1 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors)
+        s1 = sizes()
+        d2 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors)
+        s2 = sizes()
+    finally:
+        hook.remove()
+    return pre, (d1, d2), cache, [s0, s1, s2]
 
 
 def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str | None = None,
@@ -341,40 +433,29 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     kw = cache_argument(m)
     config = m.config
     tcfg = text_config(m)
-    try:
-        from transformers import DynamicCache
-    except ImportError as e:  # pragma: no cover - the hf extra is needed for any language model
-        raise FootprintError("`footprint llm` needs transformers: pip install 'torch-footprint[hf]'") from e
-    cache = DynamicCache(config=config)
-    extra: dict[str, Any] = {kw: cache, "use_cache": True, **last_logits_only(m)}
-
-    def make(tokens: int) -> Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]]:
-        def inputs(device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            return (), {"input_ids": torch.zeros(batch, tokens, dtype=torch.long, device=device), **extra}
-        return inputs
-
-    def sizes() -> list[int]:
-        return [_storage_bytes(layer) for layer in cache.layers]
-
     meta = [{"name": "input_ids", "shape": [batch, prompt], "dtype": "int64"}]
     was_training = m.training
     m.eval()
     try:
         with work.built.trace_context(), torch.no_grad():
-            step(f"tracing the prefill ({batch} x {prompt} tokens)")
-            pre = trace_model(m, make(prompt), name=work.built.name, inputs_meta=meta, tensors="meta")
-            s0 = sizes()
-            step("tracing two decode steps")
-            d1 = trace_model(m, make(1), name=work.built.name, inputs_meta=[{**meta[0], "shape": [batch, 1]}],
-                             tensors="meta")
-            s1 = sizes()
-            d2 = trace_model(m, make(1), name=work.built.name, inputs_meta=[{**meta[0], "shape": [batch, 1]}],
-                             tensors="meta")
-            s2 = sizes()
+            try:
+                pre, (d1, d2), cache, sizes = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "meta", step)
+                how = None
+            except FootprintError as e:
+                params = sum(p.numel() * p.element_size() for p in m.parameters())
+                if not (isinstance(e.__cause__, BaseException) and meta_specific(e.__cause__)) \
+                        or params > REAL_FALLBACK_LIMIT:
+                    raise
+                # the forward reads tensor values (a padding mask it built of ones, a router): run it
+                how = f"{type(e.__cause__).__name__}: {str(e.__cause__).strip().splitlines()[0][:120]}"
+                pre, (d1, d2), cache, sizes = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "real", step)
+    except NoCache:
+        raise
     except FootprintError as e:
         raise FootprintError(f"tracing {work.built.name} as a language model failed: {e}") from e
     finally:
         m.train(was_training)
+    s0, s1, s2 = sizes
     if [e.op for e in d1.events] != [e.op for e in d2.events]:
         raise FootprintError(f"{work.built.name}: two decode steps ran different operators; the cache "
                              "line cannot be drawn (a model whose decode path changes with the length)")
@@ -382,6 +463,9 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     latent = _latents(m)
     layers = _cache_layers(cache, [s0, s1, s2], batch, prompt, latent, elem)
     notes = [n for n in work.built.notes if not n.startswith("default input")]
+    if how is not None:
+        notes.append(f"traced on real CPU tensors with random weights: on meta tensors the forward read a "
+                     f"tensor's value ({how})")
     if dtype is not None:
         notes = [n for n in notes if "the checkpoint's dtype" not in n]
         notes.append(f"activations (and whatever a weight scheme leaves unquantized) in {dtype}")
@@ -408,6 +492,6 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
             roles[index[id(w)]] = role
     return ServingTrace(
         name=work.built.name, batch=batch, prompt=prompt, dtype=name_of(dt), prefill=pre, decode=(d1, d2),
-        layers=layers, op_layer=_op_layers(d1, _layer_paths(m)), experts=_experts(pre, tcfg), latents=latent,
-        roles=roles, max_context=_config_int(tcfg, CONTEXT_KEYS),
+        layers=layers, op_layer=_op_layers(d1, _layer_paths(m), len(cache.layers)), experts=_experts(pre, tcfg),
+        latents=latent, roles=roles, max_context=_config_int(tcfg, CONTEXT_KEYS),
         hidden_size=_config_int(tcfg, ("hidden_size", "n_embd", "d_model")), notes=notes, config=config)

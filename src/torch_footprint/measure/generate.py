@@ -25,8 +25,6 @@ def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int
     timer's statistics), the time per output token over ``runs`` generations of ``output``
     tokens (every decode step one sample: median and p90), tokens per second and, on CPU,
     the allocator's peak over one generation plus the weights."""
-    from transformers import DynamicCache
-
     config = model.config
     vocab = int(getattr(config.get_text_config(decoder=True), "vocab_size", 0) or 0)
     if vocab < 1:
@@ -38,8 +36,11 @@ def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int
     model.eval()
 
     def prefill() -> tuple[Any, torch.Tensor]:
-        cache = DynamicCache(config=config)
-        out = model(input_ids=ids, use_cache=True, **{cache_kwarg: cache}, **(prefill_kwargs or {}))
+        # no cache given: the model builds its own (its cache class, where it has one), as generate() lets it
+        out = model(input_ids=ids, use_cache=True, **(prefill_kwargs or {}))
+        cache = getattr(out, cache_kwarg, None)
+        if cache is None:
+            raise FootprintError(f"'{type(model).__name__}' returned no cache from a prefill with use_cache=True")
         return cache, out.logits[:, -1:].argmax(-1)
 
     def generate(samples: list[float] | None = None) -> None:

@@ -32,7 +32,7 @@ from .swap import materialize, param_infos, swap_tensors
 
 REAL_FALLBACK_LIMIT = 2 * 1024**3  # bytes of parameters up to which a real-tensor run is allowed
 
-__all__ = ["REAL_FALLBACK_LIMIT", "StepOptions", "trace_model"]
+__all__ = ["REAL_FALLBACK_LIMIT", "StepOptions", "meta_specific", "trace_model"]
 
 
 def trace_model(
@@ -126,7 +126,7 @@ def _traced(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...]
             return trace
         except _ModelRaised as err:
             second = err
-        if not _meta_specific(first.original) and _same_error(first, second):
+        if not meta_specific(first.original) and _same_error(first, second):
             raise second.user_error() from second.original  # meta and fake tensors agree: the model's own
     total = sum(p.nbytes for p in params) + sum(b.nbytes for b in buffers)
     if total > real_fallback_limit:
@@ -194,7 +194,7 @@ def _same_error(a: _ModelRaised, b: _ModelRaised) -> bool:
             and a.where == b.where and a.phase == b.phase)
 
 
-def _meta_specific(exc: BaseException) -> bool:
+def meta_specific(exc: BaseException) -> bool:
     """Whether an error raised on meta tensors may go away on fake ones (a device mix-up,
     a value read, an op without a meta kernel), rather than being the model's own error."""
     if isinstance(exc, NotImplementedError):
