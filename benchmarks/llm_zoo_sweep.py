@@ -2,8 +2,9 @@
 
 For every model type in transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, built on the CPU
 with random weights from the config class's defaults shrunk as ``model_zoo_sweep.py`` shrinks
-them (2 layers, hidden 64, 4 heads, 4 experts; a sliding window, where the config has one, cut
-to 8 tokens so that the longer runs below pass it):
+them (2 layers, hidden 64, 4 heads, 4 experts; where the real run fails, widths kept, then 12
+layers of the small widths, for hybrids whose first attention layer comes late; a sliding
+window, where the config has one, cut to 8 tokens so that the longer runs below pass it):
 
 * the real model, run as generate() runs it (the cache it builds itself when given none):
   a prefill of P = 16 tokens and two decode steps, and a separate prefill of L = 40 tokens and
@@ -65,7 +66,7 @@ from model_zoo_sweep import (  # noqa: E402 - the benchmarks folder is not a pac
     write_whole,
 )
 
-PROMPT, LONG, WINDOW = 16, 40, 8
+PROMPT, LONG, WINDOW, DEEP = 16, 40, 8, 12
 WINDOW_KEYS = ("sliding_window", "attention_window_size", "window_size")
 GPU = "h100-sxm"
 
@@ -77,7 +78,16 @@ def build(model_type: str, level: str) -> tuple[Any, list[str]]:
 
     hf_logging.set_verbosity_error()
     cfg = AutoConfig.for_model(model_type)
-    changed = shrink_config(cfg, level, mrope=_uses_mrope(cfg))
+    if level == "deep":  # small widths, up to DEEP layers: a hybrid's first attention layer may come late
+        import model_zoo_sweep
+
+        saved, model_zoo_sweep.LAYERS = model_zoo_sweep.LAYERS, DEEP
+        try:
+            changed = shrink_config(cfg, "small", mrope=_uses_mrope(cfg))
+        finally:
+            model_zoo_sweep.LAYERS = saved
+    else:
+        changed = shrink_config(cfg, level, mrope=_uses_mrope(cfg))
     for c in [cfg, *(getattr(cfg, k) for k in ("text_config", "decoder") if hasattr(cfg, k))]:
         for k in WINDOW_KEYS:
             v = getattr(c, k, None)
@@ -207,7 +217,7 @@ def run_llm(lib: str, name: str, send: Callable[[Record], None]) -> Record:
     rec: Record = {"lib": lib, "name": name, "built": False, "real_ok": False, "stage": "build"}
     send(rec)
     model = None
-    for level in ("small", "layers"):
+    for level in ("small", "layers", "deep"):
         t = time.perf_counter()
         try:
             model, changed = build(name, level)
