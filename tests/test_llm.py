@@ -135,6 +135,22 @@ def test_deepseek_v3_caches_the_latent(tmp_path: Path) -> None:
     assert st.kv_bytes_per_token == 61 * (512 + 64) * 2 == 70_272
 
 
+def test_deepseek_v2_lite_parameters_latent_and_active() -> None:
+    st = trace_serving("hf:deepseek-ai/DeepSeek-V2-Lite", batch=1, prompt=4)
+    # attention without a query LoRA: q 2048 -> 16 x (128 + 64), kv_a 2048 -> 512 + 64 and its norm,
+    # kv_b 512 -> 16 x (128 + 128), o 16 x 128 -> 2048; two norms per layer
+    attention = 2048 * 3072 + 2048 * 576 + 512 + 512 * 4096 + 2048 * 2048 + 2 * 2048
+    expert = 3 * 2048 * 1408
+    moe = 64 * expert + 3 * 2048 * 2 * 1408 + 64 * 2048  # routed, two shared, router
+    dense = 3 * 2048 * 10944  # the first layer's MLP (first_k_dense_replace 1)
+    total = 2 * 102400 * 2048 + 27 * attention + dense + 26 * moe + 2048
+    assert st.params == total == 15_706_484_224
+    assert st.kv_bytes_per_token == 27 * (512 + 64) * 2 == 31_104
+    active, routed = active_params(st)
+    assert routed == 26 * 64 * expert
+    assert active == total - routed + 26 * 6 * expert  # 6 of 64 routed experts per token
+
+
 def test_mixtral_total_and_active_parameters() -> None:
     st = trace_serving("hf:mistralai/Mixtral-8x7B-v0.1", batch=1, prompt=4)
     experts = 32 * 8 * 3 * 4096 * 14336

@@ -407,9 +407,10 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
         out = returned[-1] if returned else None
         cache = next((getattr(out, k) for k in CACHE_KWARGS if getattr(out, k, None) is not None), None)
         if cache is None or not hasattr(cache, "layers"):
-            raise NoCache(f"'{type(m).__name__}' returned no cache from a prefill with use_cache=True: its "
-                                 "decode would recompute the whole sequence. `footprint llm` serves decoder language "
-                                 "models that keep a cache (an encoder's language-model head is not one)")
+            raise NoCache(f"'{type(m).__name__}' returned no cache from a prefill with use_cache=True: its decode "
+                          "would recompute the whole sequence. `footprint llm` serves decoder language models that "
+                          "return their cache (an encoder's language-model head does not; RecurrentGemma keeps its "
+                          "state in its own modules)")
         s0 = sizes()
         step("tracing two decode steps")
         d1 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors)
