@@ -32,9 +32,13 @@ Checks, per model whose real prefill and decode run:
 * parameters equal ``sum(p.numel())``;
 * ``tfp.llm`` returns a result, or declines with a FootprintError (one clear line).
 
-    python benchmarks/llm_zoo_sweep.py [--models a,b] [--limit N] [--timeout S] [--workers N] [--out DIR]
+    python benchmarks/llm_zoo_sweep.py [--mapping causal-lm|image-text-to-text] [--models a,b] [--limit N]
+        [--timeout S] [--workers N] [--out DIR]
 
-Writes ``benchmarks/results/llm_zoo_sweep.{md,json}`` (whole, or not at all).
+``--mapping image-text-to-text``: the vision-language models (``AutoModelForImageTextToText``)
+that are not also causal language models, served text only, as a text prompt to a
+multimodal checkpoint is. Writes ``benchmarks/results/llm_zoo_sweep.{md,json}`` (or
+``llm_zoo_sweep_image_text.{md,json}``), whole or not at all.
 """
 
 from __future__ import annotations
@@ -71,9 +75,16 @@ WINDOW_KEYS = ("sliding_window", "attention_window_size", "window_size")
 GPU = "h100-sxm"
 
 
-def build(model_type: str, level: str) -> tuple[Any, list[str]]:
-    """The causal language model of ``model_type`` from its shrunk default config (float32, CPU)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+MAPPINGS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM", ""),
+            "image-text-to-text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "AutoModelForImageTextToText",
+                                   "_image_text")}
+
+
+def build(model_type: str, level: str, mapping: str = "causal-lm") -> tuple[Any, list[str]]:
+    """The ``mapping`` model of ``model_type`` (a causal language model, or an image-text-to-text
+    model served text only) from its shrunk default config (float32, CPU)."""
+    import transformers
+    from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -96,7 +107,7 @@ def build(model_type: str, level: str) -> tuple[Any, list[str]]:
                 changed.append(f"{k}={WINDOW}")
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = True
-    model = AutoModelForCausalLM.from_config(cfg).float().eval()
+    model = getattr(transformers, MAPPINGS[mapping][1]).from_config(cfg).float().eval()
     return model, changed
 
 
@@ -220,12 +231,13 @@ def run_llm(lib: str, name: str, send: Callable[[Record], None]) -> Record:
     for level in ("small", "layers", "deep"):
         t = time.perf_counter()
         try:
-            model, changed = build(name, level)
+            model, changed = build(name, level, lib)
         except Exception as e:
             rec.setdefault("build_errors", []).append(f"{level}: {error_text(e)[:200]}")
             continue
         rec.update(built=True, config=level, changed=changed[:30], build_s=round(time.perf_counter() - t, 2),
-                   cls=type(model).__name__, params_model=sum(p.numel() for p in model.parameters()))
+                   cls=type(model).__name__, params_model=sum(p.numel() for p in model.parameters()),
+                   encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)))
         cfg = model.config.get_text_config(decoder=True)
         vocab = int(getattr(cfg, "vocab_size", 0) or 0)
         rec["stage"] = "real"
@@ -285,8 +297,8 @@ def verdicts(rec: Record) -> dict[str, bool | None]:
     """Per check: True (agrees), False (disagrees), None (not comparable)."""
     out: dict[str, bool | None] = {"kv": None, "slope": None, "params": None, "llm": None}
     if not rec.get("fp_ok"):
-        if rec.get("real_ok"):
-            out["llm"] = False
+        if rec.get("real_ok") and not (rec.get("encoder_decoder") and rec.get("fp_declined")):
+            out["llm"] = False  # an encoder-decoder model declined is not a failure: llm serves decoders
         return out
     out["params"] = rec["fp_params"] == rec.get("params_model")
     out["llm"] = bool(rec.get("llm_ok"))
@@ -334,7 +346,8 @@ def summarise(records: list[Record]) -> dict[str, Any]:
         c = Counter(vs[r["name"]][check] for r in among)
         return {"agree": c[True], "disagree": c[False], "not_comparable": c[None]}
 
-    declined = [r["name"] for r in real if not r.get("fp_ok") and r.get("fp_declined")]
+    seq2seq = [r["name"] for r in real if not r.get("fp_ok") and r.get("fp_declined") and r.get("encoder_decoder")]
+    declined = [r["name"] for r in real if not r.get("fp_ok") and r.get("fp_declined") and r["name"] not in seq2seq]
     crashed = [r["name"] for r in real if not r.get("fp_ok") and not r.get("fp_declined")]
     fp_where_real_fails = [r["name"] for r in records if r.get("built") and not r.get("real_ok") and r.get("fp_ok")]
     return {
@@ -343,7 +356,7 @@ def summarise(records: list[Record]) -> dict[str, Any]:
         "kv": count("kv", real), "slope": count("slope", real), "params": count("params", real),
         "llm": count("llm", real),
         "latent_models": [r["name"] for r in real if r.get("latent_expected")],
-        "declined_of_real": declined, "crashed_of_real": crashed,
+        "declined_of_real": declined, "crashed_of_real": crashed, "encoder_decoder_declined": seq2seq,
         "traced_where_real_fails": fp_where_real_fails,
         "kv_disagree": [r["name"] for r in real if vs[r["name"]]["kv"] is False],
         "slope_disagree": [r["name"] for r in real if vs[r["name"]]["slope"] is False],
@@ -369,9 +382,11 @@ def headline(s: dict[str, Any]) -> list[str]:
         c = s[check]
         return f"{c['agree']}/{c['agree'] + c['disagree']}"
 
-    return [f"{s['models']} causal language model types, {s['built']} built, {n} whose real prefill and decode run",
+    return [f"{s['models']} model types, {s['built']} built, {n} whose real prefill and decode run",
             f"footprint traces {s['traced_of_real']}/{n} of those ({len(s['declined_of_real'])} declined with a "
-            f"FootprintError, {len(s['crashed_of_real'])} other errors)",
+            f"FootprintError, {len(s['crashed_of_real'])} other errors"
+            + (f"; {len(s['encoder_decoder_declined'])} encoder-decoder models declined by design"
+               if s["encoder_decoder_declined"] else "") + ")",
             f"cache bytes equal the real cache at {PROMPT + 1}, {PROMPT + 2} and {LONG + 1} tokens: {frac('kv')} "
             f"(latent attention against its closed form: {len(s['latent_models'])} models)",
             f"decode line (FLOPs growth from cache length {PROMPT} to {LONG}) equals FlopCounterMode's: "
@@ -380,13 +395,14 @@ def headline(s: dict[str, Any]) -> list[str]:
 
 
 def markdown(s: dict[str, Any], meta: dict[str, Any], records: list[Record]) -> str:
-    out = ["# `footprint llm` over every causal language model of transformers, against real runs", ""]
+    out = [f"# `footprint llm` over every {meta['mapping']} model of transformers, against real runs", ""]
     out += [f"- {k}: {v}" for k, v in meta.items()]
     out += ["", "## Headline", ""] + [f"- {h}" for h in headline(s)]
     for key, title in (("kv_disagree", "cache bytes disagree"), ("slope_disagree", "decode line disagrees"),
                        ("params_disagree", "parameters disagree"), ("llm_fail", "tfp.llm failed"),
                        ("declined_of_real", "declined (FootprintError) though the real model runs"),
                        ("crashed_of_real", "other errors though the real model runs"),
+                       ("encoder_decoder_declined", "encoder-decoder models, declined by design (llm serves decoders)"),
                        ("latent_models", "latent attention (checked against the closed form)"),
                        ("windowed", "sliding-window layers (capped)"), ("fixed_state", "fixed-size state layers"),
                        ("traced_where_real_fails", "traced, though the real run fails")):
@@ -402,23 +418,29 @@ def markdown(s: dict[str, Any], meta: dict[str, Any], records: list[Record]) -> 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=None, help="comma-separated model types")
+    ap.add_argument("--mapping", choices=list(MAPPINGS), default="causal-lm",
+                    help="which auto class: causal language models (default), or image-text-to-text models "
+                         "(not also causal language models) served text only")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=240.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--max-gb", type=float, default=8.0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto import modeling_auto
 
-    names = sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    mapping_names = getattr(modeling_auto, MAPPINGS[args.mapping][0])
+    names = sorted(mapping_names)
+    if args.mapping != "causal-lm":  # the causal language models are the default sweep's
+        names = [n for n in names if n not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES]
     if args.models:
         wanted = {m.strip() for m in args.models.split(",")}
         names = [n for n in names if n in wanted]
     names = names[: args.limit]
-    print(f"{len(names)} causal language model types", flush=True)
+    print(f"{len(names)} {args.mapping} model types", flush=True)
     source = footprint_source(footprint_ready())
     t0 = time.perf_counter()
-    records = sweep([("llm", n) for n in names], args.workers, args.timeout, args.max_gb, runner=run_llm,
+    records = sweep([(args.mapping, n) for n in names], args.workers, args.timeout, args.max_gb, runner=run_llm,
                     describe=line)
     wall = time.perf_counter() - t0
     records.sort(key=lambda r: r["name"])
@@ -427,15 +449,18 @@ def main(argv: list[str] | None = None) -> int:
 
     s = summarise(records)
     command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if argv is None else str(argv)
-    meta = {"versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
+    meta = {"mapping": f"{args.mapping} ({MAPPINGS[args.mapping][0]}"
+                       + (", less the causal language models)" if args.mapping != "causal-lm" else ")"),
+            "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
             "footprint": source, "command": f"`{command}` ({wall / 60:.1f} min, {time.strftime('%Y-%m-%d %H:%M')})",
             "machine": f"{os.cpu_count()} CPU cores, {args.workers} models at once, 1 torch thread each",
             "set-up": f"prefill {PROMPT} tokens then two decode steps; a prefill of {LONG} then one decode step; "
                       f"batch 1; float32; sliding windows cut to {WINDOW} tokens"}
     args.out.mkdir(parents=True, exist_ok=True)
-    write_whole(args.out / "llm_zoo_sweep.json", json.dumps({"meta": meta, "summary": s, "records": records},
+    stem = "llm_zoo_sweep" + MAPPINGS[args.mapping][2]
+    write_whole(args.out / f"{stem}.json", json.dumps({"meta": meta, "summary": s, "records": records},
                                                             indent=1, default=str))
-    write_whole(args.out / "llm_zoo_sweep.md", markdown(s, meta, records))
+    write_whole(args.out / f"{stem}.md", markdown(s, meta, records))
     print()
     for h in headline(s):
         print(h)

@@ -285,3 +285,24 @@ def test_a_decoder_that_reads_its_own_mask_is_traced_on_real_tensors() -> None:
     st = trace_serving(BartForCausalLM(cfg), batch=1, prompt=4)
     assert st.kv_bytes_per_token == 2 * 2 * 64 * 4  # 2 layers, keys and values of width 64, fp32
     assert any("real CPU tensors" in n for n in st.notes)
+
+
+def test_a_window_that_keeps_the_prompt_is_not_taken_at_its_word() -> None:
+    # UnlimitedOCR's reference sliding-window layer keeps every prompt token and windows only the
+    # generated ones; its stated maximum would undercount a long prompt, so the trace runs the model
+    # past it, finds the layer holding more, and counts every token (an upper bound, said in a note)
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    cfg = AutoConfig.for_model("unlimited_ocr")
+    for sub in (cfg.vision_config.sam_config, cfg.vision_config.encoder_config):
+        sub.update({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4})
+    cfg.vision_config.encoder_config.intermediate_size = 128
+    cfg.text_config.update({"vocab_size": 512, "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4,
+                            "num_key_value_heads": 4, "head_dim": 16, "intermediate_size": 128,
+                            "moe_intermediate_size": 128, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                            "mlp_layer_types": ["dense"], "layer_types": ["reference_sliding_attention"],
+                            "sliding_window": 8})
+    st = trace_serving(AutoModelForImageTextToText.from_config(cfg), batch=1, prompt=4)
+    per_token = 2 * 4 * 16 * 4  # keys and values, 4 heads of 16, fp32
+    assert st.kv_bytes(100) == 100 * per_token
+    assert any("counted without the window" in n for n in st.notes)

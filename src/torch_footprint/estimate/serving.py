@@ -222,13 +222,24 @@ def text_config(model: nn.Module) -> Any:
     return config
 
 
+def output_embeddings(model: nn.Module) -> nn.Module | None:
+    """The model's output head: ``get_output_embeddings()``, or where that answers None (a
+    multimodal wrapper whose head sits in its language model) a linear module named ``lm_head``."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    if head is None:
+        head = next((mod for name, mod in model.named_modules()
+                     if name.split(".")[-1] == "lm_head" and isinstance(mod, nn.Linear)), None)
+    return head
+
+
 def cache_argument(model: nn.Module) -> str:
     """The name under which ``model``'s forward takes its cache; a clear error if it takes none."""
     params = inspect.signature(model.forward).parameters
     kw = next((k for k in CACHE_KWARGS if k in params), None)
     config = getattr(model, "config", None)
     if (kw is None or config is None or getattr(config, "is_encoder_decoder", False)
-            or not callable(getattr(model, "get_output_embeddings", None)) or model.get_output_embeddings() is None):
+            or output_embeddings(model) is None):
         raise FootprintError(f"'{type(model).__name__}' is not a causal language model with a cache (a Hugging "
                              "Face *ForCausalLM): `footprint llm` serves decoder language models")
     return kw
@@ -334,6 +345,50 @@ def _latents(model: nn.Module) -> dict[int, Latent]:
     return out
 
 
+def _window(layer: Any) -> int | None:
+    """The most tokens a cache layer says it keeps: its ``get_max_cache_shape()``, or the
+    ``sliding_window`` of a layer that combines a window with another state (whose maximum
+    answers for the other state)."""
+    cap_fn = getattr(layer, "get_max_length", None) or getattr(layer, "get_max_cache_shape", None)
+    cap = cap_fn() if callable(cap_fn) else -1
+    if not (isinstance(cap, int) and cap > 0):
+        cap = getattr(layer, "sliding_window", None)
+    return int(cap) if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
+
+
+def _check_windows(m: nn.Module, kw: str, layers: list[CacheLayer], batch: int, real: bool) -> list[str]:
+    """Run the model past its longest window (a prefill of window + 1 tokens, one decode step,
+    without tracing) and keep a window only where the layer then holds what the window says:
+    a layer may keep its whole prompt and window only the tokens it generates (reference
+    sliding-window attention), which the two traced steps cannot tell apart. A layer whose
+    window does not hold is counted without it (an upper bound). Returns notes."""
+    caps = [la.cap for la in layers if la.cap]
+    if not caps:
+        return []
+    if real:  # the model's values mattered on the way: no meta run to check with
+        return ["the sliding windows are taken as the cache layers state them (not checked past the window: "
+                "the model was traced on real tensors)"]
+    length = max(caps) + 1
+    device = next((p.device for p in m.parameters()), torch.device("meta"))
+    try:
+        ids = torch.zeros(batch, length, dtype=torch.long, device=device)
+        out = m(input_ids=ids, use_cache=True, **last_logits_only(m))
+        cache = getattr(out, kw, None)
+        m(input_ids=torch.zeros(batch, 1, dtype=torch.long, device=device), use_cache=True, **{kw: cache})
+        held = [_storage_bytes(layer) for layer in cache.layers]
+    except Exception as e:  # noqa: BLE001 - any failure leaves the windows as the layers state them
+        return [f"the sliding windows are taken as the cache layers state them (a run past the window failed: "
+                f"{type(e).__name__})"]
+    notes = []
+    for i, la in enumerate(layers):
+        if la.cap and i < len(held) and held[i] != batch * la.bytes_at(length + 1):
+            layers[i] = replace(la, cap=None)
+            notes.append(f"layer {i} ({la.kind}) says it keeps at most {la.cap} tokens but held "
+                         f"{held[i] // batch:,} bytes per sequence after {length + 1} (a window would hold "
+                         f"{la.bytes_at(length + 1):,}): counted without the window, an upper bound")
+    return notes[:1] + ([f"... and {len(notes) - 1} more such layers"] if len(notes) > 1 else [])
+
+
 def _token_bytes(layer: Any) -> int | None:
     """Bytes one token takes in a windowed layer's keys and values (from their shapes)."""
     keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
@@ -351,9 +406,7 @@ def _cache_layers(cache: Any, sizes: list[list[int]], batch: int, prompt: int, l
     layers = []
     for i, layer in enumerate(cache.layers):
         b1, b2 = sizes[1][i], sizes[2][i]
-        cap_fn = getattr(layer, "get_max_length", None) or getattr(layer, "get_max_cache_shape", None)
-        cap = cap_fn() if callable(cap_fn) else -1
-        cap = int(cap) if isinstance(cap, int) and cap > 0 else None
+        cap = _window(layer)
         slope = (b2 - b1) // batch
         kind = type(layer).__name__
         if i in latent:
@@ -463,6 +516,8 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     elem = next((torch.empty((), dtype=p.dtype).element_size() for p in m.parameters() if p.is_floating_point()), 2)
     latent = _latents(m)
     layers = _cache_layers(cache, [s0, s1, s2], batch, prompt, latent, elem)
+    with work.built.trace_context(), torch.no_grad():
+        window_notes = _check_windows(m, kw, layers, batch, real=how is not None)
     notes = [n for n in work.built.notes if not n.startswith("default input")]
     if how is not None:
         notes.append(f"traced on real CPU tensors with random weights: on meta tensors the forward read a "
@@ -481,13 +536,14 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
         n = sum(1 for la in layers if la.cap)
         notes.append(f"{n} of {len(layers)} layers keep at most {', '.join(map(str, capped))} tokens "
                      "(a sliding window: the cache layer's own maximum length)")
+    notes += window_notes
     states = [la for la in layers if la.per_token == 0 and la.fixed]
     if states:
         notes.append(f"{len(states)} layers keep a state of fixed size ({states[0].fixed:,} bytes per sequence)")
     dt = next((p.dtype for p in m.parameters() if p.is_floating_point()), torch.float32)
     index = {id(p): i for i, (_, p) in enumerate(m.named_parameters())}
     roles: dict[int, str] = {}
-    for role, mod in (("embedding", m.get_input_embeddings()), ("head", m.get_output_embeddings())):
+    for role, mod in (("embedding", m.get_input_embeddings()), ("head", output_embeddings(m))):
         w = getattr(mod, "weight", None)
         if w is not None and id(w) in index:
             roles[index[id(w)]] = role
