@@ -306,3 +306,17 @@ def test_a_window_that_keeps_the_prompt_is_not_taken_at_its_word() -> None:
     per_token = 2 * 4 * 16 * 4  # keys and values, 4 heads of 16, fp32
     assert st.kv_bytes(100) == 100 * per_token
     assert any("counted without the window" in n for n in st.notes)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([], "beyond the model's maximum of 512"),  # said before the trace, which fails on BERT's position buffer
+    (["--prompt", "256", "--output", "16"], "returned no cache"),
+])
+def test_an_encoders_lm_head_from_a_config_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  extra: list[str], message: str) -> None:
+    cfg = json.loads((CONFIGS / "bert-base-uncased.json").read_text())
+    cfg["architectures"] = ["BertLMHeadModel"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["llm", str(tmp_path), "--gpu", "h100-sxm", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err

@@ -310,8 +310,7 @@ def llm(model: nn.Module | str, *, prompt: int = 1024, output: int = 256, batch:
     # the activations' dtype: a 16-bit scheme's own, a quantized one's 16-bit type, else as built
     dtype = None if scheme is None else scheme.name if scheme.name in ("bf16", "fp16") else scheme.sixteen
     st = trace_serving(model, batch=1, prompt=prompt, dtype=dtype, trust_remote_code=trust_remote_code,
-                       on_step=on_step)
-    check_context(serving, st.max_context, allow_longer)
+                       on_step=on_step, check_context=lambda most: check_context(serving, most, allow_longer))
     if scheme is None:
         serving.weights = checkpoint_scheme(st.config)
     rows = load(hardware)

@@ -476,8 +476,11 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
 
 
 def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str | None = None,
-                  trust_remote_code: bool = False, on_step: Callable[[str], None] | None = None) -> ServingTrace:
-    """Trace a prefill of ``batch`` x ``prompt`` tokens and two decode steps with the model's cache."""
+                  trust_remote_code: bool = False, on_step: Callable[[str], None] | None = None,
+                  check_context: Callable[[int | None], None] | None = None) -> ServingTrace:
+    """Trace a prefill of ``batch`` x ``prompt`` tokens and two decode steps with the model's cache.
+    ``check_context(max_context)`` runs once the model is built, before any trace (a prompt
+    beyond learned position embeddings fails inside the model otherwise)."""
     if batch < 1 or prompt < 1:
         raise FootprintError(f"batch and prompt must be at least 1, got batch {batch}, prompt {prompt}")
     step = on_step or (lambda _msg: None)
@@ -487,6 +490,8 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     kw = cache_argument(m)
     config = m.config
     tcfg = text_config(m)
+    if check_context is not None:
+        check_context(_config_int(tcfg, CONTEXT_KEYS))
     meta = [{"name": "input_ids", "shape": [batch, prompt], "dtype": "int64"}]
     was_training = m.training
     m.eval()
