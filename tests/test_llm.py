@@ -320,3 +320,30 @@ def test_an_encoders_lm_head_from_a_config_folder(tmp_path: Path, capsys: pytest
     assert main(["llm", str(tmp_path), "--gpu", "h100-sxm", *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kind, numel, row, expected", [
+    ("q4_k", 4096 * 4096, 4096, 4096 * 16 * 144),  # 16 blocks of 256 per row, 144 bytes each
+    ("q4_k", 64 * 96, 96, 64 * 3 * 22),  # 96 is no multiple of 256: Q5_0, 3 blocks of 32 per row, 22 bytes
+    ("q6_k", 64 * 96, 96, 64 * 3 * 34),  # Q6_K falls back to Q8_0
+    ("q4_k", 1536 * 4, 4, 1536 * 4 * 2),  # a Mamba convolution's rows of 4 fit no block: F16
+    ("q8_0", 1024 * 14, 14, 1024 * 14 * 2),  # a 14-wide patch kernel: F16
+])
+def test_gguf_rows_that_fit_no_block_fall_back_as_llama_cpp_does(kind: str, numel: int, row: int,
+                                                                  expected: int) -> None:
+    from torch_footprint.estimate.quantization import gguf_bytes
+
+    assert gguf_bytes(kind, numel, row) == expected
+
+
+def test_q4_k_m_keeps_what_llama_cpp_keeps_in_f32() -> None:
+    # llama.cpp's converter writes a state-space convolution (SSM_CONV1D) and a router
+    # (FFN_GATE_INP) in F32, and its quantizer leaves them so
+    st = trace_serving("hf:state-spaces/mamba-130m-hf", batch=1, prompt=2)
+    costs = dict(zip((p.name for p in st.prefill.params), weight_bytes(st, weight_scheme("q4_k_m")), strict=True))
+    assert costs["backbone.layers.0.mixer.conv1d.weight"] == 1536 * 4 * 4  # (1536, 1, 4) in F32
+    assert costs["backbone.layers.0.mixer.in_proj.weight"] == 3072 * 768 // 256 * 144  # Q4_K
+    mixtral = trace_serving("hf:mistralai/Mixtral-8x7B-v0.1", batch=1, prompt=2)
+    costs = dict(zip((p.name for p in mixtral.prefill.params), weight_bytes(mixtral, weight_scheme("q4_k_m")),
+                     strict=True))
+    assert costs["model.layers.0.mlp.gate.weight"] == 8 * 4096 * 4

@@ -28,8 +28,9 @@ Sources, one per scheme (``Scheme.source``), and the storage each prices:
   Q4_0 18 bytes per 32 weights, Q8_0 34/32, Q4_K 144/256, Q5_K 176/256, Q6_K 210/256; the
   ``_M`` mixes put ``attn_v`` and ``ffn_down`` of the "more bits" layers in Q6_K, the output
   head in Q6_K (Q8_0 in a Q8_0 file), an untied token embedding in the base type (a tied one
-  gets the head's); norms stay F32. Rows not a multiple of 256 fall back (Q4_K to Q5_0,
-  Q5_K to Q5_1, Q6_K to Q8_0).
+  gets the head's); norms, mixture-of-experts routers and state-space convolutions stay
+  F32 (``convert_hf_to_gguf.py``). Rows not a multiple of 256 fall back (Q4_K to Q5_0,
+  Q5_K to Q5_1, Q6_K to Q8_0), and rows that fit no block of their type to F16.
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ def gguf_bytes(kind: str, numel: int, row: int) -> int:
     """Bytes of ``numel`` weights in GGUF type ``kind``, rows of ``row`` weights."""
     size, block = GGUF_BLOCKS[kind]
     if row % block:
-        if kind not in _K_FALLBACK:
-            raise FootprintError(f"a row of {row} weights cannot be stored in GGUF {kind.upper()} blocks of {block}")
-        return gguf_bytes(_K_FALLBACK[kind], numel, row)
+        # llama-quant.cpp: a k-quant falls back to a 32-block type, and a row that fits no block
+        # is stored in F16 (a state-space model's 4-wide convolution, a 14-wide patch kernel)
+        return gguf_bytes(_K_FALLBACK.get(kind, "f16"), numel, row)
     return numel // block * size
 
 
@@ -142,6 +143,10 @@ def _int8(p: Param) -> int:
 
 
 _V = re.compile(r"(^|[._])(v_proj|wv|value)($|[._])")
+# tensors llama.cpp's converter always writes in F32 and its quantizer leaves alone: a mixture of
+# experts' router (FFN_GATE_INP) and a state-space model's convolution (SSM_CONV1D)
+_GGUF_F32 = re.compile(r"(^|\.)(gate|router|conv1d)\.weight$")
+GGUF_CONVERT_SOURCE = "https://github.com/ggml-org/llama.cpp/blob/master/convert_hf_to_gguf.py"
 _DOWN = re.compile(r"(^|[._])(down_proj|w2|fc2|c_proj|dense_4h_to_h|out_proj)($|[._])")
 
 
@@ -149,8 +154,8 @@ def _gguf(base: str, mix: bool) -> Callable[[Param], int]:
     head_type = "q8_0" if base == "q8_0" else "q6_k"
 
     def price(p: Param) -> int:
-        if p.role == "vector":
-            return 4 * p.numel  # F32, as the converter writes norms
+        if p.role == "vector" or _GGUF_F32.search(p.name):
+            return 4 * p.numel  # F32, as the converter writes norms, routers and convolutions
         if p.role == "head":
             return gguf_bytes(head_type, p.numel, p.row)
         if p.role == "embedding":
