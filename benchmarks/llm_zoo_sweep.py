@@ -18,7 +18,8 @@ window, where the config has one, cut to 8 tokens so that the longer runs below 
 * ``trace_serving`` (what ``footprint llm`` builds on, meta tensors, batch 1, P tokens): the
   cache bytes it predicts at the same four lengths, the decode step's MACs at cache lengths
   P and L as transformers runs it (``decode_at(length, engine=False)``), parameters;
-* ``torch_footprint.llm`` end to end on one accelerator (h100-sxm).
+* ``torch_footprint.llm`` end to end on one accelerator (h100-sxm), and every weight scheme
+  with an fp8 cache priced on the same trace.
 
 Checks, per model whose real prefill and decode run:
 * cache bytes equal the real cache's at the three lengths (sliding windows, fixed-size states
@@ -30,7 +31,8 @@ Checks, per model whose real prefill and decode run:
   footprint's MACs grow by (the slope, which is what two traced steps extrapolate); not
   comparable where the model keeps its fused attention kernel whatever it is asked;
 * parameters equal ``sum(p.numel())``;
-* ``tfp.llm`` returns a result, or declines with a FootprintError (one clear line).
+* ``tfp.llm`` returns a result, and so does every weight scheme; or it declines with a
+  FootprintError (one clear line).
 
     python benchmarks/llm_zoo_sweep.py [--mapping causal-lm|image-text-to-text] [--models a,b] [--limit N]
         [--timeout S] [--workers N] [--out DIR]
@@ -287,6 +289,19 @@ def run_llm(lib: str, name: str, send: Callable[[Record], None]) -> Record:
     except Exception as e:
         rec.update(llm_ok=False, llm_error=error_text(e)[:300], llm_where=error_where(e),
                    llm_declined=isinstance(e, FootprintError))
+    if rec.get("fp_ok") and rec.get("llm_ok"):  # every weight scheme and an fp8 cache, on the same trace
+        from torch_footprint.estimate.llm import Serving, serve
+        from torch_footprint.estimate.quantization import SCHEMES, kv_scheme, weight_scheme
+        from torch_footprint.hardware.catalog import get
+
+        failed = {}
+        for name in SCHEMES:
+            try:
+                serve(st, Serving(batch=1, prompt=PROMPT, output=8, weights=weight_scheme(name),
+                                  kv_bytes=kv_scheme("fp8"), kv_name="fp8"), [get(GPU)], max_context=None)
+            except Exception as e:
+                failed[name] = error_text(e)[:160]
+        rec.update(schemes_ok=not failed, schemes_failed=failed)
     rec["stage"] = "done"
     return rec
 
@@ -301,7 +316,7 @@ def verdicts(rec: Record) -> dict[str, bool | None]:
             out["llm"] = False  # an encoder-decoder model declined is not a failure: llm serves decoders
         return out
     out["params"] = rec["fp_params"] == rec.get("params_model")
-    out["llm"] = bool(rec.get("llm_ok"))
+    out["llm"] = bool(rec.get("llm_ok")) and rec.get("schemes_ok", True)
     if not rec.get("real_ok"):
         return out
     real = rec["real"]
@@ -332,7 +347,9 @@ def line(rec: Record) -> str:
         r = rec["real"]
         s += (f" | FC decode {r['fc_decode_p']}->{r['fc_decode_l']} fp 2xMACs "
               f"{2 * rec['fp_macs_p']}->{2 * rec['fp_macs_l']}")
-    err = rec.get("fp_error") or rec.get("llm_error") or rec.get("real_error") or "; ".join(rec.get("build_errors", []))
+    err = (rec.get("fp_error") or rec.get("llm_error") or rec.get("real_error")
+           or "; ".join(f"{k}: {v}" for k, v in (rec.get("schemes_failed") or {}).items())
+           or "; ".join(rec.get("build_errors", [])))
     if err and not (v["kv"] is False or v["slope"] is False):
         s += f" | {err[:120]}"
     return s
@@ -391,7 +408,8 @@ def headline(s: dict[str, Any]) -> list[str]:
             f"(latent attention against its closed form: {len(s['latent_models'])} models)",
             f"decode line (FLOPs growth from cache length {PROMPT} to {LONG}) equals FlopCounterMode's: "
             f"{frac('slope')}",
-            f"parameters exact: {frac('params')}; tfp.llm returns a result: {frac('llm')}"]
+            f"parameters exact: {frac('params')}; tfp.llm returns a result (and so does every weight scheme): "
+            f"{frac('llm')}"]
 
 
 def markdown(s: dict[str, Any], meta: dict[str, Any], records: list[Record]) -> str:
