@@ -92,13 +92,7 @@ def build(model_type: str, level: str, mapping: str = "causal-lm") -> tuple[Any,
     hf_logging.set_verbosity_error()
     cfg = AutoConfig.for_model(model_type)
     if level == "deep":  # small widths, up to DEEP layers: a hybrid's first attention layer may come late
-        import model_zoo_sweep
-
-        saved, model_zoo_sweep.LAYERS = model_zoo_sweep.LAYERS, DEEP
-        try:
-            changed = shrink_config(cfg, "small", mrope=_uses_mrope(cfg))
-        finally:
-            model_zoo_sweep.LAYERS = saved
+        changed = shrink_config(cfg, "small", mrope=_uses_mrope(cfg), layers=DEEP)
     else:
         changed = shrink_config(cfg, level, mrope=_uses_mrope(cfg))
     for c in [cfg, *(getattr(cfg, k) for k in ("text_config", "decoder") if hasattr(cfg, k))]:

@@ -166,10 +166,10 @@ MROPE_DEFAULT = [16, 24, 24]  # the section sizes multimodal-rotary models assum
 
 
 def shrink_config(cfg: Any, level: str, vocab: int | None = None, hiddens: set[int] | None = None,
-                  mrope: bool = False) -> list[str]:
-    """Shrink ``cfg`` in place. ``level`` "small": layers, widths, heads, vocabulary, experts;
-    "layers": layers, vocabulary and experts only (the widths stay consistent). Returns what
-    was changed."""
+                  mrope: bool = False, layers: int = LAYERS) -> list[str]:
+    """Shrink ``cfg`` in place. ``level`` "small": layers (to ``layers``), widths, heads,
+    vocabulary, experts; "layers": layers, vocabulary and experts only (the widths stay
+    consistent). Returns what was changed."""
     if vocab is None:
         vocab = max([VOCAB - 1, *_token_ids(cfg)]) + 1
     if hiddens is None:
@@ -189,8 +189,8 @@ def shrink_config(cfg: Any, level: str, vocab: int | None = None, hiddens: set[i
 
     for k, v in attrs.items():
         if _is_int(v):
-            if k in LAYER_KEYS and v > LAYERS:
-                put(k, LAYERS)
+            if k in LAYER_KEYS and v > layers:
+                put(k, layers)
             elif k == "vocab_size" and v > vocab:
                 put(k, vocab)
             elif k in EXPERT_KEYS and v > EXPERTS:
@@ -203,13 +203,13 @@ def shrink_config(cfg: Any, level: str, vocab: int | None = None, hiddens: set[i
             put(k, 8)
         elif k in ("depths", "encoder_depths", "decoder_depths", "layers_per_stage") and isinstance(v, (list, tuple)):
             put(k, type(v)(min(x, 1) if _is_int(x) else x for x in v))
-    if old_layers and old_layers > LAYERS:
+    if old_layers and old_layers > layers:
         for k, v in attrs.items():  # per-layer lists (layer_types, ...) follow the layer count
             if isinstance(v, (list, tuple)) and len(v) == old_layers and k not in ("depths",):
-                new = list(v[:LAYERS])
+                new = list(v[:layers])
                 if all(isinstance(x, str) for x in v):  # keep one layer of each kind (hybrid models)
-                    missing = [x for x in dict.fromkeys(v) if x not in new][: LAYERS - 1]
-                    new = new[: LAYERS - len(missing)] + missing
+                    missing = [x for x in dict.fromkeys(v) if x not in new][: layers - 1]
+                    new = new[: layers - len(missing)] + missing
                 put(k, type(v)(new))
     if level == "small":
         heads = next((attrs[k] for k in HEAD_KEYS if _is_int(attrs.get(k))), None)
@@ -243,7 +243,7 @@ def shrink_config(cfg: Any, level: str, vocab: int | None = None, hiddens: set[i
                     and not k.startswith(("max_", "vocab", "image", "patch", "intermediate")):
                 put(k, HIDDEN)
     for name, sub in _sub_configs(cfg):
-        changed += [f"{name}.{c}" for c in shrink_config(sub, level, vocab, hiddens, mrope)]
+        changed += [f"{name}.{c}" for c in shrink_config(sub, level, vocab, hiddens, mrope, layers)]
     return changed
 
 

@@ -143,10 +143,9 @@ def _int8(p: Param) -> int:
 
 
 _V = re.compile(r"(^|[._])(v_proj|wv|value)($|[._])")
-# tensors llama.cpp's converter always writes in F32 and its quantizer leaves alone: a mixture of
-# experts' router (FFN_GATE_INP) and a state-space model's convolution (SSM_CONV1D)
+# tensors llama.cpp's converter (convert_hf_to_gguf.py) always writes in F32 and its quantizer
+# leaves alone: a mixture of experts' router (FFN_GATE_INP), a state-space convolution (SSM_CONV1D)
 _GGUF_F32 = re.compile(r"(^|\.)(gate|router|conv1d)\.weight$")
-GGUF_CONVERT_SOURCE = "https://github.com/ggml-org/llama.cpp/blob/master/convert_hf_to_gguf.py"
 _DOWN = re.compile(r"(^|[._])(down_proj|w2|fc2|c_proj|dense_4h_to_h|out_proj)($|[._])")
 
 

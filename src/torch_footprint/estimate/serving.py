@@ -398,14 +398,14 @@ def _token_bytes(layer: Any) -> int | None:
     return (keys.numel() * keys.element_size() + values.numel() * values.element_size()) // int(keys.shape[-2])
 
 
-def _cache_layers(cache: Any, sizes: list[list[int]], batch: int, prompt: int, latent: dict[int, Latent],
-                  elem: int) -> list[CacheLayer]:
-    """One :class:`CacheLayer` per layer of the cache, from its bytes after the two decode steps
-    (``sizes[1]``, ``sizes[2]``), plus one for what the cache object keeps outside its layers
-    (a model's own cache class may hold linear-attention states there), if anything."""
+def _cache_layers(cache: Any, after: tuple[list[int], list[int]], batch: int, prompt: int,
+                  latent: dict[int, Latent], elem: int) -> list[CacheLayer]:
+    """One :class:`CacheLayer` per layer of the cache, from its bytes after each of the two
+    decode steps (``after``), plus one for what the cache object keeps outside its layers (a
+    model's own cache class may hold linear-attention states there), if anything."""
     layers = []
     for i, layer in enumerate(cache.layers):
-        b1, b2 = sizes[1][i], sizes[2][i]
+        b1, b2 = after[0][i], after[1][i]
         cap = _window(layer)
         slope = (b2 - b1) // batch
         kind = type(layer).__name__
@@ -417,7 +417,7 @@ def _cache_layers(cache: Any, sizes: list[list[int]], batch: int, prompt: int, l
             layers.append(CacheLayer(i, kind, per // batch, max(b1 // batch - cap * per // batch, 0), cap))
         else:  # a state of fixed size (a state-space layer), or an empty layer
             layers.append(CacheLayer(i, kind, 0, b1 // batch, None))
-    b1, b2 = sizes[1][-1], sizes[2][-1]
+    b1, b2 = after[0][-1], after[1][-1]
     if b1 or b2:
         slope = (b2 - b1) // batch
         layers.append(CacheLayer(len(layers), f"{type(cache).__name__} (outside its layers)", max(slope, 0),
@@ -430,9 +430,10 @@ class NoCache(FootprintError):
 
 
 def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta: list[dict[str, Any]],
-                 tensors: str, step: Callable[[str], None]) -> tuple[Trace, tuple[Trace, Trace], Any, list[list[int]]]:
+                 tensors: str, step: Callable[[str], None]
+                 ) -> tuple[Trace, tuple[Trace, Trace], Any, tuple[list[int], list[int]]]:
     """The prefill (no cache given: the model builds its own, as ``generate`` lets it, and
-    returns it) and two decode steps with that cache; the cache layers' bytes after each."""
+    returns it) and two decode steps with that cache; the cache's bytes after each decode step."""
     cache: Any = None
     returned: list[Any] = []
 
@@ -464,7 +465,6 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
                           "would recompute the whole sequence. `footprint llm` serves decoder language models that "
                           "return their cache (an encoder's language-model head does not; RecurrentGemma keeps its "
                           "state in its own modules)")
-        s0 = sizes()
         step("tracing two decode steps")
         d1 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors)
         s1 = sizes()
@@ -472,7 +472,7 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
         s2 = sizes()
     finally:
         hook.remove()
-    return pre, (d1, d2), cache, [s0, s1, s2]
+    return pre, (d1, d2), cache, (s1, s2)
 
 
 def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str | None = None,
@@ -498,7 +498,7 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     try:
         with work.built.trace_context(), torch.no_grad():
             try:
-                pre, (d1, d2), cache, sizes = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "meta", step)
+                pre, (d1, d2), cache, after = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "meta", step)
                 how = None
             except FootprintError as e:
                 params = sum(p.numel() * p.element_size() for p in m.parameters())
@@ -507,20 +507,19 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
                     raise
                 # the forward reads tensor values (a padding mask it built of ones, a router): run it
                 how = f"{type(e.__cause__).__name__}: {str(e.__cause__).strip().splitlines()[0][:120]}"
-                pre, (d1, d2), cache, sizes = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "real", step)
+                pre, (d1, d2), cache, after = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "real", step)
     except NoCache:
         raise
     except FootprintError as e:
         raise FootprintError(f"tracing {work.built.name} as a language model failed: {e}") from e
     finally:
         m.train(was_training)
-    s0, s1, s2 = sizes
     if [e.op for e in d1.events] != [e.op for e in d2.events]:
         raise FootprintError(f"{work.built.name}: two decode steps ran different operators; the cache "
                              "line cannot be drawn (a model whose decode path changes with the length)")
     elem = next((torch.empty((), dtype=p.dtype).element_size() for p in m.parameters() if p.is_floating_point()), 2)
     latent = _latents(m)
-    layers = _cache_layers(cache, [s0, s1, s2], batch, prompt, latent, elem)
+    layers = _cache_layers(cache, after, batch, prompt, latent, elem)
     with work.built.trace_context(), torch.no_grad():
         window_notes = _check_windows(m, kw, layers, batch, real=how is not None)
     notes = [n for n in work.built.notes if not n.startswith("default input")]
