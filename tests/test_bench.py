@@ -22,7 +22,7 @@ class Small(nn.Module):
 
 
 def test_bench_small_model_inference_and_training() -> None:
-    res = bench(Small(), "8,64", device="cpu", batch_sizes="1,8", min_reps=10, min_seconds=0.05)
+    res = bench(Small(), "8,64", device="cpu", batches="1,8", min_reps=10, min_time=0.05)
     assert [p.batch for p in res.points] == [1, 8]
     for p in res.points:
         st = p.stats
@@ -32,14 +32,14 @@ def test_bench_small_model_inference_and_training() -> None:
         # the traced FLOPs of one call: 2 matmuls, bias adds and the ReLU
         assert p.flops == 2 * p.batch * (64 * 256 + 256 * 10) + p.batch * (256 + 10) + p.batch * 256
         assert "cpu_peak_rss_delta" in p.memory
-    train = bench(Small(), "8,64", device="cpu", train=True, optimizer="adamw", min_reps=5, min_seconds=0.05)
+    train = bench(Small(), "8,64", device="cpu", train=True, optimizer="adamw", min_reps=5, min_time=0.05)
     assert train.mode == "train" and train.points[0].flops > res.points[1].flops
 
 
 def test_batch_auto_stops_at_the_cpu_memory_budget() -> None:
     # the budget is checked against the predicted peak before running: nothing is allocated over it
-    res = bench(Small(), "1,64", device="cpu", batch_sizes="auto", max_memory="2MiB", min_reps=3,
-                min_seconds=0.01)
+    res = bench(Small(), "1,64", device="cpu", batches="auto", max_memory="2MiB", min_reps=3,
+                min_time=0.01)
     from torch_footprint import memory
 
     b = res.search.batch

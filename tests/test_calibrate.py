@@ -46,13 +46,13 @@ def test_calibrate_saves_and_the_roofline_uses_it(home, capsys):
     best = max(r for _, r in res["matmul_fp32_by_k"] + [x for t in res["conv_fp32_by_batch_k"].values() for x in t])
     assert pred.time_s >= pred.flops / (best * 1e12) * 0.99
     # and fit now ranks this machine too
-    fitted = tfp.fit("resnet18", only=["cpu", "t4"])
+    fitted = tfp.fit("resnet18", gpu=["cpu", "t4"])
     assert {r.accelerator.id for r in fitted.rows if r.latency_s} == {"cpu", "t4"}
     # and bench shows the prediction and the share of the peak beside its measurement
     from torch import nn
 
     r = tfp.bench(nn.Sequential(nn.Linear(512, 512), nn.ReLU()), "64,512", device="cpu", min_reps=5,
-                  min_seconds=0.1)
+                  min_time=0.1)
     pt = r.points[0]
     assert pt.predicted_s and pt.predicted_s > 0
     # the theoretical peak uses /proc/cpuinfo's clock, which turbo can exceed: a loose upper bound

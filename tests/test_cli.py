@@ -65,7 +65,7 @@ def test_profile_hf_input_ids(capsys: pytest.CaptureFixture[str]) -> None:
         (["profile", "resnet50", "--input", "1,3,224,abc"], "'abc' is not a whole number"),
         (["profile", "resnet50", "--input", "1,,224"], "malformed input shape"),
         (["profile", "resnet50", "--input", "1,3,224,224:float33"], "unknown dtype 'float33'"),
-        (["profile", "resnet50", "--dtype", "int8"], "floating-point"),
+        (["profile", "resnet50", "--dtype", "int8"], "unknown precision 'int8'"),
         (["profile", "no/such/file.py:build"], "does not exist"),
         (["profile", f"{FIXTURES}:nothing"], "has no attribute 'nothing'"),
         (["profile", f"{FIXTURES}:not_a_module"], "not a torch.nn.Module"),

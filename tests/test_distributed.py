@@ -18,9 +18,10 @@ import pytest
 from torch_footprint import api
 from torch_footprint.cli import main
 from torch_footprint.errors import FootprintError
-from torch_footprint.estimate import comm
-from torch_footprint.estimate.workload import StepSpec, trace_step
+from torch_footprint.estimate.layouts import comm
+from torch_footprint.estimate.workload import trace_step
 from torch_footprint.measure.distributed import RanksFailed
+from torch_footprint.settings import Parallel, Training, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA = str(ROOT / "tests" / "configs" / "llama-tiny")
@@ -64,7 +65,7 @@ def _mlp_trace():
     def mlp():
         return nn.Sequential(nn.Linear(100, 50), nn.ReLU(), nn.Linear(50, 10))
 
-    return trace_step(mlp(), ["4,100"], StepSpec(train=True, optimizer="adam"), batch=4)[0]
+    return trace_step(Workload(mlp(), ["4,100"], batch=4), Training(train=True, optimizer="adam"))[0]
 
 
 # Psi = 5,560 fp32 parameters: W = G = 22,240 bytes; units "0" = 20,200 and "2" = 2,040 bytes
@@ -93,9 +94,9 @@ def test_collectives_per_strategy_by_hand():
 
 
 def test_tensor_parallel_share_and_all_reduces_by_hand():
-    spec = StepSpec(train=True, optimizer="adamw")
-    whole = trace_step(LLAMA, {"input_ids": "2,64:int64"}, spec)[0]
-    half = trace_step(LLAMA, {"input_ids": "2,64:int64"}, StepSpec(train=True, optimizer="adamw", tp=2))[0]
+    whole = trace_step(Workload(LLAMA, {"input_ids": "2,64:int64"}), Training(train=True, optimizer="adamw"))[0]
+    half = trace_step(Workload(LLAMA, {"input_ids": "2,64:int64"}), Training(train=True, optimizer="adamw"),
+                      Parallel(gpus=2, tp=2))[0]
     # hidden 128, 4 heads of 32 (2 key/value heads), MLP 344, vocab 1000, 2 layers. Per layer: q, o 128x128;
     # k, v 128x64; gate, up, down 128x344; two norms of 128. Embedding and head 1000x128 each, final norm 128.
     linears = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 344  # 181,248 per layer
@@ -115,8 +116,8 @@ def test_sequence_parallel_splits_the_sequence_between_the_split_linears_by_hand
     # sequence parallelism (Korthikanti et al. 2022, 4.2.2): between the blocks' split linears each
     # rank holds 64 / 2 = 32 tokens; the attention and the MLP gather all 64 for their column-parallel
     # linears; each row-parallel output is reduce-scattered back to 32; the head gathers all 64.
-    spec = StepSpec(train=True, optimizer="adamw", tp=2, sequence_parallel=True)
-    sp = trace_step(LLAMA, {"input_ids": "2,64:int64"}, spec)[0]
+    sp = trace_step(Workload(LLAMA, {"input_ids": "2,64:int64"}), Training(train=True, optimizer="adamw"),
+                    Parallel(gpus=2, tp=2, sequence_parallel=True))[0]
     fwd = [e for e in sp.events if e.phase == "forward"]
     norms = [e for e in fwd if e.module.endswith("input_layernorm") and e.op == "aten.mul.Tensor"]
     assert norms and all(e.out_shapes[0] == [2, 32, 128] for e in norms)
@@ -131,9 +132,10 @@ def test_sequence_parallel_splits_the_sequence_between_the_split_linears_by_hand
     assert head.out_shapes[0][0] == 2 * 64  # the head sees the whole sequence
     # the same weights as tensor parallelism alone, and less alive when the forward ends (its
     # norms and residuals hold half the tokens)
-    tp_only = trace_step(LLAMA, {"input_ids": "2,64:int64"}, StepSpec(train=True, optimizer="adamw", tp=2))[0]
+    tp_only = trace_step(Workload(LLAMA, {"input_ids": "2,64:int64"}), Training(train=True, optimizer="adamw"),
+                         Parallel(gpus=2, tp=2))[0]
     assert sum(p.nbytes for p in sp.params) == sum(p.nbytes for p in tp_only.params)
-    from torch_footprint.estimate.sharding import rank_peak
+    from torch_footprint.estimate.layouts.sharding import rank_peak
 
     def forward_end(t):
         last = max(i for i, e in enumerate(t.events) if e.phase == "forward")
@@ -148,7 +150,7 @@ def test_sequence_parallel_rank_trains_every_parameter():
     import torch
     import transformers
 
-    from torch_footprint.parallel import apply_sequence_parallel, shrink_for_tp
+    from torch_footprint.estimate.layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp
 
     cfg = transformers.AutoConfig.from_pretrained(LLAMA)
     cfg.use_cache = False
@@ -174,7 +176,7 @@ def test_tp_that_does_not_divide_the_heads_is_one_line(capsys):
     err = capsys.readouterr().err.strip()
     assert err == "footprint: error: --tp 3 does not divide the model's 4 attention heads"
     with pytest.raises(FootprintError, match="found no attention or MLP linears"):
-        api.bench_ranks("resnet18", nproc=2, strategy="tp")
+        api.bench("resnet18", train=True, nproc=2, strategy="tp")
 
 
 def test_nproc_beyond_this_machine_is_one_line(capsys):
@@ -187,7 +189,7 @@ def test_nproc_beyond_this_machine_is_one_line(capsys):
 
 def test_fit_times_communication_over_the_link():
     res = api.fit(LLAMA, {"input_ids": "2,64:int64"}, train=True, optimizer="adamw", gpus=8, strategy="fsdp",
-                  only=["h100-sxm", "h100-pcie"])
+                  gpu=["h100-sxm", "h100-pcie"])
     rows = {r.accelerator.id: r for r in res.rows}
     nvlink, pcie = rows["h100-sxm"].step, rows["h100-pcie"].step
     assert nvlink is not None and pcie is not None
@@ -211,8 +213,8 @@ def _gone(pids: list[int]) -> bool:
 def test_two_gloo_ranks_measured_peak_matches_prediction(strategy):
     # DDP and FSDP2 over gloo (benchmarks/distributed_cpu.py runs every strategy on larger models); under
     # FSDP2 the gloo worker thread or the caller frees the reduce-scatter's clone, by chance: both ranks agree
-    res = api.bench_ranks(f"{FIXTURES}:mlp", ["32,256"], nproc=2, strategy=strategy, optimizer="adamw",
-                          steps=1, warmup=0, timeout=300)
+    res = api.bench(f"{FIXTURES}:mlp", ["32,256"], train=True, nproc=2, strategy=strategy, optimizer="adamw",
+                    steps=1, warmup=0, timeout=300)
     assert [r.rank for r in res.ranks] == [0, 1]
     for r in res.ranks:  # the allocator's own records on each rank, from the model's construction on
         assert abs(res.predicted.peak.peak_bytes - r.peak_bytes) <= 0.05 * r.peak_bytes
@@ -221,13 +223,13 @@ def test_two_gloo_ranks_measured_peak_matches_prediction(strategy):
 
 def test_a_failing_rank_is_named_and_nothing_is_left():
     with pytest.raises(RanksFailed, match="rank 1 failed: .*boom on rank 1 .then rank 0: its peer was gone.") as e:
-        api.bench_ranks(f"{FIXTURES}:fails_on_rank1", ["4,8"], nproc=2, steps=1, warmup=0, timeout=120)
+        api.bench(f"{FIXTURES}:fails_on_rank1", ["4,8"], train=True, nproc=2, steps=1, warmup=0, timeout=120)
     assert len(e.value.pids) == 2 and _gone(e.value.pids)
 
 
 def test_a_hung_rank_is_stopped_and_reported():
     with pytest.raises(RanksFailed, match=r"rank\(s\) 0, 1 did not finish within 5 s of connecting \(hung\?\)") as e:
-        api.bench_ranks(f"{FIXTURES}:hangs_on_rank1", ["4,8"], nproc=2, steps=1, warmup=0, timeout=5)
+        api.bench(f"{FIXTURES}:hangs_on_rank1", ["4,8"], train=True, nproc=2, steps=1, warmup=0, timeout=5)
     assert len(e.value.pids) == 2 and _gone(e.value.pids)  # the ranks' own processes, stopped
 
 
@@ -248,7 +250,7 @@ def test_ctrl_c_stops_every_rank(tmp_path):
 
 
 def test_rank_ceilings_measured_in_the_ranks_replace_the_share():
-    from torch_footprint.estimate.ranks import rank_device
+    from torch_footprint.estimate.layouts.ranks import rank_device
     from torch_footprint.hardware.catalog import get
 
     cpu = get("cpu")
@@ -268,9 +270,9 @@ def test_rank_ceilings_measured_in_the_ranks_replace_the_share():
 def test_calibrate_nproc_measures_each_rank_at_once():
     from torch_footprint.measure.distributed import usable_cores
 
-    res, path = api.calibrate("cpu", quick=True, save=False, nproc=2)
-    link = res["link"]
-    assert path is None and link["nproc"] == 2 and link["backend"] == "gloo" and link["busbw_gbs"] > 0
+    cal = api.calibrate("cpu", quick=True, save=False, nproc=2)
+    link = cal.measured["link"]
+    assert cal.path is None and link["nproc"] == 2 and link["backend"] == "gloo" and link["busbw_gbs"] > 0
     # each rank calibrated on the threads bench --nproc 2 gives it: its share of the cores
     assert link["threads"] == max(1, usable_cores() // 2) == link["ceilings"]["threads"]
     assert {"matmul_tflops", "conv_fp32_by_batch_k", "copy_gbs", "op_overhead_us"} <= set(link["ceilings"])
@@ -299,9 +301,9 @@ def test_rings_across_nodes_run_at_the_networks_share_per_gpu_by_hand():
 
 def test_fit_across_nodes_says_which_network_carries_the_rings(capsys):
     res = api.fit(LLAMA, {"input_ids": "1,64:int64"}, train=True, optimizer="adamw", gpus=16, strategy="fsdp",
-                  only=["h100-sxm"], network="ib-ndr")
+                  gpu=["h100-sxm"], network="ib-ndr")
     assert any("16 GPUs span 2 nodes of 8: their rings cross InfiniBand NDR" in n for n in res.notes)
     res = api.fit(LLAMA, {"input_ids": "1,64:int64"}, train=True, optimizer="adamw", gpus=16, strategy="fsdp",
-                  only=["h100-sxm"])
+                  gpu=["h100-sxm"])
     assert any("no --network given" in n for n in res.notes)
 

@@ -158,17 +158,18 @@ def test_a_fake_trace_is_the_same_without_the_fast_path(which: str, monkeypatch:
     from pathlib import Path
 
     import torch_footprint.trace.recorder as recorder
-    from torch_footprint.estimate.workload import StepSpec, trace_step
+    from torch_footprint.estimate.workload import trace_step
+    from torch_footprint.settings import Training, Workload
     from torch_footprint.trace import fastmeta
 
     if which == "lstm":
         model: Any = nn.Sequential(nn.Embedding(64, 16), nn.LSTM(16, 24, num_layers=2))
         inputs: Any = "12,3:int64"
-        spec = StepSpec(True, "adamw", "fp32", False, "none")
+        precision = "fp32"
     else:
         model = str(Path(__file__).parent / "configs" / "llama-gqa-tiny")
         inputs = {"input_ids": "2,16:int64"}
-        spec = StepSpec(True, "adamw", "bf16-mixed", False, "none")
+        precision = "bf16-mixed"
     original = recorder.fast_meta
     taken = []
 
@@ -184,9 +185,10 @@ def test_a_fake_trace_is_the_same_without_the_fast_path(which: str, monkeypatch:
         return original(func, args, kwargs)
 
     monkeypatch.setattr(recorder, "fast_meta", counted)
-    fast, _ = trace_step(model, inputs, spec)
+    step = (Workload(model, inputs, precision=precision), Training(train=True, optimizer="adamw"))
+    fast, _ = trace_step(*step)
     monkeypatch.setattr(recorder, "fast_meta", meta_only)
-    slow, _ = trace_step(model, inputs, spec)
+    slow, _ = trace_step(*step)
     assert len(taken) > 50  # the fast path ran
     assert _record(fast) == _record(slow)
 

@@ -49,15 +49,14 @@ def test_show_help_describes_every_option(capsys: pytest.CaptureFixture[str]) ->
 
 def test_bench_profile_has_no_stray_profiler_lines(capfd: pytest.CaptureFixture[str]) -> None:
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
-    res = tfp.bench(model, "4,64", device="cpu", profile=True, min_reps=3, min_seconds=0.01, threads=1)
+    res = tfp.bench(model, "4,64", device="cpu", profile=True, min_reps=3, min_time=0.01, threads=1)
     out, err = capfd.readouterr()
     assert "USDT" not in out + err and "profiler_start" not in out + err
     ops = {r["op"] for r in res.profiler_ops}
     assert "aten::addmm" in ops and all(r["calls"] >= 5 for r in res.profiler_ops if r["op"] == "aten::addmm")
     from torch_footprint.report.terminal import render_bench
 
-    render_bench(res)
-    out = capfd.readouterr().out
+    out = render_bench(res)
     assert "·  1 thread\n" in out and "1 threads" not in out and "torch.profiler, 5 calls" in out
 
 

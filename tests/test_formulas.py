@@ -51,10 +51,10 @@ def test_causal_pairs_top_left_aligned() -> None:
 def test_attention_backward_is_twice_forward() -> None:
     # no parameters and inputs that need no gradient: nothing to differentiate, said plainly
     with pytest.raises(tfp.FootprintError, match="no floating-point tensor that requires a gradient"):
-        tfp.profile(Attention(True), [f"{B},{H},{L},{E}"] * 3, backward=True)
+        tfp.profile(Attention(True), [f"{B},{H},{L},{E}"] * 3, train=True)
     # with a learned projection in front, dQ, dK, dV and dP are all computed
     proj = _ProjectedAttention()
-    p = tfp.profile(proj, f"{B},{L},{H * E}", backward=True)
+    p = tfp.profile(proj, f"{B},{L},{H * E}", train=True)
     fwd_attn = B * H * (L * (L + 1) // 2) * E * 2
     bwd_attn = 2 * fwd_attn  # dV, dP, dQ, dK
     linear = B * L * (H * E) * (3 * H * E)

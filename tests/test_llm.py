@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("transformers")
 
 from torch_footprint.cli import main  # noqa: E402
-from torch_footprint.estimate.llm import Serving, active_params, serve, weight_bytes  # noqa: E402
-from torch_footprint.estimate.quantization import weight_scheme  # noqa: E402
-from torch_footprint.estimate.serving import trace_serving  # noqa: E402
+from torch_footprint.estimate.llm.pricing import Priced, active_params, serve, weight_bytes  # noqa: E402
+from torch_footprint.estimate.llm.quantization import weight_scheme  # noqa: E402
+from torch_footprint.estimate.llm.trace import trace_serving  # noqa: E402
 from torch_footprint.hardware.catalog import get  # noqa: E402
 
 CONFIGS = Path(__file__).parent.parent / "src" / "torch_footprint" / "sources" / "configs"
@@ -163,7 +163,7 @@ def test_mixtral_total_and_active_parameters() -> None:
     assert st.experts.touched(1) == pytest.approx(2.0)
     assert st.experts.touched(10_000) == pytest.approx(8.0)
     # at batch 1, a decode step reads 2 of the 8 experts' weights
-    s = Serving(batch=1, prompt=4, output=1)
+    s = Priced(batch=1, prompt=4, output=1)
     r = serve(st, s, [get("h100-sxm")], max_context=None)
     assert r.weights_bytes == 2 * total + sum(b.nbytes for b in st.prefill.buffers)  # bf16; rotary buffers
 
@@ -178,7 +178,7 @@ def test_decode_line_matches_a_direct_trace() -> None:
 
 
 def test_memory_adds_up_and_batch_scales(llama2) -> None:
-    s = Serving(batch=4, prompt=1000, output=24)
+    s = Priced(batch=4, prompt=1000, output=24)
     row = serve(llama2, s, [get("a100-sxm-80gb")], max_context=4096).rows[0]
     assert row.kv_bytes == 4 * 1024 * 524_288  # 4 requests x 1,024 tokens x 512 KiB
     assert row.weights_bytes == 2 * 6_738_415_616 + sum(b.nbytes for b in llama2.prefill.buffers)
@@ -189,11 +189,11 @@ def test_memory_adds_up_and_batch_scales(llama2) -> None:
 @pytest.mark.parametrize("argv, message", [
     (["llm", "hf:bert-base-uncased"], "not a causal language model"),
     (["llm", TINY, "--prompt", "250", "--output", "10"], "beyond the model's maximum of 256"),
-    (["llm", TINY, "--weights", "int3"], "unknown weight scheme 'int3'"),
+    (["llm", TINY, "--quant", "int3"], "unknown weight scheme 'int3'"),
     (["llm", TINY, "--kv", "fp4"], "unknown KV-cache scheme 'fp4'"),
     (["llm", TINY, "--batch", "0"], "at least 1"),
     (["llm", TINY, "--prompt", "0"], "at least 1"),
-    (["llm", TINY, "--gpus", "4", "--tp", "3"], "multiple of --tp"),
+    (["llm", TINY, "--gpus", "4", "--tp", "3"], "--tp 3 must divide --gpus 4"),
     (["llm", TINY, "--prompt", "16", "--output", "16", "--gpu", "h1000"], "h1000"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
@@ -331,7 +331,7 @@ def test_an_encoders_lm_head_from_a_config_folder(tmp_path: Path, capsys: pytest
 ])
 def test_gguf_rows_that_fit_no_block_fall_back_as_llama_cpp_does(kind: str, numel: int, row: int,
                                                                   expected: int) -> None:
-    from torch_footprint.estimate.quantization import gguf_bytes
+    from torch_footprint.estimate.llm.quantization import gguf_bytes
 
     assert gguf_bytes(kind, numel, row) == expected
 

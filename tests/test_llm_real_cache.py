@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from torch_footprint.estimate.serving import trace_serving  # noqa: E402
+from torch_footprint.estimate.llm.trace import trace_serving  # noqa: E402
 
 SMALL = {"vocab_size": 512, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
          "intermediate_size": 128}

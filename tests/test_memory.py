@@ -86,7 +86,7 @@ def test_peak_matches_the_cpu_allocator(name: str, train: bool) -> None:
 
 def test_max_batch_within_a_budget() -> None:
     budget = 16 * 2**20
-    est = tfp.memory(MLP(), "1,256", train=True, optimizer="sgd", budget=budget, utilisation=1.0)
+    est = tfp.memory(MLP(), "1,256", train=True, optimizer="sgd", max_batch=budget, utilisation=1.0)
     fit = est.scaling
     assert fit is not None and fit.affine and fit.max_batch_checked
     b = fit.max_batch
@@ -97,11 +97,11 @@ def test_max_batch_within_a_budget() -> None:
 
 def test_impossible_budget_says_so() -> None:
     with pytest.raises(FootprintError, match="its weights alone take"):
-        tfp.memory(MLP(), "1,256", budget="100KiB")
+        tfp.memory(MLP(), "1,256", max_batch="100KiB")
 
 
 def test_unknown_optimizer_lists_the_valid_ones() -> None:
-    with pytest.raises(FootprintError, match="valid optimizers: sgd, momentum, adam, adamw"):
+    with pytest.raises(FootprintError, match="unknown optimizer 'adamx': use sgd, momentum, adam, adamw"):
         tfp.memory(MLP(), "1,256", train=True, optimizer="adamx")
 
 
@@ -140,7 +140,7 @@ def test_memory_command(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "optimizer state" in out and "provision (total / 0.8)" in out and "44.6 MiB" in out
     assert main(["memory", "resnet18", "--optimizer", "sgdd", "--train"]) == 2
-    assert "valid optimizers" in capsys.readouterr().err
+    assert "unknown optimizer" in capsys.readouterr().err
     assert main(["memory", "resnet18", "--max-batch", "10MiB"]) == 2
     assert "weights alone take" in capsys.readouterr().err
     assert main(["memory", "resnet18", "--max-batch", "lots"]) == 2
@@ -174,14 +174,14 @@ def test_adafactor_keeps_factored_statistics() -> None:
 
 def test_cuda_overheads_are_stated_apart_and_configurable() -> None:
     cpu = tfp.memory(MLP(), "8,256")
-    cuda = tfp.memory(MLP(), "8,256", device="cuda", overheads={"cuda_context": "300MiB"})
+    cuda = tfp.memory(MLP(), "8,256", device="cuda", overhead={"cuda_context": "300MiB"})
     assert cpu.overheads == {} and cpu.total == cpu.peak.peak_bytes
     assert cuda.peak.peak_bytes == cpu.peak.peak_bytes  # the tensors do not change
     assert cuda.overheads["cuda_context"] == 300 * 2**20
     assert cuda.overheads["cublas_workspace"] == 8 * 4096 * 2**10  # CUBLAS_WORKSPACE_CONFIG=:4096:8
     assert cuda.total == cuda.peak.peak_bytes + sum(cuda.overheads.values())
     assert cuda.provision == -(-cuda.total * 10 // 8)  # total / 0.8, rounded up
-    gone = tfp.memory(MLP(), "8,256", device="cuda", overheads={"cuda_context": 0})
+    gone = tfp.memory(MLP(), "8,256", device="cuda", overhead={"cuda_context": 0})
     assert "cuda_context" not in gone.overheads
 
 
@@ -193,9 +193,11 @@ def test_checkpointing_with_autocast_frees_all_but_the_model_states_before_the_o
     # recomputation kept its graph (its saved tensors, the blocks' inputs) alive into the optimizer.
     pytest.importorskip("transformers")
     from torch_footprint.analysis.memory import replay
-    from torch_footprint.estimate.workload import StepSpec, trace_step
+    from torch_footprint.estimate.workload import trace_step
+    from torch_footprint.settings import Training, Workload
 
-    trace, _ = trace_step(LLAMA_TINY, {"input_ids": "2,32:int64"}, StepSpec(True, "adamw", "bf16-mixed", True))
+    trace, _ = trace_step(Workload(LLAMA_TINY, {"input_ids": "2,32:int64"}, precision="bf16-mixed"),
+                          Training(train=True, optimizer="adamw", checkpointing=True))
     timeline = replay(trace, keep_timeline=True).timeline
     first_opt = next(i for i, e in enumerate(trace.events) if e.phase == "optimizer")
     p = sum(t.numel for t in trace.params)
@@ -206,9 +208,9 @@ def test_checkpointing_with_autocast_frees_all_but_the_model_states_before_the_o
 
 def test_checkpointing_with_autocast_matches_the_cpu_allocator() -> None:
     transformers = pytest.importorskip("transformers")
-    from torch_footprint.estimate.training import enable_checkpointing
-    from torch_footprint.estimate.training import optimizer as make_optimizer
     from torch_footprint.measure.measured import allocator_peak, one_step
+    from torch_footprint.trace.setups import enable_checkpointing
+    from torch_footprint.trace.setups import optimizer as make_optimizer
 
     est = tfp.memory(LLAMA_TINY, {"input_ids": "2,32:int64"}, train=True, optimizer="adamw",
                      precision="bf16-mixed", checkpointing=True)
@@ -226,8 +228,8 @@ def test_checkpointing_with_autocast_matches_the_cpu_allocator() -> None:
 def _allocator_steps(optimizer: str) -> tuple[int, int]:
     """The CPU allocator's peak above the start for the MLP's first training step and for its
     second (optimizer state from the first alive, gradients dropped by zero_grad before it)."""
-    from torch_footprint.estimate.training import optimizer as make_optimizer
     from torch_footprint.measure.measured import allocator_peak, one_step
+    from torch_footprint.trace.setups import optimizer as make_optimizer
 
     torch.manual_seed(0)
     model, x = MLP(), torch.randn(32, 256)
@@ -258,10 +260,11 @@ def test_first_and_steady_steps_match_the_cpu_allocator(optimizer: str) -> None:
 
 
 def test_fit_provisions_the_larger_of_the_first_and_steady_steps() -> None:
-    from torch_footprint.estimate.sharding import rank_peak, step_peak
-    from torch_footprint.estimate.workload import StepSpec, trace_step
+    from torch_footprint.estimate.layouts.sharding import rank_peak, step_peak
+    from torch_footprint.estimate.workload import trace_step
+    from torch_footprint.settings import Training, Workload
 
-    trace, _ = trace_step(MLP(), "4096,256", StepSpec(True, "adam"))
+    trace, _ = trace_step(Workload(MLP(), "4096,256"), Training(train=True, optimizer="adam"))
     first, steady = rank_peak(trace), rank_peak(trace, steady=True)
     # at this batch the peak is in the backward, where the steady step also holds Adam's two
     # moments (8 bytes per parameter) and a 4-byte step count per tensor
@@ -327,8 +330,8 @@ def test_grouped_query_attention_training_step_matches_the_cpu_allocator() -> No
     # 4 query heads over 2 key/value heads: the CPU's flash kernel reads the shared heads in
     # place, forward and backward (no repeated copies of keys and values)
     transformers = pytest.importorskip("transformers")
-    from torch_footprint.estimate.training import optimizer as make_optimizer
     from torch_footprint.measure.measured import allocator_peak, one_step
+    from torch_footprint.trace.setups import optimizer as make_optimizer
 
     model = _llama_tiny(transformers).train()
     est = tfp.memory(model, {"input_ids": "2,32:int64"}, train=True, optimizer="adamw")

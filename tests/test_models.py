@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import torch_footprint as tfp
-from torch_footprint.api import Profile
+from torch_footprint.analysis import Profile
 from torch_footprint.files import read_json, write_json
 from torch_footprint.trace.formulas import causal_pairs
 
@@ -30,7 +30,7 @@ class EmbeddedBlock(nn.Module):
 
 
 def test_backward_is_twice_forward_the_6n_rule() -> None:
-    p = tfp.profile(EmbeddedBlock(), "4,256:int64", backward=True)
+    p = tfp.profile(EmbeddedBlock(), "4,256:int64", train=True)
     fwd_matrix = p.matrix_flops
     # every matmul needs both its input and weight gradients: exactly 2x the forward
     assert p.backward.matrix_flops == 2 * fwd_matrix
@@ -92,7 +92,7 @@ def test_value_dependent_model_falls_back_to_real_tensors_and_says_so() -> None:
 def test_user_model_weights_are_left_untouched() -> None:
     model = nn.Linear(4, 4)
     before = model.weight.detach().clone()
-    tfp.profile(model, "2,4", backward=True)
+    tfp.profile(model, "2,4", train=True)
     assert model.weight.device.type == "cpu"
     assert torch.equal(model.weight, before) and model.weight.grad is None
 
@@ -111,7 +111,7 @@ def test_json_round_trip_rerenders_without_the_model(tmp_path: Path) -> None:
 
 def test_dtype_changes_bytes_not_flops() -> None:
     fp32 = tfp.profile("resnet18")
-    bf16 = tfp.profile("resnet18", dtype="bf16")
+    bf16 = tfp.profile("resnet18", precision="bf16")
     assert bf16.macs == fp32.macs
     assert bf16.param_bytes * 2 == fp32.param_bytes
 
@@ -127,7 +127,7 @@ def test_causal_attention_on_the_math_path_is_still_counted_as_causal() -> None:
     # (full score matrix): the trace keeps those kernels but counts only the visible pairs
     pytest.importorskip("transformers")
     t, d, layers, heads, vocab = 64, 128, 2, 4, 1000
-    p = tfp.profile(str(CONFIGS / "gpt2-tiny-dropout"), {"input_ids": f"1,{t}:int64"}, backward=True)
+    p = tfp.profile(str(CONFIGS / "gpt2-tiny-dropout"), {"input_ids": f"1,{t}:int64"}, train=True)
     assert any(e.op == "aten._safe_softmax.default" for e in p.trace.events)  # the math path ran
     linear = t * layers * d * (3 * d + d + 4 * d + 4 * d)
     attention = layers * heads * causal_pairs(t, t) * (d // heads) * 2

@@ -38,7 +38,7 @@ def _mixtral() -> torch.nn.Module:
 
 @pytest.mark.parametrize("dtype", [None, "bf16"])
 def test_mixtral_experts_trace_on_meta_in_fp32_and_bf16(dtype: str | None) -> None:
-    p = tfp.profile(_mixtral(), {"input_ids": f"{B},{T}:int64"}, dtype=dtype)
+    p = tfp.profile(_mixtral(), {"input_ids": f"{B},{T}:int64"}, precision=dtype)
     assert p.trace.settings["tensors"] == "meta"
     assert any(e.op == "aten._grouped_mm.default" for e in p.trace.events)
     assert p.unknown_ops == {}
@@ -46,6 +46,6 @@ def test_mixtral_experts_trace_on_meta_in_fp32_and_bf16(dtype: str | None) -> No
 
 
 def test_mixtral_backward_is_twice_the_forward() -> None:
-    p = tfp.profile(_mixtral(), {"input_ids": f"{B},{T}:int64"}, backward=True)
+    p = tfp.profile(_mixtral(), {"input_ids": f"{B},{T}:int64"}, train=True)
     # every matmul has an input gradient and a weight gradient; attention's backward is 2x its forward
     assert p.backward.macs == 2 * closed_form_macs()

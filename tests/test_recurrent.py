@@ -115,7 +115,7 @@ class _LM(nn.Module):
 
 def _predicted_and_measured(cls: type[nn.RNNBase], rnn: dict[str, object], optimizer: str | None) -> tuple[int, int]:
     """footprint's step peak above the baseline, and the allocator's, for ``_LM`` on 4 x 20 tokens."""
-    from torch_footprint.estimate import training
+    from torch_footprint.trace import setups as training
 
     torch.manual_seed(0)
     model = _LM(cls, **rnn).train(optimizer is not None)
@@ -140,11 +140,12 @@ def test_lstm_step_matches_the_cpu_allocator(lstm: dict[str, object], optimizer:
 def test_the_trace_takes_one_onednn_call_per_layer_and_direction() -> None:
     """A 2-layer bidirectional LSTM: four layer calls forward, four backward, and the MACs of
     T x B x 4H x (D + H) per call by hand (layer 2 reads both directions: D = 2H)."""
-    from torch_footprint.estimate.workload import StepSpec, trace_step
+    from torch_footprint.estimate.workload import trace_step
+    from torch_footprint.settings import Training, Workload
 
     T, B, D, H = 7, 3, 16, 24
-    trace, _ = trace_step(nn.LSTM(D, H, num_layers=2, bidirectional=True), f"{T},{B},{D}",
-                          StepSpec(True, "sgd", "fp32", False, "none"))
+    trace, _ = trace_step(Workload(nn.LSTM(D, H, num_layers=2, bidirectional=True), f"{T},{B},{D}", precision="fp32"),
+                          Training(train=True, optimizer="sgd"))
     ops = [e.op for e in trace.events]
     assert ops.count("aten.mkldnn_rnn_layer.default") == 4
     assert ops.count("aten.mkldnn_rnn_layer_backward.default") == 4

@@ -20,12 +20,13 @@ import torch_footprint
 from torch_footprint.analysis.memory import replay
 from torch_footprint.analysis.timeline import Timeline, downsample, memory_timeline
 from torch_footprint.cli import main
-from torch_footprint.estimate.workload import StepSpec, trace_step
+from torch_footprint.estimate.workload import trace_step
 from torch_footprint.report.html import render_html
-from torch_footprint.report.schema import envelope, schema
+from torch_footprint.results.record import envelope, schema
+from torch_footprint.settings import Training, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = json.loads((ROOT / "src" / "torch_footprint" / "report" / "schema.json").read_text())
+SCHEMA = json.loads((ROOT / "src" / "torch_footprint" / "results" / "schema.json").read_text())
 GPT2_TINY = str(Path(__file__).parent / "configs" / "gpt2-tiny")
 LLAMA_70B = str(Path(__file__).parent / "configs" / "llama3-70b")
 ENVELOPE = ("schema_version", "tool", "tool_version", "created", "kind", "fingerprint", "units")
@@ -123,7 +124,7 @@ def test_a_file_of_schema_version_0_is_migrated(capsys: pytest.CaptureFixture[st
     assert "11,689,512" in out  # torchvision's published num_params for resnet18
     code, _, err = run(capsys, "show", str(old), "--html", str(tmp_path / "old.html"))
     assert code == 0, err
-    from torch_footprint.report.schema import load
+    from torch_footprint.results.record import load
 
     mem = tmp_path / "mem.json"
     mem.write_text(json.dumps(_strip(json.loads(written["memory"].read_text()))))
@@ -174,7 +175,7 @@ def test_timeline_of_a_linear_training_step_by_hand() -> None:
     grad_output 4 B (autograd detail); the weight's gradient 48 B, the bias's 12 B; the
     mm of the weight gradient copies its 2x3 operand (24 B of scratch); momentum buffers
     60 B. The peak is at the last momentum buffer: 60 + 60 + 32 + 60 = 212 B."""
-    tr, _ = trace_step(nn.Linear(4, 3), "2,4", StepSpec(train=True, optimizer="momentum"))
+    tr, _ = trace_step(Workload(nn.Linear(4, 3), "2,4"), Training(train=True, optimizer="momentum"))
     tl = memory_timeline(tr)
     s = tl.series
     assert tl.index[0] == -1 and len(tl.index) == len(tr.events) + 1
@@ -191,7 +192,7 @@ def test_timeline_of_a_linear_training_step_by_hand() -> None:
 
 
 def test_timeline_agrees_with_the_replayed_peak_and_its_breakdown() -> None:
-    tr, _ = trace_step("resnet18", None, StepSpec(train=True, optimizer="adam"))
+    tr, _ = trace_step(Workload("resnet18"), Training(train=True, optimizer="adam"))
     tl, peak = memory_timeline(tr), replay(tr)
     at, top = tl.peak
     assert (at, top) == (peak.event, peak.peak_bytes)
@@ -328,13 +329,13 @@ def test_a_profile_renders_as_html_and_in_a_notebook(capsys: pytest.CaptureFixtu
     page, data = check_self_contained(out.read_text())
     assert data["kind"] == "report" and page.count("svg", "timeline") == 1 and page.count("svg", "roofline") == 0
     rep = torch_footprint.make_report(nn.Linear(4, 3), "2,4")
-    frag = rep._repr_html_()
+    frag = render_html(rep, fragment=True)
     assert frag.startswith('<div class="footprint">') and "<html" not in frag and "<svg" in frag
     assert "body{" not in frag  # a notebook page keeps its own body style
     prof = torch_footprint.profile(nn.Linear(4, 3), "2,4")
     # addmm of 2x4 by 4x3: 24 MACs = 48 FLOPs, plus 2x3 bias adds
     assert repr(prof) == "Profile(model='Linear', params=15, flops=54, macs=24, events=2)"
-    assert "<svg" in prof._repr_html_() and "15" in prof._repr_html_()
+    assert "<svg" in render_html(prof, fragment=True) and "15" in render_html(prof, fragment=True)
 
 
 def test_the_chrome_trace_has_one_slice_per_operator_and_memory_counters(written: dict[str, Path]) -> None:
@@ -486,10 +487,9 @@ def test_fit_and_bench_sections_draw_their_results(written: dict[str, Path]) -> 
 
 
 def test_every_result_renders_itself_in_a_notebook(written: dict[str, Path]) -> None:
-    from torch_footprint.report.html import render_result_html
-
-    mem = _strip(json.loads(written["memory"].read_text()))
-    frag = render_result_html("memory", mem)
+    doc = json.loads(written["memory"].read_text())
+    mem = _strip(doc)
+    frag = render_html({**doc, "memory": mem}, fragment=True)
     assert frag.startswith('<div class="footprint">') and "at the peak" in frag
     for cat in mem["peak"]["breakdown"]:
         assert f"{cat}: " in frag
@@ -499,10 +499,10 @@ def test_every_result_renders_itself_in_a_notebook(written: dict[str, Path]) -> 
     # and its gradient 4 + 4, and the copy of the expanded output gradient BLAS needs 24 = 256
     assert repr(est) == ("MemoryEstimate(model='Linear', peak_bytes=212, phase='optimizer', total_bytes=256, "
                          "provision_bytes=320)")  # 256 / 0.8 = 320
-    assert "212 B" in est._repr_html_()
+    assert "212 B" in render_html(est, fragment=True)
     pred = torch_footprint.predict(nn.Linear(4, 3), "l4", "2,4")
     assert repr(pred).startswith("Prediction(accelerator='l4', time_s=") and repr(pred).endswith("ops=2)")
-    assert pred._repr_html_().count('class="pt b-') == len(pred.roofline_points()) == 1
+    assert render_html(pred, fragment=True).count('class="pt b-') == len(pred.roofline_points()) == 1
 
 
 def test_fit_csv_has_a_row_per_accelerator(written: dict[str, Path]) -> None:

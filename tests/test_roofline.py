@@ -6,7 +6,7 @@ import pytest
 from torch import nn
 
 import torch_footprint as tfp
-from torch_footprint.estimate.roofline import estimate_latency as predict
+from torch_footprint.estimate.kernels.roofline import estimate_latency as predict
 from torch_footprint.hardware.db import Accelerator
 
 # A made-up accelerator with round figures, so every number below can be checked by hand.
@@ -81,10 +81,10 @@ def test_fp32_convolution_runs_as_tf32_and_matmul_does_not():
 
 
 def test_dtype_rate_and_missing_dtype_fallback():
-    lin = tfp.profile(nn.Linear(2048, 2048, bias=False), "2048,2048", dtype="fp16").trace
+    lin = tfp.profile(nn.Linear(2048, 2048, bias=False), "2048,2048", precision="fp16").trace
     mm = _only(predict(lin, CARD, efficiency=EXACT), "aten.mm.default")
     assert mm.dtype == "fp16" and mm.compute_s == pytest.approx(2 * 2048**3 / 40e12)
-    bf = tfp.profile(nn.Linear(64, 64, bias=False), "64,64", dtype="bf16").trace
+    bf = tfp.profile(nn.Linear(64, 64, bias=False), "64,64", precision="bf16").trace
     pred = predict(bf, CARD, efficiency=EXACT)  # the card publishes no bf16 rate
     assert any("no published bf16 rate" in n for n in pred.notes)
     assert _only(pred, "aten.mm.default").compute_s == pytest.approx(2 * 64**3 / 10e12)
@@ -92,7 +92,7 @@ def test_dtype_rate_and_missing_dtype_fallback():
 
 def test_module_totals_add_up_and_phases():
     model = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
-    pred = tfp.predict(tfp.profile(model, "32,128", backward=True), CARD, efficiency=EXACT)
+    pred = tfp.predict(tfp.profile(model, "32,128", train=True), CARD, efficiency=EXACT)
     rows = {m.module: m for m in pred.by_module(1)}
     assert rows[""].time_s == pytest.approx(pred.time_s)
     assert sum(rows[k].time_s for k in ("0", "1", "2")) <= pred.time_s
@@ -111,7 +111,7 @@ def test_predict_by_name_on_a_database_accelerator():
 
 def test_matmul_rate_by_rows_interpolates_in_log_rows() -> None:
     # a CPU's few-row matmuls (a decode step's) run far below its square rate: tables at 1 and 512 rows
-    from torch_footprint.estimate.roofline import Ceilings
+    from torch_footprint.estimate.kernels.roofline import Ceilings
 
     c = Ceilings(matrix={"fp32": 1e10}, conv={}, vector=1e9, bandwidth=1e10, overhead=1e-6, source="calibrated",
                  matmul_by_k=[[64, 4e9], [4096, 8e9]], matmul_by_rows={1: [[64, 1e9], [4096, 2e9]]})
@@ -147,7 +147,7 @@ def test_a_calibrated_gpu_overlaps_the_hosts_dispatch_with_the_devices_kernels()
     # A CPU runs them in line: 3 x 10 + 50 = 80 us in either order.
     from dataclasses import replace
 
-    from torch_footprint.estimate.roofline import Ceilings, OpTime, Prediction
+    from torch_footprint.estimate.kernels.roofline import Ceilings, OpTime, Prediction
 
     def run(kernels: list[float], overlap: bool) -> Prediction:
         c = Ceilings(matrix={"fp32": 1e12}, conv={}, vector=1e12, bandwidth=1e12, overhead=10e-6,

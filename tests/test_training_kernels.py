@@ -11,9 +11,10 @@ from torch import nn
 import torch_footprint as tfp
 from torch_footprint.cli import main
 from torch_footprint.errors import FootprintError
-from torch_footprint.estimate.roofline import estimate_latency as predict
-from torch_footprint.estimate.workload import StepSpec, trace_step
+from torch_footprint.estimate.kernels.roofline import estimate_latency as predict
+from torch_footprint.estimate.workload import trace_step
 from torch_footprint.hardware.db import Accelerator
+from torch_footprint.settings import Training, Workload
 
 # round figures so that every number can be checked by hand
 CARD = Accelerator(id="card", name="Card", vendor="nvidia", kind="gpu", memory_gb=1, bandwidth_gbs=100,
@@ -27,7 +28,7 @@ def _ops(pred, op):
 
 
 def _conv(module: nn.Module, shape: str, dtype: str = "fp16"):
-    [c] = _ops(predict(tfp.profile(module, shape, dtype=dtype).trace, CARD, efficiency=EXACT),
+    [c] = _ops(predict(tfp.profile(module, shape, precision=dtype).trace, CARD, efficiency=EXACT),
                "aten.convolution.default")
     return c
 
@@ -38,7 +39,7 @@ def test_a_3x3_half_convolution_in_nchw_pays_its_transposes_by_hand():
     #   -> the convolution moves 21,504 B; each transpose reads and writes its tensor:
     #   2 x 21,504 = 43,008 B more, at 100 GB/s = 0.43008 us, in kernels of their own
     conv = nn.Conv2d(16, 32, 3, padding=1, bias=False)
-    trace = tfp.profile(conv, "2,16,8,8", dtype="fp16").trace
+    trace = tfp.profile(conv, "2,16,8,8", precision="fp16").trace
     [c] = _ops(predict(trace, CARD, efficiency=EXACT), "aten.convolution.default")
     assert c.bytes == 4_096 + 9_216 + 8_192
     assert c.kernels_s == pytest.approx(43_008 / 100e9)
@@ -65,7 +66,7 @@ def test_which_convolutions_are_transposed():
     assert plain.kernels_s == 0
     # not on other vendors' GPUs, nor on CPUs
     for other in (replace(CARD, vendor="amd"), replace(CARD, kind="cpu")):
-        [c] = _ops(predict(tfp.profile(conv, "2,16,8,8", dtype="fp16").trace, other, efficiency=EXACT),
+        [c] = _ops(predict(tfp.profile(conv, "2,16,8,8", precision="fp16").trace, other, efficiency=EXACT),
                    "aten.convolution.default")
         assert c.kernels_s == 0
 
@@ -75,8 +76,8 @@ def test_a_convolution_backward_transposes_every_tensor():
     # gradient reads the output gradient (8,192 B) and the input (4,096 B) and writes the
     # weight gradient (9,216 B): at least 21,504 B; every tensor is transposed: twice its
     # bytes more, in kernels of their own
-    trace = tfp.profile(nn.Conv2d(16, 32, 3, padding=1, bias=False), "2,16,8,8", dtype="fp16",
-                        backward=True).trace
+    trace = tfp.profile(nn.Conv2d(16, 32, 3, padding=1, bias=False), "2,16,8,8", precision="fp16",
+                        train=True).trace
     [b] = _ops(predict(trace, CARD, efficiency=EXACT), "aten.convolution_backward.default")
     assert b.bytes >= 8_192 + 4_096 + 9_216
     assert b.kernels_s == pytest.approx(2 * b.bytes / 100e9)
@@ -87,7 +88,7 @@ def test_batch_norm_in_training_passes_twice_over_its_tensors():
     # forward reads it once more (statistics, then normalisation): +32,768 B; the backward reads
     # the input and the output gradient once more: +65,536 B. Inference: one pass, as traced.
     bn = nn.BatchNorm2d(8)
-    train = predict(tfp.profile(bn, "4,8,16,16", backward=True).trace, CARD, efficiency=EXACT)
+    train = predict(tfp.profile(bn, "4,8,16,16", train=True).trace, CARD, efficiency=EXACT)
     [fwd] = _ops(train, "aten.native_batch_norm.default")
     [bwd] = _ops(train, "aten.native_batch_norm_backward.default")
     assert fwd.memory_s == pytest.approx((fwd.bytes + 32_768) / 100e9)
@@ -101,7 +102,7 @@ def test_batch_norm_in_training_passes_twice_over_its_tensors():
 def test_bf16_batch_norm_in_nchw_runs_pytorchs_slower_kernels():
     # bf16 batch norms go to PyTorch's own kernels (cuDNN is not used for bf16); in NCHW they
     # took 61.8 ms where the channels-last ones took 27.3 ms on an H100 (ResNet-50, batch 256)
-    trace = tfp.profile(nn.BatchNorm2d(8), "4,8,16,16", dtype="bf16", backward=True).trace
+    trace = tfp.profile(nn.BatchNorm2d(8), "4,8,16,16", precision="bf16", train=True).trace
     nchw = predict(trace, CARD, efficiency=EXACT)
     nhwc = predict(trace, CARD, efficiency=EXACT, layout="nhwc")
     for op in ("aten.native_batch_norm.default", "aten.native_batch_norm_backward.default"):
@@ -112,7 +113,7 @@ def test_bf16_batch_norm_in_nchw_runs_pytorchs_slower_kernels():
 def test_optimizer_state_made_in_the_first_step_is_not_a_steps_time():
     # AdamW's first step makes exp_avg and exp_avg_sq with zeros_like for each parameter
     # (weight and bias of one Linear: 4); a steady-state step does not
-    trace, _ = trace_step(nn.Linear(64, 64), "8,64", StepSpec(train=True, optimizer="adamw"))
+    trace, _ = trace_step(Workload(nn.Linear(64, 64), "8,64"), Training(train=True, optimizer="adamw"))
     pred = predict(trace, CARD, efficiency=EXACT)
     made = [o for o in pred.ops if o.phase == "optimizer" and o.op.startswith("aten.zeros_like")]
     assert len(made) == 4 and all(o.time_s == 0 for o in made)
@@ -127,8 +128,8 @@ def test_an_unknown_layout_is_refused():
 
 def test_channels_last_from_the_api_and_the_command_line(tmp_path, capsys):
     # a half-precision ResNet-18 in NCHW pays its transposes; channels-last does not
-    nchw = tfp.predict("resnet18", "a100-sxm-80gb", batch=2, dtype="fp16")
-    nhwc = tfp.predict("resnet18", "a100-sxm-80gb", batch=2, dtype="fp16", layout="nhwc")
+    nchw = tfp.predict("resnet18", "a100-sxm-80gb", batch=2, precision="fp16")
+    nhwc = tfp.predict("resnet18", "a100-sxm-80gb", batch=2, precision="fp16", channels_last=True)
     paid = sum(o.kernels_s for o in nchw.ops)
     assert paid > 0 and sum(o.kernels_s for o in nhwc.ops) == 0
     assert nchw.time_s == pytest.approx(nhwc.time_s + paid)

@@ -1,12 +1,24 @@
-"""torch-footprint: what a PyTorch model costs and what hardware it needs."""
+"""torch-footprint: what a PyTorch model costs and what hardware it needs.
+
+The verbs (``profile``, ``memory``, ``bench``, ``predict``, ``fit``, ``llm``, ``make_report``,
+``diff``, ``check``, ``gpus``, ``calibrate``) and the setting records they take
+(``Workload``, ``Training``, ``Parallel``, ``Target``, ``Memory``, ``Serving``,
+``Measurement``, ``Sections``, ``Calibration``) load lazily, so ``import torch_footprint``
+and the command line start fast.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-_VERBS = ("profile", "Profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "llm")
-__all__ = ["FootprintError", "hardware", "__version__", *_VERBS, "make_report"]
+_VERBS = ("profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "llm", "diff", "check")
+_RECORDS = ("Workload", "Training", "Parallel", "Target", "Memory", "Serving", "Measurement", "Sections",
+            "Calibration")
+_HOMES = {**dict.fromkeys(_VERBS, ".api"), **dict.fromkeys(_RECORDS, ".settings"), "Profile": ".analysis",
+          "FootprintError": ".errors", "ExitCode": ".errors"}
+__all__ = [*_VERBS, *_RECORDS, "ExitCode", "FootprintError", "Profile", "__version__", "hardware", "make_report"]
 
 
 def __dir__() -> list[str]:  # the verbs load lazily: list them for tab completion and help()
@@ -14,20 +26,10 @@ def __dir__() -> list[str]:  # the verbs load lazily: list them for tab completi
 
 
 def __getattr__(name: str) -> Any:  # keep `import torch_footprint` (and the CLI's start) light
-    if name in _VERBS:
-        from . import api
-
-        return getattr(api, name)
-    if name == "make_report":  # `footprint report`; the name `report` is the renderers' package
-        from .api import report
-
-        return report
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    if name == "make_report":  # api.report (``torch_footprint.report`` is the renderers' package)
+        return importlib.import_module(".api", __name__).report
     if name == "hardware":
-        import importlib
-
         return importlib.import_module(".hardware", __name__)
-    if name == "FootprintError":
-        from .errors import FootprintError
-
-        return FootprintError
     raise AttributeError(f"module 'torch_footprint' has no attribute {name!r}")

@@ -1,231 +1,211 @@
-"""The Python API: the same verbs as the command line, each a few lines over the stages.
+"""The Python API: the command line's verbs, each a few lines over the stages.
 
-``profile`` traces (trace/) and reads the trace (analysis/); ``memory``, ``predict`` and
-``fit`` trace a workload and estimate from it (estimate/); ``bench`` measures (measure/)
-with the estimates beside; ``gpus`` and ``calibrate`` read and write the hardware rows.
+Every verb takes the model (and, where it runs one, its inputs) positionally, then the
+setting records of :mod:`torch_footprint.settings` by name or their fields as keyword
+shortcuts: ``fit("resnet50", training=Training(train=True), gpus=8)``. :data:`VERBS` says
+which records (and fields) each verb reads and where its defaults differ; the command line
+derives its flags from the same table.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-
-from .analysis import Profile
 from .errors import FootprintError
-from .sources.inputs import InputsLike
+from .settings import (
+    Calibration,
+    Measurement,
+    Memory,
+    Parallel,
+    Record,
+    Sections,
+    Serving,
+    Target,
+    Training,
+    Workload,
+    gather,
+    signature_of,
+)
 
-__all__ = ["Profile", "bench", "calibrate", "check", "diff", "fit", "gpus", "llm", "memory", "predict", "profile",
+if TYPE_CHECKING:
+
+    from .analysis import Profile
+    from .estimate.kernels.roofline import Prediction
+    from .estimate.llm.pricing import LlmResult
+    from .estimate.memory import MemoryEstimate
+    from .estimate.recommend import FitResult
+    from .hardware import Accelerator
+    from .measure.calibrate import CalibrationResult
+    from .measure.distributed import RanksBench
+    from .measure.runner import BenchResult
+    from .results.budget import CheckResult
+    from .results.diff import Diff
+    from .results.overview import Overview
+
+__all__ = ["VERBS", "bench", "calibrate", "check", "diff", "fit", "gpus", "llm", "memory", "predict", "profile",
            "report"]
 
+ModelLike = Any  # a name ("resnet50", "timm:...", "hf:...", a config folder, "file.py:factory") or an nn.Module
+InputsLike = Any  # a tensor, a shape spec ("1,3,224,224", "1,128:int64"), a sequence of those, a mapping by keyword
+ALL = None
+WORK = ("model", "inputs", "batch", "precision", "weights", "trust_remote_code")
+ESTIMATE = ("gpu", "hardware", "tf32", "efficiency")
 
-def profile(model: nn.Module | str, inputs: InputsLike = None, *, backward: bool = False,
-            dtype: str | torch.dtype | None = None, train: bool | None = None, device: str = "cpu",
-            weights: str | None = None, trust_remote_code: bool = False, tensors: str = "auto") -> Profile:
-    """Parameters, FLOPs and MACs of one forward (and, with ``backward``, one backward) pass.
+# verb -> the records it reads: record -> its fields (ALL: every one)
+VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
+    "profile": {Workload: (*WORK, "tensors"), Training: ("train",)},
+    "memory": {Workload: WORK, Training: ALL, Target: ("device", "utilisation"), Memory: ALL},
+    "bench": {Workload: ("model", "inputs", "precision", "weights", "channels_last", "trust_remote_code"),
+              Training: ("train", "optimizer"), Parallel: ("strategy",), Target: ("device",), Measurement: ALL},
+    "predict": {Workload: (*WORK, "channels_last"), Training: ALL, Target: ESTIMATE},
+    "fit": {Workload: WORK, Training: ALL, Parallel: ALL, Target: (*ESTIMATE, "utilisation", "latency")},
+    "report": {Workload: WORK, Training: ALL, Target: ("gpu", "hardware", "utilisation"), Sections: ALL},
+    "llm": {Workload: ("model", "batch", "trust_remote_code"), Serving: ALL, Parallel: ("gpus", "tp"),
+            Target: ("gpu", "hardware", "device", "efficiency")},
+    "calibrate": {Target: ("device",), Measurement: ("nproc", "threads"), Calibration: ALL},
+}
 
-    ``model`` is an ``nn.Module`` (its weights are left untouched) or a name such as
-    ``"resnet50"``, ``"timm:convnext_tiny"``, ``"hf:gpt2"`` or ``"file.py:factory"``.
-    ``inputs`` is a tensor, a shape spec (``"1,3,224,224"``, ``"1,128:int64"``), a sequence
-    of those, or a mapping of keyword inputs; None uses the model's default input.
-    The model runs in eval mode unless ``train`` (default: ``backward``) is set.
-    ``tensors`` ("auto", "meta", "fake", "real") picks what the trace runs on; "auto" tries
-    meta, then fake, then (for small models whose forward reads tensor values) real.
-    """
+
+# earlier keyword names of the verbs: still taken, with a warning that names the new one
+RENAMED: dict[str, tuple[str, Callable[[Any], Any] | None]] = {
+    "dtype": ("precision", None), "backward": ("train", None), "batch_sizes": ("batches", None),
+    "min_seconds": ("min_time", None), "only": ("gpu", None), "budget": ("max_batch", None),
+    "overheads": ("overhead", None), "layout": ("channels_last", lambda v: v == "nhwc"),
+    "autocast": ("precision", lambda v: f"{v}-mixed" if v else None), "on_step": ("progress", None),
+    "weights": ("quant", None),  # llm's weight scheme (elsewhere --weights names torchvision weights)
+}
+
+
+def _renamed(verb: str, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` with earlier keyword names replaced by the new ones (a DeprecationWarning each)."""
+    import warnings
+
+    known = fields_of(verb)
+    out = {}
+    for name, value in given.items():
+        if name not in known and name in RENAMED and RENAMED[name][0] in known:
+            new, how = RENAMED[name]
+            warnings.warn(f"{verb}(): {name}= is deprecated, use {new}=", DeprecationWarning, stacklevel=4)
+            name, value = new, how(value) if how else value
+            if value is None and name in out:
+                continue
+        out[name] = value
+    return out
+
+
+def fields_of(verb: str) -> dict[str, type[Record]]:
+    """Every field a verb reads, and its record."""
+    out = {}
+    for cls, names in VERBS[verb].items():
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if names is None or f.name in names:
+                out[f.name] = cls
+    return out
+
+
+def _records(verb: str, settings: Mapping[str, Any], model: Any = None, inputs: Any = None) -> tuple[Any, ...]:
+    """The verb's records, in :data:`VERBS`'s order, from records and fields given by name (the
+    model and inputs given positionally win over a Workload's); a name the verb does not read is
+    refused."""
+    given = _renamed(verb, dict(settings))
+    if model is not None:
+        given["model"] = model
+    if inputs is not None:
+        given["inputs"] = inputs
+    takes = VERBS[verb]
+    known = {cls.__name__.lower() for cls in takes} | set(fields_of(verb))
+    for name in given:
+        if name not in known:
+            raise TypeError(f"{verb}() got an unexpected keyword argument '{name}'; it takes: "
+                            f"{', '.join(sorted(known))}")
+    records = gather(tuple(takes), given, verb)
+    return tuple(records[cls] for cls in takes)
+
+
+def _verb(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a verb the signature help() and editors show: its own parameters, then its records and fields."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.__signature__ = signature_of(VERBS[name], fn)  # type: ignore[attr-defined]
+        return fn
+    return wrap
+
+
+@_verb("profile")
+def profile(model: ModelLike, inputs: InputsLike = None, **settings: Any) -> Profile:
+    """Parameters, FLOPs and MACs of one forward pass (with ``train``, forward and backward in
+    train mode). ``model``'s weights are left untouched; ``inputs`` None uses its default input."""
+    from .analysis import Profile
     from .estimate.workload import trace_forward
 
-    trace, notes = trace_forward(model, inputs, backward=backward, dtype=dtype, train=train, device=device,
-                                 weights=weights, trust_remote_code=trust_remote_code, tensors=tensors)
+    w, t = _records("profile", settings, model, inputs)
+    trace, notes = trace_forward(w, t)
     return Profile(trace, notes)
 
 
-def memory(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None = None, train: bool = False,
-           optimizer: str | None = None, precision: str = "fp32", checkpointing: bool = False,
-           device: str = "cpu", budget: int | str | None = None, utilisation: float = 0.8,
-           grads: str = "none", scaling: bool = False, overheads: Mapping[str, int | str] | None = None,
-           weights: str | None = None, trust_remote_code: bool = False) -> Any:
-    """Peak memory of one inference (or, with ``train``, one training step), from the trace.
-
-    Returns a :class:`~torch_footprint.estimate.memory.MemoryEstimate`: the peak, where it
-    happens, a breakdown by category, the timeline of live bytes after every operator
-    (``est.peak.timeline``), fixed overheads for ``device`` ("cpu" or "cuda"),
-    what to provision at ``utilisation``, and with ``budget`` (bytes or "24GiB") the
-    largest batch that fits it. ``grads``: "none" (a first step, or zero_grad(set_to_none=True):
-    gradients appear in the backward) or "zero" (gradients kept between steps and zeroed:
-    they exist before the forward). ``scaling`` fits peak = a + b x batch from traces at
-    the batch, 2x and 3x it (a budget implies it). ``overheads`` replaces or adds fixed
-    costs by name (bytes or "300MiB"; e.g. {"cuda_context": "300MiB"}; 0 removes one).
-    A training step with an optimizer is reported twice: the first step (the optimizer
-    allocates its state in its step) and a later one (``steady``: the state exists before
-    it); the total uses the larger.
-    """
+@_verb("memory")
+def memory(model: ModelLike, inputs: InputsLike = None, **settings: Any) -> MemoryEstimate:
+    """Peak memory of one inference (or, with ``train``, one training step), from the trace: the
+    peak, where it happens, a breakdown by category, the timeline, the device's fixed overheads,
+    what to provision at ``utilisation``, and with ``max_batch`` (a budget such as "24GiB") the
+    largest batch that fits. A step with an optimizer is reported twice, first and steady."""
     from .estimate.memory import estimate_memory
-    from .estimate.workload import StepSpec
 
-    spec = StepSpec(train, optimizer, precision, checkpointing, grads)
-    return estimate_memory(model, inputs, spec, batch=batch, device=device, budget=budget, utilisation=utilisation,
-                           scaling=scaling, overheads=overheads, weights=weights,
-                           trust_remote_code=trust_remote_code)
+    w, t, target, mem = _records("memory", settings, model, inputs)
+    return estimate_memory(w, t, target, mem)
 
 
-def bench(model: nn.Module | str, inputs: InputsLike = None, *, device: str | None = None,
-          batch_sizes: Sequence[int | str] | str | None = None, dtype: str | None = None,
-          autocast: str | None = None, channels_last: bool = False, compile: bool = False, train: bool = False,
-          optimizer: str = "sgd", inference_mode: bool = True, cudnn_benchmark: bool = False,
-          profile: bool = False, max_memory: int | str | None = None, min_reps: int = 30,
-          min_seconds: float = 2.0, weights: str | None = None, trust_remote_code: bool = False,
-          progress: Callable[[str, float | None], None] | None = None, threads: int | None = None) -> Any:
-    """Measure latency and throughput of ``model`` on ``device`` (default: cuda if present).
+@_verb("bench")
+def bench(model: ModelLike, inputs: InputsLike = None, *, progress: Callable[[str, float | None], None] | None = None,
+          **settings: Any) -> BenchResult | RanksBench:
+    """Latency and throughput measured on this machine's ``device`` (default: cuda when present),
+    the model built with random weights; batch sizes may hold "auto", the largest that runs. With
+    ``nproc``, training steps on that many ranks under torchrun. ``progress(message, fraction)``
+    hears what runs."""
+    from .measure.bench import bench as measure
+    from .measure.bench import bench_ranks
 
-    A model given by name is built with random weights (its constructor's initialisation).
-    ``batch_sizes`` ("1,8,auto" or a list; None: the inputs' own) may hold "auto": the
-    largest batch that runs, found by doubling and bisection, recovering from
-    out-of-memory; on CPU a batch whose predicted peak is over ``max_memory`` (default 80%
-    of the available RAM) counts as out of memory without running. ``profile`` adds
-    torch.profiler's operator table. ``threads`` sets torch's CPU threads for the run (each
-    timing says whether other processes competed for the CPUs, and which thread count would
-    have had a CPU each). Returns a :class:`~torch_footprint.measure.runner.BenchResult`.
-    """
-    with _threads(threads):
-        return _bench(model, inputs, device=device, batch_sizes=batch_sizes, dtype=dtype, autocast=autocast,
-                      channels_last=channels_last, compile=compile, train=train, optimizer=optimizer,
-                      inference_mode=inference_mode, cudnn_benchmark=cudnn_benchmark, profile=profile,
-                      max_memory=max_memory, min_reps=min_reps, min_seconds=min_seconds, weights=weights,
-                      trust_remote_code=trust_remote_code, progress=progress)
+    w, t, p, target, m = _records("bench", settings, model, inputs)
+    if m.nproc is not None:
+        return bench_ranks(w, t, p, target, m)  # type: ignore[no-any-return]
+    return measure(w, t, target, m, progress)  # type: ignore[no-any-return]
 
 
-@contextlib.contextmanager
-def _threads(n: int | None) -> Iterator[None]:
-    """torch's CPU thread count set to ``n`` for the block (None: unchanged)."""
-    if n is None:
-        yield
-        return
-    if n < 1:
-        raise FootprintError(f"--threads must be at least 1, got {n}")
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def _bench(model: nn.Module | str, inputs: InputsLike, *, device: str | None, batch_sizes: Any, dtype: str | None,
-           autocast: str | None, channels_last: bool, compile: bool, train: bool, optimizer: str,
-           inference_mode: bool, cudnn_benchmark: bool, profile: bool, max_memory: int | str | None,
-           min_reps: int, min_seconds: float, weights: str | None, trust_remote_code: bool,
-           progress: Callable[[str, float | None], None] | None) -> Any:
-    from .dtypes import parse_dtype
-    from .estimate import training
-    from .estimate.alongside import Alongside
-    from .hardware.catalog import local_accelerator
-    from .hardware.local import available_ram
-    from .measure.runner import parse_batches, pick_device, run_bench
-    from .quantities import parse_bytes
-    from .sources import prepare
-    from .sources.models import real_weights
-
-    dev = pick_device(device)
-    batches = parse_batches(batch_sizes) if batch_sizes is not None else None
-    opt = training.optimizer(optimizer) if train else None
-    amp = parse_dtype(autocast) if autocast else None
-    with real_weights():
-        work = prepare(model, inputs, dtype=dtype, weights=weights, trust_remote_code=trust_remote_code)
-    m = work.model.to(dev)
-    acc = local_accelerator(dev)
-    side = Alongside(model if isinstance(model, str) else m, lambda b: work.at_batch(b).specs, train=train,
-                     optimizer=optimizer, dtype=dtype, autocast=amp, accelerator=acc, weights=weights,
-                     trust_remote_code=trust_remote_code)
-    budget = parse_bytes(max_memory) if max_memory else None
-    if budget is None and not dev.startswith("cuda"):
-        ram = available_ram()
-        budget = int(ram * 0.8) if ram else None
-    settings = {"dtype": dtype, "autocast": autocast, "channels_last": channels_last, "compile": compile,
-                "optimizer": optimizer if train else None, "inference_mode": inference_mode,
-                "cudnn_benchmark": cudnn_benchmark}
-    notes = [n for n in work.built.notes if not n.startswith("default input")]
-    res = run_bench(m, lambda b: work.make_inputs(b)(dev), name=work.built.name, device=dev,
-                    batches=batches or [work.own_batch], default_batch=work.own_batch, predicted_peak=side.peak,
-                    flops_of=side.flops, autocast=amp, channels_last=channels_last, compile=compile, train=train,
-                    optimizer=opt, inference_mode=inference_mode, cudnn_benchmark=cudnn_benchmark,
-                    profile=profile, budget=budget, min_reps=min_reps, min_seconds=min_seconds,
-                    settings=settings, notes=notes, progress=progress)
-    res.add_predictions(side.latency, acc)
-    return res
-
-
-def predict(model: Profile | nn.Module | str, gpu: Any, inputs: InputsLike = None, *, dtype: str | None = None,
-            precision: str | None = None, batch: int | None = None, train: bool = False,
-            optimizer: str | None = None, checkpointing: bool = False, tf32: bool | None = None,
-            efficiency: Mapping[str, float] | None = None, hardware: str | None = None,
-            weights: str | None = None, trust_remote_code: bool = False, layout: str = "nchw") -> Any:
-    """Roofline latency of one forward (``train``: one training step with SGD) on accelerator ``gpu``.
-
-    ``model`` is a :class:`Profile` (its trace is used as it is) or a model as for
-    :func:`profile`. ``gpu`` is an id or name from ``footprint gpus`` or an
-    :class:`~torch_footprint.hardware.Accelerator`. With a model, ``dtype`` (inference) or
-    ``precision`` (training) casts weights and inputs before tracing; with a Profile
-    ``dtype`` only sets the rate of the matrix work (bytes stay as traced). ``layout``: "nchw"
-    (PyTorch's default) or "nhwc" (``channels_last``), the memory layout of 4-d activations.
-    Returns a :class:`~torch_footprint.estimate.roofline.Prediction`.
-    """
-    from .estimate.recommend import arithmetic
-    from .estimate.roofline import estimate_latency
-    from .estimate.workload import StepSpec, trace_step
+@_verb("predict")
+def predict(model: Profile | ModelLike, gpu: Accelerator | str, inputs: InputsLike = None,
+            **settings: Any) -> Prediction:
+    """Roofline latency of one forward (or training step) on accelerator ``gpu`` (an id, a name
+    or an :class:`~torch_footprint.hardware.Accelerator`), by module and operator. ``model`` may
+    be a :class:`Profile`, whose trace is priced as it is."""
+    from .analysis import Profile
+    from .estimate.kernels.roofline import estimate_latency
+    from .estimate.workload import trace_step
     from .hardware import Accelerator, get
 
-    if optimizer or checkpointing:
-        raise FootprintError("predict times one training step with SGD: --optimizer and --checkpointing "
-                             "belong to `footprint fit` and `footprint memory`")
-    prec = arithmetic(dtype, precision)
-    acc = gpu if isinstance(gpu, Accelerator) else get(str(gpu), hardware)
+    w, t, target = _records("predict", settings, model, inputs)
+    acc = gpu if isinstance(gpu, Accelerator) else get(str(gpu), target.hardware)
     if isinstance(model, Profile):
-        if batch is not None or inputs is not None:
+        if w.batch is not None or inputs is not None:
             raise FootprintError("a Profile was traced already: its batch and inputs cannot change")
-        return estimate_latency(model.trace, acc, tf32=tf32, efficiency=efficiency, compute_dtype=dtype or precision,
-                                layout=layout)
-    spec = StepSpec(train=train, optimizer="sgd" if train else None, precision=prec)
-    trace, _ = trace_step(model, inputs, spec, batch=batch, weights=weights, trust_remote_code=trust_remote_code)
-    return estimate_latency(trace, acc, tf32=tf32, efficiency=efficiency, layout=layout)
+        return estimate_latency(model.trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies,
+                                compute_dtype=w.precision, layout=w.layout)
+    trace, _ = trace_step(w, dataclasses.replace(t, optimizer=t.step_optimizer) if t.train else t)
+    return estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout)
 
 
-def fit(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None = None, train: bool = False,
-        optimizer: str | None = None, precision: str | None = None, dtype: str | None = None,
-        checkpointing: bool = False, gpus: int = 1, strategy: str = "ddp", latency: float | str | None = None,
-        utilisation: float = 0.8, hardware: str | None = None, only: Sequence[str] | None = None,
-        tf32: bool | None = None, efficiency: Mapping[str, float] | None = None, bucket_view: bool = False,
-        weights: str | None = None, trust_remote_code: bool = False, tp: int = 1,
-        sequence_parallel: bool = False, network: str | None = None, gpus_per_node: int = 8) -> Any:
-    """Rank every accelerator for this workload: fits in memory, largest batch, predicted
-    latency at ``batch`` and throughput at the largest batch, and the pick.
+@_verb("fit")
+def fit(model: ModelLike, inputs: InputsLike = None, **settings: Any) -> FitResult:
+    """Rank every accelerator (or those of ``gpu``) for this workload: fits in memory, largest
+    batch, predicted latency at ``batch`` per rank and throughput at the largest batch, and the
+    pick: the fastest that fits or, with ``latency``, the lowest-power one that meets it."""
+    from .estimate.recommend import recommend
 
-    ``batch`` is per rank; with ``gpus`` > 1 the memory is per rank under ``strategy``
-    ("ddp", "zero1", "zero2", "zero3", "fsdp"), and ``tp`` of the ``gpus`` split each layer
-    (tensor parallelism; ``sequence_parallel`` also splits the sequence of what lies between
-    the split linears); training over several ranks is timed with its communication, over
-    ``network`` (an id of hardware/networks.toml) between nodes of ``gpus_per_node``.
-    ``latency`` ("10ms", or seconds) makes the pick the lowest-power accelerator that meets it.
-    ``dtype`` (inference) or ``precision`` (training: fp32, fp16, bf16, fp16-mixed, bf16-mixed)
-    set the arithmetic. ``only`` limits the ids considered; ``hardware`` adds a user database file. Returns a
-    :class:`~torch_footprint.estimate.recommend.FitResult`.
-    """
-    from .estimate.recommend import arithmetic, recommend
-    from .estimate.workload import StepSpec
-    from .quantities import parse_seconds
-
-    spec = StepSpec(train, optimizer, arithmetic(dtype, precision), checkpointing,
-                    sequence_parallel=sequence_parallel)
-    return recommend(model, inputs, spec, batch=batch, gpus=gpus, strategy=strategy,
-                     target_s=parse_seconds(latency) if latency is not None else None, utilisation=utilisation,
-                     hardware=hardware, only=only, tf32=tf32, efficiency=efficiency, bucket_view=bucket_view,
-                     weights=weights, trust_remote_code=trust_remote_code, tp=tp, network=network,
-                     gpus_per_node=gpus_per_node)
+    w, t, p, target = _records("fit", settings, model, inputs)
+    return recommend(w, t, p, target)
 
 
-def gpus(hardware: str | None = None, vendor: str | None = None) -> list[Any]:
+def gpus(hardware: str | None = None, vendor: str | None = None) -> list[Accelerator]:
     """The accelerator rows: the database, this machine's, and ``hardware``'s; only ``vendor``'s if given."""
     from .hardware.catalog import load
 
@@ -237,259 +217,82 @@ def gpus(hardware: str | None = None, vendor: str | None = None) -> list[Any]:
     return rows
 
 
-def calibrate(device: str = "cpu", *, quick: bool = False, save: bool = True,
-              on_step: Callable[[str], None] | None = None, nproc: int | None = None, force: bool = False,
-              threads: int | None = None) -> tuple[dict[str, Any], Any]:
-    """Measure this machine's ceilings; with ``save``, keep them for later predictions.
+@_verb("calibrate")
+def calibrate(device: str | None = None, *, save: bool = True, progress: Callable[[str], None] | None = None,
+              **settings: Any) -> CalibrationResult:
+    """Measure this machine's ceilings (matmul and convolution FLOP/s, copy bandwidth, call
+    overhead; with ``nproc``, all-reduces across that many ranks); with ``save``, keep them for
+    later predictions unless they fail their own checks (``force`` saves them anyway)."""
+    from .measure.bench import threads
+    from .measure.calibrate import calibrate_device
 
-    A calibration that fails its own checks (a cache copy slower than DRAM, a ceiling far
-    from this device's previous calibration, a busy machine) is not saved unless ``force``;
-    its ``problems`` list says why. ``threads`` sets torch's CPU threads while measuring.
-    ``nproc`` also times all-reduces across that many ranks under torchrun (the link that
-    ``bench --nproc`` and ``fit`` on this device use). Returns the measurements and the
-    path they were saved to (None when not saved)."""
-    from .hardware.local import device_key, read_calibrations, save_calibration
-    from .measure.calibrate import calibrate as run
-    from .measure.calibrate import check
-
-    if nproc is not None:
-        from .measure.distributed import check_nproc
-
-        check_nproc(nproc, device)
-    with _threads(threads):
-        res = run(device, quick=quick, on_step=on_step)
-        if nproc is not None:
-            from .measure.distributed import measure_link
-
-            if on_step:
-                on_step(f"all-reduce across {nproc} ranks")
-            res["link"] = measure_link(nproc, device, quick=quick)
-        res["problems"] = check(res, read_calibrations().get(device_key(device)))
-        keep = save and (force or not res["problems"])
-        return res, save_calibration(device, res) if keep else None
+    progress = progress or settings.pop("on_step", None)
+    target, m, c = _records("calibrate", {**settings, **({"device": device} if device else {})})
+    with threads(m.threads):
+        return calibrate_device(target.device or "cpu", quick=c.quick, force=c.force, save=save, nproc=m.nproc,
+                                progress=progress)
 
 
-def llm(model: nn.Module | str, *, prompt: int = 1024, output: int = 256, batch: int = 1,
-        weights: str | None = None, kv: str | None = None, gpu: str | Sequence[str] | None = None, gpus: int = 1,
-        tp: int | None = None, engine: str | None = None, chunk: int | None = None, allow_longer: bool = False,
-        hardware: str | None = None, efficiency: Mapping[str, float] | None = None, measure: bool = False,
-        device: str = "cpu", trust_remote_code: bool = False,
-        on_step: Callable[[str], None] | None = None) -> Any:
-    """What a causal language model needs to serve ``batch`` requests of ``prompt`` tokens
-    generating ``output`` tokens each: per accelerator, memory (weights, KV cache, prefill
-    activations, runtime), whether it fits, the largest batch and longest context that fit,
-    time to first token, time per output token and tokens per second.
+@_verb("llm")
+def llm(model: ModelLike, *, progress: Callable[[str], None] | None = None, **settings: Any) -> LlmResult:
+    """What a causal language model needs to serve ``batch`` requests of ``prompt`` tokens that
+    generate ``output`` tokens each, per accelerator: memory (weights, KV cache, prefill
+    activations, runtime), whether it fits, the largest batch and the longest context that fit,
+    time to first token, time per output token, tokens per second; with ``measure``, the same
+    run timed on ``device``."""
+    from .estimate.llm import serve_model
 
-    ``weights``: bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4,
-    q4_0, q8_0, q4_k_m, q5_k_m, q6_k (default: as the checkpoint stores them). ``kv``: bf16,
-    fp16, fp8, int8 (default: the activations' dtype). ``gpu``: one id or several (default:
-    every accelerator). ``gpus`` devices per replica with ``tp``-way tensor parallelism
-    (default tp = gpus). ``engine="vllm"`` adds vLLM's cache sizing. ``chunk``: chunked
-    prefill of that many tokens. ``measure``: also run the model for real on ``device``
-    (random weights) and time its prefill and decode. Returns an
-    :class:`~torch_footprint.estimate.llm.LlmResult`.
-    """
-    from .estimate.llm import Serving, check_context, serve
-    from .estimate.quantization import checkpoint_scheme, kv_scheme, weight_scheme
-    from .estimate.serving import cache_argument, last_logits_only, trace_serving
-    from .hardware.catalog import load, local_accelerator
-    from .hardware.db import find
+    progress = progress or settings.pop("on_step", None)
+    w, s, p, target = _records("llm", settings, model)
+    res = serve_model(w, s, p, target, progress)
+    if s.measure:
+        from .measure.generate import measure_model
 
-    tp = gpus if tp is None else tp
-    if gpus < 1 or tp < 1 or gpus % tp:
-        raise FootprintError(f"--gpus must be a multiple of --tp (both at least 1), got gpus {gpus}, tp {tp}")
-    if engine not in (None, "vllm"):
-        raise FootprintError(f"unknown engine '{engine}': the only engine convention is vllm")
-    if chunk is not None and chunk < 1:
-        raise FootprintError(f"--chunk must be at least 1 token, got {chunk}")
-    scheme = weight_scheme(weights) if weights else None
-    kv_elem = kv_scheme(kv) if kv else None
-    serving = Serving(batch=batch, prompt=prompt, output=output, weights=scheme, kv_bytes=kv_elem, kv_name=kv,
-                      gpus=gpus, tp=tp, engine=engine, chunk=chunk)
-    check_context(serving, None, allow_longer)
-    # the activations' dtype: a 16-bit scheme's own, a quantized one's 16-bit type, else as built
-    dtype = None if scheme is None else scheme.name if scheme.name in ("bf16", "fp16") else scheme.sixteen
-    st = trace_serving(model, batch=1, prompt=prompt, dtype=dtype, trust_remote_code=trust_remote_code,
-                       on_step=on_step, check_context=lambda most: check_context(serving, most, allow_longer))
-    if scheme is None:
-        serving.weights = checkpoint_scheme(st.config)
-    rows = load(hardware)
-    if measure:
-        local = local_accelerator(device)
-        wanted = [local] if local is not None else []
-        if gpu:
-            wanted += [find(rows, g) for g in ([gpu] if isinstance(gpu, str) else gpu)]
-    elif gpu:
-        wanted = [find(rows, g) for g in ([gpu] if isinstance(gpu, str) else gpu)]
-    else:
-        wanted = [a for a in rows if a.bandwidth_gbs is not None or a.calibrated]
-    res = serve(st, serving, wanted, max_context=None if allow_longer else st.max_context,
-                efficiency=dict(efficiency) if efficiency else None)
-    if measure:
-        from .measure.generate import measure_generation
-        from .sources import prepare
-        from .sources.models import real_weights
-
-        if on_step:
-            on_step(f"running the model on {device}: prefill and {output} decode steps")
-        with real_weights():
-            work = prepare(model, "1,1:int64", dtype=dtype, trust_remote_code=trust_remote_code)
-        m = work.model.to(device)
-        res.measured = measure_generation(m, batch=batch, prompt=prompt, output=output, device=device,
-                                          cache_kwarg=cache_argument(m), prefill_kwargs=last_logits_only(m))
-        if not wanted:
-            res.notes.append(f"no prediction for {device}: run `footprint calibrate` first to measure its rates")
+        res.measured = measure_model(w, s, target.device or "cpu", progress)
     return res
 
 
-def report(model: nn.Module | str, inputs: InputsLike = None, *, batch: int | None = None, train: bool = False,
-           optimizer: str | None = None, precision: str | None = None, dtype: str | None = None,
-           checkpointing: bool = False, gpu: Any = None, fit: bool = False, bench: bool = False,
-           utilisation: float = 0.8, hardware: str | None = None, weights: str | None = None,
-           trust_remote_code: bool = False) -> Any:
+@_verb("report")
+def report(model: ModelLike, inputs: InputsLike = None, **settings: Any) -> Overview:
     """Everything about one workload, from one trace, for the HTML report: the profile, the
-    memory estimate and its timeline by category, and on accelerator ``gpu`` (an id or an
-    :class:`~torch_footprint.hardware.Accelerator`) the roofline prediction; with ``fit``
-    every accelerator's answer, with ``bench`` a measurement on this machine (the model is
-    built with random weights and run). Returns a :class:`~torch_footprint.bundle.Report`:
-    ``to_dict()`` is what ``--json`` saves, and it renders itself in a notebook.
-    """
-    from .bundle import report_of
+    memory estimate and its timeline, the roofline prediction on ``gpu``; with ``fit`` every
+    accelerator's answer, with ``bench`` a measurement on this machine."""
+    from .analysis import Profile
     from .estimate.memory import memory_of
-    from .estimate.recommend import arithmetic, recommend
-    from .estimate.workload import StepSpec, trace_step
+    from .estimate.recommend import recommend
+    from .estimate.workload import precision_of, trace_step
     from .hardware import Accelerator, get
+    from .results.overview import overview_of
 
-    spec = StepSpec(train, optimizer, arithmetic(dtype, precision), checkpointing)
-    acc = gpu if isinstance(gpu, Accelerator) or gpu is None else get(str(gpu), hardware)
-    trace, notes = trace_step(model, inputs, spec, batch=batch, weights=weights, trust_remote_code=trust_remote_code)
+    w, t, target, sections = _records("report", settings, model, inputs)
+    if len(target.gpu) > 1:
+        raise FootprintError("a report draws one accelerator: give --gpu once")
+    gpu = target.gpu[0] if target.gpu else None
+    acc = gpu if isinstance(gpu, Accelerator) or gpu is None else get(str(gpu), target.hardware)
+    trace, notes = trace_step(w, t)
     device = "cuda" if acc is not None and acc.kind == "gpu" else "cpu"
-    mem = memory_of(trace, spec, notes, device=device, utilisation=utilisation)
-    fitted = recommend(model, inputs, spec, batch=batch, utilisation=utilisation, hardware=hardware,
-                       weights=weights, trust_remote_code=trust_remote_code) if fit else None
-    measured = globals()["bench"](model, inputs, batch_sizes=[batch] if batch else None, dtype=dtype, train=train,
-                                  optimizer=optimizer or "sgd", weights=weights,
-                                  trust_remote_code=trust_remote_code) if bench else None
-    return report_of(Profile(trace, notes), mem, acc, fit=fitted, bench=measured)
+    mem = memory_of(trace, precision_of(w), t.checkpointing, notes, device=device, utilisation=target.utilisation)
+    fitted = recommend(w, t, Parallel(), Target(hardware=target.hardware, utilisation=target.utilisation)) \
+        if sections.fit else None
+    measured = bench(w.model, w.inputs, measurement=Measurement(batches=str(w.batch) if w.batch else None),
+                     precision=w.precision, train=t.train, optimizer=t.optimizer, weights=w.weights,
+                     trust_remote_code=w.trust_remote_code) if sections.bench else None
+    return overview_of(Profile(trace, notes), mem, acc, fit=fitted, bench=measured)
 
 
-def diff(before: str, after: str, *, force: bool = False, depth: int | None = 2) -> Any:
+def diff(before: str, after: str, *, force: bool = False, depth: int | None = 2) -> Diff:
     """What changed from saved result ``before`` to ``after`` (file paths), by metric and by
     module down to ``depth``. Results of different models, inputs or settings are refused
-    unless ``force``. Returns a :class:`~torch_footprint.analysis.diff.Diff`."""
-    from .analysis.diff import diff as compare
-    from .report.schema import load
+    unless ``force``."""
+    from .results.diff import diff as compare
+    from .results.record import load
 
     return compare(load(before), load(after), force=force, depth=depth, names=(f"'{before}'", f"'{after}'"))
 
 
-def check(target: str, budget: str, *, trust_remote_code: bool = False) -> Any:
+def check(target: str, budget: str, *, trust_remote_code: bool = False) -> CheckResult:
     """``target`` (a saved result, or a model run as the budget's [workload] says) against the
-    caps of budget file ``budget``. Returns a :class:`~torch_footprint.analysis.budget.CheckResult`."""
-    import os
+    caps of budget file ``budget``: each cap's outcome, and whether all passed."""
+    from .results.budget import check_target
 
-    from .analysis.budget import CheckResult, parse_budget
-    from .analysis.budget import check as against
-    from .analysis.diff import what_differs
-    from .analysis.metrics import metrics_of
-    from .report.schema import envelope, load
-    from .sources.inputs import parse_input_ids, parse_shape
-
-    b = parse_budget(budget)
-    base = load(b.baseline) if b.baseline else None
-    baseline = metrics_of(base) if base else None
-
-    def result(doc: dict[str, Any], metrics: dict[str, Any]) -> CheckResult:
-        notes = []
-        if base is not None and base["fingerprint"]["sha256"] != doc["fingerprint"]["sha256"]:
-            differs = what_differs(base["fingerprint"], doc["fingerprint"])
-            notes.append("the baseline is of a different workload (" + "; ".join(differs[:4]) + ")")
-        return CheckResult(against(b, metrics, baseline), doc["fingerprint"], b.path, notes)
-
-    if target.endswith(".json") or os.path.isfile(target):
-        doc = load(target)
-        return result(doc, metrics_of(doc))
-    w = b.workload
-    shapes = w.get("input", [])
-    specs = [parse_shape(str(x)) for x in ([shapes] if isinstance(shapes, str) else shapes)]
-    if w.get("input-ids"):
-        specs.append(parse_input_ids(str(w["input-ids"])))
-    accs = b.accelerators
-    rep = report(target, specs or None, batch=w.get("batch"), train=bool(w.get("train")), optimizer=w.get("optimizer"),
-                 precision=w.get("precision"), dtype=w.get("dtype"), checkpointing=bool(w.get("checkpointing")),
-                 gpu=accs[0] if accs else None, utilisation=float(w.get("utilisation", 0.8)),
-                 weights=w.get("weights"), trust_remote_code=trust_remote_code)
-    doc = envelope("report", rep.to_dict())
-    metrics = metrics_of(doc)
-    for acc in accs:  # under the budget's own spelling of each accelerator (an id or a name)
-        (latency,) = metrics_of({"kind": "predict", **predict(rep.profile, acc).to_dict()}).values()
-        metrics[f"latency_ms on {acc}"] = latency
-    return result(doc, metrics)
-
-
-def bench_ranks(model: str, inputs: InputsLike = None, *, nproc: int, strategy: str = "ddp",
-                batch: int | None = None, optimizer: str = "sgd", precision: str = "fp32", device: str = "cpu",
-                steps: int = 5, warmup: int = 2, timeout: float = 600.0) -> Any:
-    """Training steps on ``nproc`` ranks started by torchrun (gloo on CPU, NCCL on CUDA),
-    wrapped by torch's own DDP, ZeroRedundancyOptimizer, fully_shard or tensor-parallel
-    plan (``strategy``: ddp, zero1, zero2, zero3, fsdp, tp): each rank's measured peak,
-    step time and communication time beside one rank's prediction. ``model`` is given by
-    name (each rank builds it). Returns a :class:`~torch_footprint.measure.distributed.RanksBench`."""
-    from .estimate.ranks import check_strategy, predict_rank, rank_device
-    from .estimate.workload import StepSpec, trace_step
-    from .hardware.catalog import local_accelerator
-    from .measure import contention
-    from .measure.distributed import RanksBench, check_nproc, launch, usable_cores
-    from .measure.runner import pick_device
-
-    check_strategy(strategy)
-    if not isinstance(model, str):
-        raise FootprintError("bench --nproc builds the model in every rank: give it by name, not as a module")
-    dev = pick_device(device)
-    check_nproc(nproc, dev)
-    if steps < 1 or warmup < 0:
-        raise FootprintError("--steps must be at least 1 and --warmup not negative")
-    tp = nproc if strategy == "tp" else 1
-    spec = StepSpec(train=True, optimizer=optimizer, precision=precision, tp=tp)
-    trace, notes = trace_step(model, inputs, spec, batch=batch)
-    acc = local_accelerator(dev)
-    threads = max(1, usable_cores() // nproc)
-    share, where = 1.0, ""
-    if not dev.startswith("cuda") and acc is not None and acc.calibrated:  # the ranks share this CPU's cores
-        acc, share, where = rank_device(acc, nproc, threads)
-    pred = predict_rank(trace, strategy, 1 if strategy == "tp" else nproc, tp, acc, share)
-    if acc is None:
-        pred.notes.append("run `footprint calibrate --nproc N` to see the predicted step time beside this")
-    elif where and pred.step is not None:
-        pred.step.notes.append(where)
-    run = {"model": model, "inputs": _portable(inputs),
-           "batch": batch, "optimizer": optimizer, "precision": precision, "strategy": strategy,
-           "device": "cuda" if dev.startswith("cuda") else "cpu", "warmup": warmup, "steps": steps}
-    before = contention.sample(children=True)
-    ranks = launch(run, nproc, timeout=timeout, threads=threads)
-    busy = None if dev.startswith("cuda") else contention.between(before, contention.sample(children=True),
-                                                                  nproc * threads)
-    settings = {"optimizer": optimizer, "precision": precision, "batch_per_rank": batch, "threads": threads,
-                "steps": steps, "warmup": warmup}
-    notes = [n for n in notes if not n.startswith("default input")]
-    if busy is not None and busy.describe():
-        notes.append(busy.describe().replace("this process got", "the ranks got"))
-    return RanksBench(model=trace.model, strategy=strategy, nproc=nproc, device=dev, settings=settings, ranks=ranks,
-                      predicted=pred, notes=notes, contention=busy)
-
-
-def _portable(inputs: InputsLike) -> Any:
-    """Inputs as text the ranks parse again: a list of shapes, or a dict of them by keyword."""
-    from .dtypes import name_of
-    from .sources.inputs import InputSpec, normalize_inputs
-
-    pos, kw = normalize_inputs(inputs)
-    if pos and kw:
-        raise FootprintError("bench --nproc takes positional or keyword inputs, not both")
-
-    def text(x: Any) -> Any:
-        if isinstance(x, InputSpec):
-            return ",".join(map(str, x.shape)) + ":" + name_of(x.dtype)
-        return x
-
-    return {k: text(v) for k, v in kw.items()} if kw else ([text(x) for x in pos] or None)
+    return check_target(target, budget, trust_remote_code=trust_remote_code, report=report, predict=predict)

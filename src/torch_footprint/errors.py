@@ -1,6 +1,18 @@
-"""User-facing errors: one clear paragraph, exit code 2, no traceback."""
+"""User-facing errors: one clear paragraph, exit code 2, no traceback; and the exit codes."""
 
 from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """What ``footprint`` exits with."""
+
+    ANSWER = 0  # an answer, including "nothing fits"
+    VERDICT_FAILED = 1  # a check the user asked for failed: over budget, a calibration that fails its checks
+    BAD_INPUT = 2  # the input, the model or a file cannot be used: one line says why
+    INTERNAL_ERROR = 3  # a bug in torch-footprint
+    INTERRUPTED = 130  # Ctrl-C
 
 
 class FootprintError(Exception):
@@ -9,7 +21,7 @@ class FootprintError(Exception):
     The message is one line: a line break in it (text the user typed, echoed back) is shown
     as ``\\n``."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
     def __init__(self, message: object = "", *args: object) -> None:
         text = str(message).replace("\r", "\\r").replace("\n", "\\n")

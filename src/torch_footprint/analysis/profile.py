@@ -16,6 +16,8 @@ from .summary import ModuleRow, OperatorRow, Totals, by_module, by_operator, tot
 class Profile:
     """What ``footprint profile`` reports: parameters, FLOPs and MACs, by module and operator."""
 
+    kind = "profile"  # the envelope's kind of its saved file
+
     trace: Trace
     notes: list[str] = field(default_factory=list)
 
@@ -114,12 +116,6 @@ class Profile:
         back = f", backward_flops={self.backward_flops}" if self.trace.settings.get("backward") else ""
         return (f"Profile(model={self.trace.model!r}, params={self.params}, flops={self.flops}, "
                 f"macs={self.macs}{back}, events={len(self.trace.events)})")
-
-    def _repr_html_(self) -> str:
-        """A notebook draws the profile: cards, module bars, the module tree, the operators."""
-        from ..report.html import render_profile_html
-
-        return render_profile_html(self.to_dict(depth=None))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Profile:

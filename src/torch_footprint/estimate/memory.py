@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -12,8 +12,10 @@ from ..analysis.memory import MemoryPeak, replay
 from ..errors import FootprintError
 from ..quantities import parse_bytes
 from ..search import largest_true
+from ..settings import Memory, Target, Training, Workload
 from ..trace import Trace
-from .workload import StepSpec, first_batch, trace_step
+from .batch import BatchScaling, Scaling, envelope, scaling_line
+from .workload import at_batch, first_batch, precision_of, trace_step
 
 # Fixed costs outside the trace, per device, each configurable.
 #  - CUDA context: driver, kernels and runtime state loaded by the first CUDA call; a few
@@ -42,41 +44,10 @@ ALLOCATOR_ROUNDING = {"cpu": 0, "cuda": 512}
 
 
 @dataclass
-class Piece:
-    """One line of the peak: fixed + per_sample x batch from batch ``start`` on (until the next
-    piece), reached in ``phase``."""
-
-    start: int
-    fixed: float
-    per_sample: float
-    phase: str
-
-
-@dataclass
-class BatchScaling:
-    """peak(batch) = fixed + per_sample x batch, fitted from traces at two batch sizes.
-
-    ``pieces``: where the traces line up operator by operator, the peak exactly: every
-    operator's live bytes are affine in the batch, so the peak is the largest of those
-    lines, one line over each range of batches (a training step's peak can sit in the
-    optimizer step at small batches and in the backward at large ones)."""
-
-    batches: list[int]
-    peaks: list[int]
-    fixed: float
-    per_sample: float
-    affine: bool  # a third trace landed on the line (within 1%)
-    max_batch: int | None = None
-    max_batch_checked: bool = False
-    pieces: list[Piece] = field(default_factory=list)
-
-    def peak_at(self, batch: int) -> float:
-        return self.fixed + self.per_sample * batch
-
-
-@dataclass
 class MemoryEstimate:
     """What ``footprint memory`` reports."""
+
+    kind = "memory"  # the envelope's kind of its saved file
 
     peak: MemoryPeak
     settings: dict[str, Any]
@@ -109,11 +80,6 @@ class MemoryEstimate:
         return (f"MemoryEstimate(model={self.settings.get('model')!r}, peak_bytes={self.peak.peak_bytes}, "
                 f"phase={self.peak.phase!r}, total_bytes={self.total}, provision_bytes={self.provision})")
 
-    def _repr_html_(self) -> str:
-        from ..report.html import render_result_html
-
-        return render_result_html("memory", self.to_dict())
-
     def to_dict(self) -> dict[str, Any]:
         d = {"peak": self.peak.to_dict(), "settings": self.settings, "overheads": self.overheads,
              "total_bytes": self.total, "utilisation": self.utilisation, "provision_bytes": self.provision,
@@ -142,69 +108,20 @@ def overheads_for(device: str, n_allocations: int, rounding_bytes: int, backward
     return {}
 
 
-def scaling_line(batches: list[int], peaks: list[int]) -> BatchScaling:
-    (b1, b2), (p1, p2) = batches[:2], peaks[:2]
-    per = (p2 - p1) / (b2 - b1)
-    fixed = p1 - per * b1
-    affine = True
-    if len(batches) > 2:
-        expected = fixed + per * batches[2]
-        affine = abs(peaks[2] - expected) <= 0.01 * max(peaks[2], 1)
-    return BatchScaling(batches=batches, peaks=peaks, fixed=fixed, per_sample=per, affine=affine)
-
-
-def envelope(p: int, q: int, highs_p: Sequence[int], highs_q: Sequence[int], phases: Sequence[str],
-             start: int = 1) -> list[Piece]:
-    """The peak over batches from ``start`` on as pieces of lines, from two traces (at batches
-    ``p`` and ``q``) that line up: ``highs`` are the live bytes at each operator's high point,
-    ``phases`` the phase of each. The upper envelope of one line per operator."""
-    lines = {}
-    for a, b, phase in zip(highs_p, highs_q, phases, strict=True):
-        slope = (b - a) / (q - p)
-        key = (a - slope * p, slope)
-        lines.setdefault(key, phase)
-    if not lines:
-        return []
-
-    def value(line: tuple[float, float], x: float) -> float:
-        return line[0] + line[1] * x
-
-    x: float = start
-    cur = max(lines, key=lambda ln: (value(ln, x), ln[1]))
-    pieces = [Piece(start, cur[0], cur[1], lines[cur])]
-    while True:
-        # the next line to overtake: the first crossing after x among steeper lines
-        best: tuple[float, float, float] | None = None
-        for ln in lines:
-            if ln[1] > cur[1]:
-                cross = (cur[0] - ln[0]) / (ln[1] - cur[1])
-                if cross >= x and (best is None or (cross, -ln[1]) < (best[0], -best[2])):
-                    best = (cross, ln[0], ln[1])
-        if best is None:
-            return pieces
-        x, cur = best[0], (best[1], best[2])
-        first = math.floor(x) + 1  # the first whole batch where the new line is above
-        if first <= pieces[-1].start:
-            pieces[-1] = Piece(pieces[-1].start, cur[0], cur[1], lines[cur])
-        else:
-            pieces.append(Piece(first, cur[0], cur[1], lines[cur]))
-
-
-def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = None, device: str = "cpu",
-                    budget: int | str | None = None, utilisation: float = 0.8, scaling: bool = False,
-                    overheads: Mapping[str, int | str] | None = None, weights: str | None = None,
-                    trust_remote_code: bool = False) -> MemoryEstimate:
-    """The traced peak of ``spec`` at ``batch`` plus the fixed overheads of ``device``; with
-    ``scaling`` (or a ``budget``) the line through traces at 1x, 2x and 3x the batch; with a
-    ``budget`` the largest batch whose provisioned memory fits it, checked by tracing."""
+def estimate_memory(w: Workload, t: Training = Training(), target: Target = Target(),
+                    mem: Memory = Memory()) -> MemoryEstimate:
+    """The traced peak of ``t`` on ``w`` at its batch plus the fixed overheads of the target's
+    device; with ``mem.scaling`` (or a ``mem.max_batch`` budget) the line through traces at 1x,
+    2x and 3x the batch; with a budget the largest batch whose provisioned memory fits it,
+    checked by tracing."""
+    device = target.device or "cpu"
     if device not in ("cpu", "cuda"):
         raise FootprintError(f"unknown device '{device}': use cpu or cuda")
-    if not 0 < utilisation <= 1:
-        raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
+    utilisation = target.utilisation
 
     def at(b: int | None, timeline: bool = False) -> tuple[MemoryPeak, MemoryPeak | None, Trace, list[str]]:
         """The first step's peak, the steady-state step's (with optimizer state), the trace and its notes."""
-        tr, nt = trace_step(model, inputs, spec, batch=b, weights=weights, trust_remote_code=trust_remote_code)
+        tr, nt = trace_step(at_batch(w, b), t)
         steady = replay(tr, keep_timeline=timeline, steady=True) if tr.tags.get("optimizer") else None
         return replay(tr, keep_timeline=timeline), steady, tr, nt
 
@@ -212,15 +129,15 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
         first, steady, _, _ = at(b)
         return max(first.peak_bytes, steady.peak_bytes if steady is not None else 0)
 
-    peak, steady, trace, notes = at(batch, timeline=True)
-    est = memory_of(trace, spec, notes, peak=peak, steady=steady, device=device, utilisation=utilisation,
-                    overheads=overheads)
+    peak, steady, trace, notes = at(w.batch, timeline=True)
+    est = memory_of(trace, precision_of(w), t.checkpointing, notes, peak=peak, steady=steady, device=device,
+                    utilisation=utilisation, overheads=mem.overheads)
     fixed_costs = sum(est.overheads.values())
     budget_b = None
-    if budget is not None:
-        budget_b = parse_bytes(budget)
+    if mem.max_batch is not None:
+        budget_b = parse_bytes(mem.max_batch)
         if budget_b <= 0:
-            raise FootprintError(f"a memory budget must be positive, got {budget}")
+            raise FootprintError(f"a memory budget must be positive, got {mem.max_batch}")
         est.budget = budget_b
         weights_b = peak.persistent.get("weights", 0) + peak.persistent.get("buffers", 0)
         if (weights_b + fixed_costs) / utilisation > budget_b:
@@ -229,9 +146,9 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
                 f"{weights_b / 2**30:.2f} GiB (plus {fixed_costs / 2**30:.2f} GiB of fixed overheads, at "
                 f"{utilisation:.0%} utilisation)"
             )
-    if budget_b is None and not scaling:
+    if budget_b is None and not mem.scaling:
         return est
-    b1 = first_batch(trace, batch)
+    b1 = first_batch(trace, w.batch)
     steady_kind = est.steady is not None and est.larger is est.steady
 
     def same_step(b: int) -> tuple[MemoryPeak, Trace]:
@@ -242,13 +159,11 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
     runs = {b1: (est.larger, trace), **{k * b1: same_step(k * b1) for k in (2, 3)}}
     traced = {b: r[0].peak_bytes for b, r in runs.items()}
     line = est.scaling = scaling_line(list(traced), list(traced.values()))
-    from .recommend import aligned_pair
-
-    pair = aligned_pair({b: r[1] for b, r in runs.items()})
-    if pair is not None:
-        (pp, tp), (pq, _) = runs[pair[0]], runs[pair[1]]
+    scaling = Scaling.of({b: r[1] for b, r in runs.items()}, {b: r[0] for b, r in runs.items()})
+    if scaling.pair is not None:
+        (pp, tp), (pq, _) = runs[scaling.pair[0]], runs[scaling.pair[1]]
         phases = ["before the first operator", *(e.phase for e in tp.events)]
-        line.pieces = envelope(pair[0], pair[1], pp.highs, pq.highs, phases)
+        line.pieces = envelope(scaling.pair[0], scaling.pair[1], pp.highs, pq.highs, phases)
         last = line.pieces[-1]
         line.fixed, line.per_sample = last.fixed, last.per_sample
     if budget_b is None:
@@ -267,16 +182,16 @@ def estimate_memory(model: Any, inputs: Any, spec: StepSpec, *, batch: int | Non
             f"not even batch 1 fits a budget of {budget_b / 2**30:.2f} GiB: it needs "
             f"{need / 2**30:.2f} GiB, {need / utilisation / 2**30:.2f} GiB at {utilisation:.0%} utilisation"
         )
-    # start from the line's answer, then bracket and bisect with real traces
-    guess = max(1, int((room - line.fixed) // line.per_sample)) if line.per_sample > 0 else 2
-    best = largest_true(fits, guess, known_ok=1, limit=2**25)
+    # start from the scaling's answer, then bracket and bisect with real traces
+    guess = scaling.largest(room)
+    best = largest_true(fits, max(1, guess) if guess is not None else 2, known_ok=1, limit=2**25)
     if best >= 2**25:
         raise FootprintError("the peak does not grow with the batch size: no largest batch to find")
     line.max_batch, line.max_batch_checked = best, True
     return est
 
 
-def memory_of(trace: Trace, spec: StepSpec, notes: list[str], *, peak: MemoryPeak | None = None,
+def memory_of(trace: Trace, precision: str, checkpointing: bool, notes: list[str], *, peak: MemoryPeak | None = None,
               steady: MemoryPeak | None = None, device: str = "cpu", utilisation: float = 0.8,
               overheads: Mapping[str, int | str] | None = None) -> MemoryEstimate:
     """The estimate of one traced step: its peak and, with optimizer state, the steady-state
@@ -289,7 +204,7 @@ def memory_of(trace: Trace, spec: StepSpec, notes: list[str], *, peak: MemoryPea
     for name, value in (overheads or {}).items():
         fixed[name] = parse_bytes(value)
     kept = {k: v for k, v in fixed.items() if v}
-    settings = dict(trace.settings, precision=spec.precision, checkpointing=spec.checkpointing, target=device,
+    settings = dict(trace.settings, precision=precision, checkpointing=checkpointing, target=device,
                     inputs=trace.inputs, model=trace.model)
     return MemoryEstimate(peak=peak, settings=settings, overheads=kept, utilisation=utilisation, notes=notes,
                           steady=steady)

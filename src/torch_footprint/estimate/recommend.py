@@ -9,85 +9,23 @@ any batch; throughput there from operator costs extrapolated from the same trace
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.memory import MemoryPeak, replay
-from ..errors import FootprintError
 from ..hardware import Accelerator, find, load
 from ..hardware.networks import get_network
+from ..quantities import parse_seconds
+from ..settings import Parallel, Target, Training, Workload
 from ..trace import Trace
-from .comm import StepTime, link_of, step_time
-from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for, scaling_line
-from .ranks import phase_times
-from .roofline import Prediction, estimate_latency
-from .sharding import STRATEGIES, ModelStates, gather_bytes, model_states, step_peak
-from .workload import StepSpec, first_batch, trace_step
-
-
-def aligned(a: Trace, b: Trace) -> bool:
-    """Whether two traces ran the same operators in the same order (batch sizes aside)."""
-    return len(a.events) == len(b.events) and all(x.op == y.op for x, y in zip(a.events, b.events, strict=True))
-
-
-def aligned_pair(traces: dict[int, Trace]) -> tuple[int, int] | None:
-    """Two batch sizes whose traces line up operator by operator (batch 1 often differs:
-    models squeeze or expand a batch of one), preferring the smallest."""
-    bs = sorted(traces)
-    for i, p in enumerate(bs):
-        for q in bs[i + 1:]:
-            if aligned(traces[p], traces[q]):
-                return p, q
-    return None
-
-
-def largest_fitting_batch(p: int, q: int, peak_p: MemoryPeak, peak_q: MemoryPeak, room: float) -> int | None:
-    """Largest batch whose peak fits in ``room`` bytes, from two aligned traces: the live
-    bytes at every operator are affine in the batch, so the peak (their maximum) is known
-    at any batch. None when no operator's memory grows with the batch."""
-    hp, hq = peak_p.highs, peak_q.highs
-    best: float = math.inf
-    for a, b in zip(hp, hq, strict=True):
-        slope = (b - a) / (q - p)
-        if slope > 0:
-            best = min(best, p + (room - a) / slope)
-    if best == math.inf:
-        return None
-    return max(0, math.floor(best))
-
-
-def peak_at(p: int, q: int, peak_p: MemoryPeak, peak_q: MemoryPeak, batch: int) -> float:
-    """The peak at ``batch`` from two aligned traces (see :func:`largest_fitting_batch`)."""
-    return max(a + (b - a) * (batch - p) / (q - p) for a, b in zip(peak_p.highs, peak_q.highs, strict=True))
-
-
-def extrapolate(a: Trace, b: Trace, batch_a: int, batch_b: int, batch: int) -> Trace | None:
-    """The trace at ``batch`` from traces at two batch sizes, every operator's FLOPs, MACs
-    and bytes linear in the batch; None when the two runs did not execute the same operators."""
-    if len(a.events) != len(b.events) or batch_a == batch_b:
-        return None
-    t = (batch - batch_a) / (batch_b - batch_a)
-    out = copy.copy(a)
-    events = []
-    for ea, eb in zip(a.events, b.events, strict=True):
-        if ea.op != eb.op:
-            return None
-        e = copy.copy(ea)
-        e.flops = max(0, round(ea.flops + t * (eb.flops - ea.flops)))
-        e.macs = max(0, round(ea.macs + t * (eb.macs - ea.macs)))
-        e.bytes_read = max(0, round(ea.bytes_read + t * (eb.bytes_read - ea.bytes_read)))
-        e.bytes_written = max(0, round(ea.bytes_written + t * (eb.bytes_written - ea.bytes_written)))
-        e.out_shapes = [list(s) for s in ea.out_shapes]
-        for sa, sb, s in zip(ea.out_shapes, eb.out_shapes, e.out_shapes, strict=False):
-            if sa and sb and sa[0] == batch_a and sb[0] == batch_b:
-                s[0] = batch
-        events.append(e)
-    out.events = events
-    return out
+from .batch import Scaling, extrapolate
+from .kernels.roofline import Prediction, estimate_latency
+from .layouts.comm import StepTime, link_of, step_time
+from .layouts.ranks import phase_times
+from .layouts.sharding import ModelStates, gather_bytes, model_states, step_peak
+from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for
+from .workload import at_batch, first_batch, precision_of, trace_step
 
 
 @dataclass
@@ -125,6 +63,8 @@ class FitRow:
 
 @dataclass
 class FitResult:
+
+    kind = "fit"  # the envelope's kind of its saved file
     rows: list[FitRow]
     pick: str | None
     why: str
@@ -141,11 +81,6 @@ class FitResult:
     def __repr__(self) -> str:
         return (f"FitResult(model={self.settings.get('model')!r}, pick={self.pick!r}, "
                 f"fits={[r.accelerator.id for r in self.rows if r.fits]})")
-
-    def _repr_html_(self) -> str:
-        from ..report.html import render_result_html
-
-        return render_result_html("fit", self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         return {"pick": self.pick, "why": self.why, "batch_per_rank": self.batch, "gpus": self.gpus, "tp": self.tp,
@@ -182,77 +117,45 @@ def _closest_miss(rows: list[FitRow]) -> str:
             f"{big.need / 2**30:.1f} GiB needed per rank")
 
 
-def affine_largest(batches: list[int], peaks: list[int], room: float) -> int | None:
-    """Largest batch whose peak (affine in the batch, fitted) fits in ``room`` bytes."""
-    f = scaling_line(batches, peaks)
-    if f.per_sample <= 0:
-        return None
-    b = math.floor((room - f.fixed) / f.per_sample)
-    return b if b >= 1 else 0
-
-
 def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False) -> dict[str, int]:
     device = "cuda" if acc.kind == "gpu" else "cpu"
     return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device], backward)
 
 
-def arithmetic(dtype: str | None, precision: str | None) -> str:
-    """The arithmetic of a workload: ``dtype`` (inference) or ``precision`` (training), not both."""
-    if dtype and precision:
-        raise FootprintError("give --dtype (inference) or --precision (training), not both")
-    return precision or dtype or "fp32"
-
-
-def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = None, gpus: int = 1,
-              strategy: str = "ddp", target_s: float | None = None, utilisation: float = 0.8,
-              hardware: str | None = None, only: Sequence[str] | None = None, tf32: bool | None = None,
-              efficiency: Mapping[str, float] | None = None, bucket_view: bool = False,
-              weights: str | None = None, trust_remote_code: bool = False, tp: int = 1,
-              network: str | None = None, gpus_per_node: int = 8) -> FitResult:
-    """Every accelerator's answer for ``spec`` at ``batch`` per rank, and the pick (see the module docstring).
-    ``tp`` of the ``gpus`` split each layer (tensor parallelism, :mod:`~torch_footprint.parallel`); the
-    rest, ``gpus / tp``, are data-parallel ranks under ``strategy``. Training over several ranks
-    is timed with its communication (:mod:`.comm`); ``gpus`` beyond one node of ``gpus_per_node``
-    communicate through ``network`` (an id of hardware/networks.toml)."""
-    if strategy not in STRATEGIES:
-        raise FootprintError(f"unknown strategy '{strategy}': use {', '.join(STRATEGIES)}")
-    if gpus < 1:
-        raise FootprintError(f"--gpus must be at least 1, got {gpus}")
-    if not 0 < utilisation <= 1:
-        raise FootprintError(f"utilisation must be in (0, 1], got {utilisation}")
-    if batch is not None and batch < 1:
-        raise FootprintError(f"batch must be at least 1, got {batch}")
-    if gpus_per_node < 1:
-        raise FootprintError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
-    net = get_network(network) if network else None
-    if tp < 1 or gpus % tp:
-        raise FootprintError(f"--tp {tp} must divide --gpus {gpus}")
-    dp = gpus // tp
-    if tp > 1:
-        spec = dataclasses.replace(spec, tp=tp)
+def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
+              target: Target = Target()) -> FitResult:
+    """Every accelerator's answer for the step ``t`` of ``w`` at its batch per rank, and the pick
+    (see the module docstring). ``p.tp`` of the ``p.gpus`` split each layer (tensor parallelism,
+    :mod:`.layouts.tensor_parallel`); the rest are data-parallel ranks under ``p.strategy``.
+    Training over several ranks is timed with its communication (:mod:`.layouts.comm`); GPUs
+    beyond one node of ``p.gpus_per_node`` communicate through ``p.network``."""
+    gpus, tp, dp, strategy = p.gpus, p.tensor, p.data, p.sharding
+    utilisation, hardware, only = target.utilisation, target.hardware, target.gpu
+    tf32, efficiency = target.tf32_flag, target.efficiencies
+    target_s = parse_seconds(target.latency) if target.latency is not None else None
+    net = get_network(p.network) if p.network else None
     rows_db = load(hardware)
     if only:
         rows_db = [find(rows_db, x) for x in only]
-    common = dict(weights=weights, trust_remote_code=trust_remote_code)
-    t1, notes = trace_step(model, inputs, spec, batch=batch, **common)
-    b1 = first_batch(t1, batch)
-    traces = {b1: t1, 2 * b1: trace_step(model, inputs, spec, batch=2 * b1, **common)[0],
-              3 * b1: trace_step(model, inputs, spec, batch=3 * b1, **common)[0]}
-    peaks = {b: step_peak(t, strategy, dp, bucket_view) for b, t in traces.items()}
+    t1, notes = trace_step(w, t, p)
+    b1 = first_batch(t1, w.batch)
+    traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p)[0] for k in (2, 3)}}
+    peaks = {b: step_peak(tr, strategy, dp, p.bucket_view) for b, tr in traces.items()}
     n_allocs = allocation_count(t1)
     states = None
-    if spec.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
+    if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
         persistent = peaks[b1].persistent if dp == 1 else replay(t1).persistent
-        states = model_states(persistent, strategy, dp, gather_bytes(t1, strategy), bucket_view)
-    pair = aligned_pair(traces)
+        states = model_states(persistent, strategy, dp, gather_bytes(t1, strategy), p.bucket_view)
+    scaling = Scaling.of(traces, peaks)
+    pair = scaling.pair
     if pair is not None:
-        p, q = pair
+        bp, bq = pair
         r = next(b for b in traces if b not in pair)
-        guess = peak_at(p, q, peaks[p], peaks[q], r)
+        guess = scaling.peak_at(r)
         if abs(guess - peaks[r].peak_bytes) > 0.01 * peaks[r].peak_bytes:
             notes.append(f"the peak at batch {r} is {peaks[r].peak_bytes / 2**30:.3g} GiB, {guess / 2**30:.3g} GiB "
-                         f"from the traces at {p} and {q}: largest batches are approximate")
-        how = (f"largest batch: live bytes at every operator, affine in the batch, from traces at {p} and {q} "
+                         f"from the traces at {bp} and {bq}: largest batches are approximate")
+        how = (f"largest batch: live bytes at every operator, affine in the batch, from traces at {bp} and {bq} "
                f"(checked at {r}); throughput there: operator costs extrapolated from the same traces")
     else:
         notes.append("the traces at three batch sizes ran different operators: largest batch from a line through "
@@ -276,9 +179,9 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
 
     def with_comm(tr: Trace, acc: Accelerator, pred: Prediction) -> StepTime | None:
         """One rank's training step with its communication (None: one rank, or no link figure)."""
-        if not spec.train or gpus == 1:
+        if not t.train or gpus == 1:
             return None
-        link = link_of(acc, ranks=gpus, per_node=gpus_per_node, network=net)
+        link = link_of(acc, ranks=gpus, per_node=p.gpus_per_node, network=net)
         if link is None:
             no_link.append(acc.id)
             return None
@@ -286,14 +189,11 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
 
     out_rows: list[FitRow] = []
     for acc in rows_db:
-        fixed = sum(fixed_overheads(acc, n_allocs, spec.train).values())
+        fixed = sum(fixed_overheads(acc, n_allocs, t.train).values())
         cap = acc.memory_bytes
         need = math.ceil((peaks[b1].peak_bytes + fixed) / utilisation)
         room = cap * utilisation - fixed
-        if pair is not None:
-            largest = largest_fitting_batch(pair[0], pair[1], peaks[pair[0]], peaks[pair[1]], room)
-        else:
-            largest = affine_largest(list(peaks), [x.peak_bytes for x in peaks.values()], room)
+        largest = scaling.largest(room)
         if largest is not None:  # the traced peak at the batch asked overrules the extrapolation there
             largest = max(largest, b1) if need <= cap else min(largest, b1 - 1)
         if acc.bandwidth is None and not acc.calibrated:
@@ -304,20 +204,20 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
         step = with_comm(traces[b1], acc, pred)
 
         def total(tr: Trace) -> float:
-            p = latency(tr, acc)
-            s = with_comm(tr, acc, p)
-            return s.time_s if s is not None else p.time_s
+            pr = latency(tr, acc)
+            st = with_comm(tr, acc, pr)
+            return st.time_s if st is not None else pr.time_s
 
         thr, thr_b = None, None
         if largest:
             tl = trace_at(largest)
             if tl is not None:
-                t = total(tl)
+                secs = total(tl)
             else:  # a line through the predicted times at the first two batch sizes
                 t0 = step.time_s if step is not None else pred.time_s
                 t2 = total(traces[2 * b1])
-                t = t0 + (t2 - t0) * (largest - b1) / b1
-            thr, thr_b = (largest * dp / t if t > 0 else None), largest
+                secs = t0 + (t2 - t0) * (largest - b1) / b1
+            thr, thr_b = (largest * dp / secs if secs > 0 else None), largest
         row = FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b, step=step)
         if target_s is not None:
             row.meets_target = row.fits and (row.latency_s or 0.0) <= target_s
@@ -333,19 +233,19 @@ def recommend(model: Any, inputs: Any, spec: StepSpec, *, batch: int | None = No
         how_many = f"{dp} data-parallel ranks ({strategy})" + (f" x {tp} tensor-parallel" if tp > 1 else "")
         notes.append(f"{how_many}: memory per rank; " + (
             "latency is one rank's training step with its communication (ring collectives over the "
-            "accelerator's link_gbs); throughput is samples per second over all ranks" if spec.train else
+            "accelerator's link_gbs); throughput is samples per second over all ranks" if t.train else
             "throughput is the sum over the data-parallel ranks"))
         if no_link:
             notes.append(f"no interconnect figure for {', '.join(sorted(set(no_link)))}: their communication is "
                          "not timed")
-        if spec.train and gpus > gpus_per_node:
-            nodes = -(-gpus // gpus_per_node)
-            notes.append(f"{gpus} GPUs span {nodes} nodes of {gpus_per_node}: " + (
+        if t.train and gpus > p.gpus_per_node:
+            nodes = -(-gpus // p.gpus_per_node)
+            notes.append(f"{gpus} GPUs span {nodes} nodes of {p.gpus_per_node}: " + (
                 f"their rings cross {net.name} ({net.nics} x {net.port_gbps:g} Gb/s per node, {net.source})"
                 if net else "no --network given, so the GPUs' own link is assumed between nodes too (optimistic)"))
     if how:
         notes.append(how)
-    settings = dict(t1.settings, precision=spec.precision, checkpointing=spec.checkpointing,
+    settings = dict(t1.settings, precision=precision_of(w), checkpointing=t.checkpointing,
                     utilisation=utilisation, model=t1.model, inputs=t1.inputs)
     return FitResult(rows=out_rows, pick=pick, why=why, batch=b1, gpus=gpus, strategy=strategy, settings=settings,
                      states=states, peak=peaks[b1], notes=notes, target_s=target_s, tp=tp)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -294,3 +295,55 @@ def check(result: dict[str, Any], previous: dict[str, Any] | None = None) -> lis
         problems.append(f"the machine was busy ({why}); --threads {busy['suggested_threads']} "
                         "or an idle machine measures cleanly")
     return problems
+
+
+@dataclass
+class CalibrationResult:
+    """What ``calibrate`` measured, and where it was kept (None: not saved)."""
+
+    kind = "calibrate"  # the envelope's kind of its saved file
+
+    measured: dict[str, Any]
+    path: str | None
+
+    @property
+    def problems(self) -> list[str]:
+        """The checks it failed (a cache copy slower than DRAM, a ceiling far from the previous
+        calibration, a busy machine); a calibration with problems is saved only when forced."""
+        return list(self.measured.get("problems", []))
+
+    @property
+    def saved(self) -> bool:
+        return self.path is not None
+
+    def __repr__(self) -> str:
+        return (f"CalibrationResult(device={self.measured.get('device')!r}, saved={self.saved}, "
+                f"problems={len(self.problems)})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.measured
+
+
+def calibrate_device(device: str = "cpu", *, quick: bool = False, force: bool = False, save: bool = True,
+                     nproc: int | None = None,
+                     progress: Callable[[str], None] | None = None) -> CalibrationResult:
+    """Measure ``device``'s ceilings and, with ``nproc``, all-reduces across that many ranks
+    under torchrun; keep them for later predictions when ``save`` and they pass their checks
+    (or ``force``)."""
+    from ..hardware.local import device_key, read_calibrations, save_calibration
+
+    if nproc is not None:
+        from .distributed import check_nproc
+
+        check_nproc(nproc, device)
+    res = calibrate(device, quick=quick, on_step=progress)
+    if nproc is not None:
+        from .distributed import measure_link
+
+        if progress:
+            progress(f"all-reduce across {nproc} ranks")
+        res["link"] = measure_link(nproc, device, quick=quick)
+    res["problems"] = check(res, read_calibrations().get(device_key(device)))
+    keep = save and (force or not res["problems"])
+    path = save_calibration(device, res) if keep else None
+    return CalibrationResult(res, str(path) if path is not None else None)

@@ -206,6 +206,8 @@ def measure_link(nproc: int, device: str = "cpu", *, quick: bool = False,
 class RanksBench:
     """``footprint bench --nproc N``: each rank's measurement beside one rank's prediction."""
 
+    kind = "bench"  # the envelope's kind of its saved file
+
     model: str
     strategy: str
     nproc: int

@@ -3,12 +3,14 @@ then decode steps timed one by one (greedy, each token fed back), with the bench
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
 from ..errors import FootprintError
+from ..settings import Serving, Workload
 from .measured import allocator_peak
 from .timer import CpuClock, CudaClock, measure, summarize
 
@@ -68,3 +70,23 @@ def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int
             "tpot_s": tpot.median, "tpot_p90_s": tpot.p90, "tpot_spread": tpot.spread,
             "tokens_per_s_per_request": 1 / tpot.median if tpot.median else None,
             "tokens_per_s": batch / tpot.median if tpot.median else None, "peak_bytes": peak}
+
+
+def measure_model(w: Workload, s: Serving, device: str, progress: Callable[[str], None] | None = None) -> dict:
+    """Time ``w``'s language model for real on ``device`` (random weights): its prefill and
+    decode as ``s`` asks, in the activations' dtype its weight scheme implies."""
+    from ..estimate.llm import DEFAULT_BATCH
+    from ..estimate.llm.quantization import activation_dtype, weight_scheme
+    from ..estimate.llm.trace import cache_argument, last_logits_only
+    from ..sources import prepare
+    from ..sources.models import real_weights
+
+    scheme = weight_scheme(s.quant) if s.quant else None
+    dtype = activation_dtype(scheme)
+    if progress:
+        progress(f"running the model on {device}: prefill and {s.output} decode steps")
+    with real_weights():
+        work = prepare(w.model, "1,1:int64", dtype=dtype, trust_remote_code=w.trust_remote_code)
+    m = work.model.to(device)
+    return measure_generation(m, batch=w.batch or DEFAULT_BATCH, prompt=s.prompt, output=s.output, device=device,
+                              cache_kwarg=cache_argument(m), prefill_kwargs=last_logits_only(m))

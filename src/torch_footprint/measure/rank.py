@@ -12,7 +12,7 @@ it with torch's own machinery for the strategy, and runs the training step of
     zero3  fully_shard (FSDP2) on every unit, then on the root
     fsdp
     tp     torch.distributed.tensor.parallel.parallelize_module with ColwiseParallel and
-           RowwiseParallel on the linears of :func:`torch_footprint.parallel.tp_plan`
+           RowwiseParallel on the linears of :func:`torch_footprint.estimate.layouts.tensor_parallel.tp_plan`
 
 The first step runs under the memory profiler (CPU: the allocator's records, as
 :mod:`.measured` reads them; CUDA: max_memory_allocated), from the model's construction on,
@@ -46,7 +46,8 @@ COLLECTIVE_WORDS = ("all_reduce", "allreduce", "all_gather", "allgather", "reduc
 def _wrap(model: nn.Module, strategy: str, world: int, factory: Any, device: str) -> tuple[nn.Module, Any]:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..parallel import check_tp, fsdp_units, modules_of
+    from ..estimate.layouts.sharding import fsdp_units, modules_of
+    from ..estimate.layouts.tensor_parallel import check_tp
 
     dev_type = torch.device(device).type
     if strategy in ("ddp", "zero1"):
@@ -166,7 +167,7 @@ def _comm_seconds(prof: Any, cuda: bool) -> tuple[float, dict[str, int]]:
 
 def collectives(spec: dict[str, Any], world: int, device: str) -> dict[str, Any]:
     """All-reduces of two sizes, timed: the link's bus bandwidth and per-step latency
-    (:mod:`torch_footprint.estimate.comm`'s ring model, fitted through the two points)."""
+    (:mod:`torch_footprint.estimate.layouts.comm`'s ring model, fitted through the two points)."""
     points = []
     for nbytes in spec["sizes"]:
         x = torch.ones(nbytes // 4, device=device)
@@ -191,9 +192,9 @@ def collectives(spec: dict[str, Any], world: int, device: str) -> dict[str, Any]
 
 
 def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
-    from ..estimate import training
     from ..sources import prepare
     from ..sources.models import real_weights
+    from ..trace import setups as training
     from ..trace.step import run_step
 
     device = spec["device"]

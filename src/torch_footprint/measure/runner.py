@@ -55,6 +55,8 @@ class BenchPoint:
 
 @dataclass
 class BenchResult:
+
+    kind = "bench"  # the envelope's kind of its saved file
     model: str
     device: str
     mode: str
@@ -84,11 +86,6 @@ class BenchResult:
     def __repr__(self) -> str:
         medians = {p.batch: round(p.stats.median, 9) for p in self.points}
         return f"BenchResult(model={self.model!r}, device={self.device!r}, mode={self.mode!r}, median_s={medians})"
-
-    def _repr_html_(self) -> str:
-        from ..report.html import render_result_html
-
-        return render_result_html("bench", self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "mode": self.mode, "settings": self.settings,

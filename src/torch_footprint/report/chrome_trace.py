@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def chrome_trace(prediction: Any, timeline: Any) -> dict[str, Any]:
-    """``prediction``: an :class:`~torch_footprint.estimate.roofline.Prediction`; ``timeline``: the
-    :class:`~torch_footprint.analysis.timeline.Timeline` of the same trace (not downsampled)."""
+def chrome_trace(overview: Any) -> dict[str, Any]:
+    """The Chrome trace of an :class:`~torch_footprint.results.overview.Overview` with a prediction:
+    its operators on the accelerator, and its timeline (not downsampled) as counters."""
+    prediction, timeline = overview.prediction, overview.timeline
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"predicted on {prediction.accelerator.name}"}},
         {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "operators"}},

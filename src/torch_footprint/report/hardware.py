@@ -9,7 +9,7 @@ from rich.text import Text
 
 from ..dtypes import RATE_KEYS
 from .layout import Column, fit_tables
-from .terminal import describe_workload, make_console
+from .terminal import as_text, describe_workload
 from .units import binary, si
 
 
@@ -35,9 +35,9 @@ def _fig(acc: Any, field: str, value: float | None, fmt: str = "{:g}") -> str:
     return ("~" if field in acc.estimated else "") + fmt.format(value)
 
 
-def render_gpus(rows: list[Any], console: Console | None = None, sources: bool = False) -> None:
+@as_text
+def render_gpus(rows: list[Any], console: Console, sources: bool = False) -> None:
     """The database as a table: memory, bandwidth, dense peaks per dtype, power."""
-    console = console or make_console()
     cols = [Column("id", "left", wrap=True), Column("memory"), Column("GB/s"), *(Column(d) for d in RATE_KEYS),
             Column("TDP")]
     cells = []
@@ -59,9 +59,9 @@ def render_gpus(rows: list[Any], console: Console | None = None, sources: bool =
                            "machine's ceilings", style="yellow"))
 
 
-def render_prediction(pred: Any, console: Console | None = None, depth: int = 1, top: int = 10) -> None:
+@as_text
+def render_prediction(pred: Any, console: Console, depth: int = 1, top: int = 10) -> None:
     """A roofline prediction: totals, by module, the slowest operators."""
-    console = console or make_console()
     a = pred.accelerator
     head = Text(f"{a.name}", style="bold cyan")
     head.append(f"  ·  ceilings: {pred.ceilings.source}"
@@ -106,9 +106,9 @@ def render_prediction(pred: Any, console: Console | None = None, depth: int = 1,
                           if pred.ceilings.overlap else ""), style="dim italic"))
 
 
-def render_fit(res: Any, console: Console | None = None) -> None:
+@as_text
+def render_fit(res: Any, console: Console) -> None:
     """The ranking of accelerators for one workload."""
-    console = console or make_console()
     s = res.settings
     inputs, what = describe_workload(s)
     head = Text(f"{s.get('model')}", style="bold cyan")
@@ -168,8 +168,10 @@ def render_fit(res: Any, console: Console | None = None) -> None:
                        style="dim italic"))
 
 
-def render_calibration(res: dict[str, Any], path: Any, console: Console | None = None) -> None:
-    console = console or make_console()
+@as_text
+def render_calibration(cal: Any, console: Console) -> None:
+    """A :class:`~torch_footprint.measure.calibrate.CalibrationResult`: each ceiling measured, where it was saved."""
+    res, path = cal.measured, cal.path
     threads = f"{res['threads']} thread" + ("" if res["threads"] == 1 else "s")
     console.print(Text(f"{res['name']}  ·  {res['device']}  ·  {threads}  ·  torch {res['torch']}",
                        style="bold cyan"))
@@ -226,10 +228,10 @@ def _err(pred: float | None, meas: float) -> str:
     return f"{100 * (pred - meas) / meas:+.1f}%" if pred is not None and meas else ""
 
 
-def render_ranks(res: Any, console: Console | None = None) -> None:
+@as_text
+def render_ranks(res: Any, console: Console) -> None:
     """Print a :class:`~torch_footprint.measure.distributed.RanksBench`: per rank, the
     measured peak, step and communication time beside the prediction."""
-    console = console or make_console()
     s = res.settings
     header = Text(res.model, style="bold cyan")
     header.append(f"  ·  training, {res.strategy} over {res.nproc} ranks on {res.device} (torchrun)  ·  "

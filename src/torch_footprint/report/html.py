@@ -471,21 +471,25 @@ SECTIONS: list[tuple[str, str, Section]] = [
 ]
 
 
-def render_profile_html(profile: dict[str, Any]) -> str:
-    """A notebook fragment for a profile alone (``Profile.to_dict()``): its cards, module bars
-    and tree, and operators."""
-    from .schema import envelope
+def page_of(result: Any) -> dict[str, Any]:
+    """What the page draws for ``result``: a saved record (its dict, with its envelope) as it
+    is; a live result's ``to_dict()`` under an envelope of its kind, with what its sections
+    read beside it (a prediction's roofline points and accelerator, a profile's modules)."""
+    from ..results.record import envelope
 
-    doc = envelope("profile", profile)
-    return render_html({**doc, "profile": profile, "modules": profile["by_module"]}, fragment=True)
-
-
-def render_result_html(kind: str, payload: dict[str, Any], **extra: Any) -> str:
-    """A notebook fragment for one result (``to_dict()`` of a memory estimate, a fit, a
-    prediction, a measurement): the report's sections that draw it."""
-    from .schema import envelope
-
-    return render_html({**envelope(kind, payload), kind: payload, **extra}, fragment=True)
+    if isinstance(result, dict):
+        return result
+    kind, payload = result.kind, result.to_dict()
+    if kind == "report":
+        return envelope("report", payload)
+    if kind == "profile":
+        return {**envelope("profile", payload), "profile": payload, "modules": payload["by_module"]}
+    extra: dict[str, Any] = {}
+    if kind == "predict":
+        acc = result.accelerator
+        payload = {**payload, "roofline": result.roofline_points()}
+        extra["accelerator"] = {**acc.to_dict(), "memory_bytes": acc.memory_bytes}
+    return {**envelope(kind, payload), kind: payload, **extra}
 
 
 def embedded_json(doc: dict[str, Any]) -> str:
@@ -493,10 +497,11 @@ def embedded_json(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
 
 
-def render_html(doc: dict[str, Any], fragment: bool = False, depth: int | None = None) -> str:
-    """The report of a result dict (kind "report", with its envelope) as one HTML page
-    (``fragment``: a ``<div>`` for a notebook, without the page around it); ``depth``: the
-    module depth of the bars (default: the shallowest with at least five modules)."""
+def render_html(result: Any, *, depth: int | None = None, fragment: bool = False) -> str:
+    """One HTML page of a result (a live one, or a saved record's dict with its envelope): the
+    sections that draw it. ``fragment``: a ``<div>`` for a notebook, without the page around it;
+    ``depth``: the module depth of the bars (default: the shallowest with at least five modules)."""
+    doc = page_of(result)
     chosen: dict[Section, Section] = {module_bars: lambda d: module_bars(d, depth)} if depth is not None else {}
     title = f"{doc.get('model')} · torch-footprint"
     body = [f'<h1>{esc(doc.get("model"))}</h1><p class="sub">{esc(_workload(doc))} · {esc(doc.get("tool"))} '

@@ -9,9 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..estimate.llm import LlmResult, LlmRow
+from ..estimate.llm.pricing import LlmResult, LlmRow
 from .layout import Column, fit_tables
-from .terminal import make_console
+from .terminal import as_text
 from .units import binary, count, si
 
 
@@ -124,8 +124,12 @@ def measured_table(res: LlmResult, width: int) -> list[Table]:
                       title=f"measured on {m['device']} (random weights; {m['runs']} generations)")
 
 
-def render_llm(res: LlmResult, console: Console | None = None) -> None:
-    console = console or make_console()
+@as_text
+def render_llm(res: LlmResult, console: Console, max_context: bool = False) -> None:
+    """An :class:`~torch_footprint.estimate.llm.pricing.LlmResult`; ``max_context`` leads with the
+    longest context (rows sorted by it)."""
+    if max_context:
+        res = replace_rows(res, sorted(res.rows, key=lambda r: -r.max_context))
     for line in _header(res):
         console.print(line)
     if len(res.rows) == 1 or res.measured:

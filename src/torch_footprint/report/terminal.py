@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import sys
+import functools
+import io
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -67,16 +68,31 @@ def _totals_line(label: str, t: Totals) -> Text:
     return line
 
 
-def make_console() -> Console:
-    """A console; output that is not a terminal gets a width that fits the tables (COLUMNS wins)."""
-    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
-        return Console(width=160)
-    return Console()
+DEFAULT_WIDTH = 100
 
 
-def render_profile(p: Any, by: str = "module", depth: int | None = 2, console: Console | None = None) -> None:
-    """Print a :class:`~torch_footprint.api.Profile` to the terminal."""
-    console = console or make_console()
+def text_console(width: int | None = None, color: bool = False) -> Console:
+    """A console that writes into a string: ``width`` columns, ANSI colours when ``color``."""
+    return Console(file=io.StringIO(), width=width or DEFAULT_WIDTH, force_terminal=color,
+                   color_system="standard" if color else None)
+
+
+def as_text(draw: Callable[..., None]) -> Callable[..., str]:
+    """A renderer of one signature from a function that draws on a console: the result in
+    (positional), view options as keywords, ``width`` and ``color`` for the terminal, text out."""
+
+    @functools.wraps(draw)
+    def render(result: Any, *args: Any, width: int | None = None, color: bool = False, **view: Any) -> str:
+        console = text_console(width, color)
+        draw(result, console, *args, **view)
+        return console.file.getvalue()  # type: ignore[attr-defined, no-any-return]
+
+    return render
+
+
+@as_text
+def render_profile(p: Any, console: Console, by: str = "module", depth: int | None = 2) -> None:
+    """A :class:`~torch_footprint.analysis.Profile`: its table by module or operator and totals."""
     tr = p.trace
     s = tr.settings
     inputs = ", ".join("x".join(str(d) for d in i["shape"]) + f":{i['dtype']}" for i in tr.inputs) or "(none)"
@@ -130,9 +146,9 @@ def describe_workload(s: dict[str, Any]) -> tuple[str, str]:
     return inputs, what
 
 
-def render_memory(est: Any, console: Console | None = None, top: int = 10) -> None:
-    """Print a :class:`~torch_footprint.estimate.memory.MemoryEstimate`."""
-    console = console or make_console()
+@as_text
+def render_memory(est: Any, console: Console, top: int = 10) -> None:
+    """A :class:`~torch_footprint.estimate.memory.MemoryEstimate`."""
     s = est.settings
     inputs, what = describe_workload(s)
     header = Text(f"{s.get('model')}", style="bold cyan")
@@ -217,9 +233,9 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms" if seconds < 1 else f"{seconds:.3f} s"
 
 
-def render_bench(res: Any, console: Console | None = None) -> None:
+@as_text
+def render_bench(res: Any, console: Console) -> None:
     """Print a :class:`~torch_footprint.bench.runner.BenchResult`."""
-    console = console or make_console()
     s = res.settings
     opts = [k for k in ("channels_last", "compile", "cudnn_benchmark") if s.get(k)]
     if s.get("dtype"):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .terminal import as_text
 from .units import binary, count, si
 
 _VERDICT_STYLE = {"better": "green", "worse": "red bold", "same": "dim", "new": "cyan", "gone": "yellow"}
@@ -53,8 +53,11 @@ def _changes_table(rows: list[dict[str, Any]], title: str, module: bool) -> Tabl
     return t
 
 
-def render_diff(d: dict[str, Any], console: Console, top: int = 30) -> None:
-    """A diff's metrics, then the modules that changed (the ``top`` largest changes by %)."""
+@as_text
+def render_diff(diff: Any, console: Console, top: int = 30) -> None:
+    """A :class:`~torch_footprint.results.diff.Diff`: its metrics, then the modules that changed
+    (the ``top`` largest changes by %)."""
+    d = diff.to_dict()
     console.print(Text(f"{d['before']['model']} ({d['before']['sha256']}) -> {d['after']['model']} "
                        f"({d['after']['sha256']})", style="bold cyan"))
     console.print(_changes_table(d["metrics"], "by metric", module=False))
@@ -71,8 +74,11 @@ def render_diff(d: dict[str, Any], console: Console, top: int = 30) -> None:
         console.print(Text(f"note: {n}", style="dim"))
 
 
-def render_check(results: list[dict[str, Any]], passed: bool, console: Console, notes: Sequence[str] = ()) -> None:
-    """Every cap, its value and limit; the failures in red; the verdict last."""
+@as_text
+def render_check(res: Any, console: Console) -> None:
+    """A :class:`~torch_footprint.results.budget.CheckResult`: every cap, its value and limit;
+    the failures in red; the verdict last."""
+    results, passed, notes = res.to_dict()["results"], res.passed, res.notes
     t = Table(header_style="bold", pad_edge=False)
     for col, just in (("metric", "left"), ("rule", "left"), ("value", "right"), ("limit", "right"), ("", "left")):
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]

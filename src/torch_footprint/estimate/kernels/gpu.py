@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from ..trace.records import OpEvent
+from ...trace.records import OpEvent
 
 LAYOUTS = ("nchw", "nhwc")
 # convolution dtypes that run on NVIDIA tensor cores in NHWC kernels

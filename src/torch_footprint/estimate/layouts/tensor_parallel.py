@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import FootprintError
-from .trace.records import ModuleInfo, Trace
+from ...errors import FootprintError
+from ...trace.records import Trace
 
 COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1",
                      "w1", "w3", "wq", "wk", "wv"})
@@ -220,40 +220,3 @@ def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> 
     head = get_out() if callable(get_out) else None
     if isinstance(head, nn.Module):
         head.register_forward_pre_hook(lambda _m, args: (torch.cat([args[0]] * tp, dim=SEQUENCE_DIM), *args[1:]))
-
-
-def fsdp_units(modules: list[ModuleInfo]) -> dict[str, int]:
-    """Parameter bytes of the units FSDP wraps (``fully_shard`` on each, then on the root):
-    the items of the deepest repeated container (ModuleList/Sequential: a model's blocks),
-    else the model's top-level children."""
-    subtree: dict[str, int] = {}
-    for m in modules:
-        parts = m.path.split(".") if m.path else []
-        for i in range(len(parts) + 1):
-            key = ".".join(parts[:i])
-            subtree[key] = subtree.get(key, 0) + m.param_bytes
-    containers = [m for m in modules if m.type in ("ModuleList", "Sequential") and m.path]
-    units: dict[str, int] = {}
-    if containers:
-        deepest = max(c.depth for c in containers)
-        for c in containers:
-            if c.depth == deepest or not units:
-                pre = c.path + "."
-                for m in modules:
-                    if m.path.startswith(pre) and "." not in m.path[len(pre):]:
-                        units[m.path] = subtree.get(m.path, 0)
-    if not units:
-        units = {m.path: subtree.get(m.path, 0) for m in modules if m.path and "." not in m.path}
-    return units
-
-
-def modules_of(model: nn.Module) -> list[ModuleInfo]:
-    """A built model's modules as a trace lists them (path, type, depth, parameters owned directly)."""
-    out, seen = [], set()
-    for path, m in model.named_modules():
-        own = [p for p in m.parameters(recurse=False) if id(p) not in seen]
-        seen.update(id(p) for p in own)
-        out.append(ModuleInfo(path=path, type=type(m).__name__, depth=0 if not path else path.count(".") + 1,
-                              params=sum(p.numel() for p in own),
-                              param_bytes=sum(p.numel() * p.element_size() for p in own)))
-    return out

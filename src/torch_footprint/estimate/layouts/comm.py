@@ -49,12 +49,12 @@ from typing import Any
 
 import torch
 
-from ..errors import FootprintError
-from ..hardware.db import Accelerator
-from ..hardware.networks import Network
-from ..parallel import tp_plan_of_trace
-from ..trace import Trace
+from ...errors import FootprintError
+from ...hardware.db import Accelerator
+from ...hardware.networks import Network
+from ...trace import Trace
 from .sharding import wrap_units
+from .tensor_parallel import tp_plan_of_trace
 
 LINK_EFFICIENCY = 0.8
 # NCCL's own cost model for a ring with its low-latency (LL) protocol, the one it picks for the

@@ -40,7 +40,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import FootprintError
+from ...errors import FootprintError
+from ...settings import QUANT_ALIASES
 
 GGUF_SOURCE = "https://github.com/ggml-org/llama.cpp/blob/master/src/llama-quant.cpp"
 # bytes per block, weights per block (ggml-common.h)
@@ -197,9 +198,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("q5_k_m", "GGUF Q5_K_M", GGUF_SOURCE, _gguf("q5_k", True), sixteen="fp16"),
     Scheme("q6_k", "GGUF Q6_K", GGUF_SOURCE, _gguf("q6_k", False), sixteen="fp16"),
 )}
-ALIASES = {"int4-g128-gptq": "int4-g128", "gptq": "int4-g128", "awq": "int4-g128-awq", "int4": "int4-g128",
-           "gguf-q4_0": "q4_0", "gguf-q8_0": "q8_0", "gguf-q4_k_m": "q4_k_m", "gguf-q5_k_m": "q5_k_m",
-           "gguf-q6_k": "q6_k", "nf4-dq": "nf4", "bfloat16": "bf16", "float16": "fp16", "fp8-e4m3": "fp8"}
+ALIASES = QUANT_ALIASES  # what people type for a scheme (settings.py holds the vocabulary)
 
 # KV cache: bytes per element (fp8 and int8 caches keep a per-tensor scale: negligible)
 KV_SCHEMES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -211,6 +210,14 @@ def weight_scheme(name: str) -> Scheme:
     if key not in SCHEMES:
         raise FootprintError(f"unknown weight scheme '{name}': use {', '.join(SCHEMES)}")
     return SCHEMES[key]
+
+
+def activation_dtype(scheme: Scheme | None) -> str | None:
+    """The activations' dtype under a weight scheme: a 16-bit scheme's own, a quantized one's
+    16-bit type (None: as the model is built)."""
+    if scheme is None:
+        return None
+    return scheme.name if scheme.name in ("bf16", "fp16") else scheme.sixteen
 
 
 def kv_scheme(name: str) -> int:

@@ -45,6 +45,10 @@ class Change:
 
 @dataclass
 class Diff:
+    """What ``footprint diff`` found: each metric's change, and each module's that changed."""
+
+    kind = "diff"  # the envelope's kind of its saved file
+
     before: dict[str, Any]  # the fingerprints of both files
     after: dict[str, Any]
     metrics: list[Change]

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analysis.memory import MemoryPeak
-from ..errors import FootprintError
-from ..hardware.db import Accelerator
-from ..trace import Trace
+from ...analysis.memory import MemoryPeak
+from ...errors import FootprintError
+from ...hardware.db import Accelerator
+from ...trace import Trace
+from ..kernels.roofline import Prediction, estimate_latency
 from .comm import StepTime, link_of, step_time
-from .roofline import Prediction, estimate_latency
 from .sharding import STRATEGIES, rank_peak
 
 BENCH_STRATEGIES = (*STRATEGIES, "tp")

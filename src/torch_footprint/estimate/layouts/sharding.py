@@ -34,10 +34,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..analysis.memory import MemoryPeak, Moment, replay
-from ..errors import FootprintError
-from ..parallel import fsdp_units
-from ..trace import Trace
+from torch import nn
+
+from ...analysis.memory import MemoryPeak, Moment, replay
+from ...errors import FootprintError
+from ...trace import Trace
+from ...trace.records import ModuleInfo
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 _FACTORS = {  # (weights, gradients, optimizer state) held by one of N ranks, as powers of 1/N
@@ -56,7 +58,7 @@ def shard_factors(strategy: str, n: int) -> dict[str, float]:
 
 
 def wrap_units(trace: Trace) -> dict[str, int]:
-    """Parameter bytes of the units FSDP would wrap (:func:`~torch_footprint.parallel.fsdp_units`)."""
+    """Parameter bytes of the units FSDP would wrap (:func:`fsdp_units`)."""
     return fsdp_units(trace.modules)
 
 
@@ -239,3 +241,40 @@ def step_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
         return first
     steady = rank_peak(trace, strategy, n, bucket_view, steady=True)
     return steady if steady.peak_bytes > first.peak_bytes else first
+
+
+def fsdp_units(modules: list[ModuleInfo]) -> dict[str, int]:
+    """Parameter bytes of the units FSDP wraps (``fully_shard`` on each, then on the root):
+    the items of the deepest repeated container (ModuleList/Sequential: a model's blocks),
+    else the model's top-level children."""
+    subtree: dict[str, int] = {}
+    for m in modules:
+        parts = m.path.split(".") if m.path else []
+        for i in range(len(parts) + 1):
+            key = ".".join(parts[:i])
+            subtree[key] = subtree.get(key, 0) + m.param_bytes
+    containers = [m for m in modules if m.type in ("ModuleList", "Sequential") and m.path]
+    units: dict[str, int] = {}
+    if containers:
+        deepest = max(c.depth for c in containers)
+        for c in containers:
+            if c.depth == deepest or not units:
+                pre = c.path + "."
+                for m in modules:
+                    if m.path.startswith(pre) and "." not in m.path[len(pre):]:
+                        units[m.path] = subtree.get(m.path, 0)
+    if not units:
+        units = {m.path: subtree.get(m.path, 0) for m in modules if m.path and "." not in m.path}
+    return units
+
+
+def modules_of(model: nn.Module) -> list[ModuleInfo]:
+    """A built model's modules as a trace lists them (path, type, depth, parameters owned directly)."""
+    out, seen = [], set()
+    for path, m in model.named_modules():
+        own = [p for p in m.parameters(recurse=False) if id(p) not in seen]
+        seen.update(id(p) for p in own)
+        out.append(ModuleInfo(path=path, type=type(m).__name__, depth=0 if not path else path.count(".") + 1,
+                              params=sum(p.numel() for p in own),
+                              param_bytes=sum(p.numel() * p.element_size() for p in own)))
+    return out

@@ -40,12 +40,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..dtypes import name_of
-from ..errors import FootprintError
-from ..sources import prepare
-from ..trace import trace_model
-from ..trace.records import OpEvent, Trace
-from ..trace.tracer import REAL_FALLBACK_LIMIT, meta_specific
+from ...dtypes import name_of
+from ...errors import FootprintError
+from ...sources import prepare
+from ...trace import trace_model
+from ...trace.records import OpEvent, Trace
+from ...trace.tracer import REAL_FALLBACK_LIMIT, meta_specific
 
 CACHE_KWARGS = ("past_key_values", "cache_params")  # what transformers' models call their cache argument
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")

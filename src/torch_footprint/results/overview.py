@@ -3,7 +3,7 @@
 One training step (or inference) is traced once; the profile (parameters, FLOPs by module
 and operator), the memory estimate and its timeline by category, and, on an accelerator,
 the roofline prediction are all read from that trace; ``fit`` (every accelerator) and
-``bench`` (a real measurement) are added when asked. :meth:`Report.to_dict` is what
+``bench`` (a real measurement) are added when asked. :meth:`Overview.to_dict` is what
 ``--json`` saves and what the HTML renderer draws, so a saved report re-renders without
 the model (``footprint show report.json --html``). A new section (``llm``, say) is one
 more key of that dict and one more renderer in ``report/html.py``.
@@ -14,14 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .analysis import Profile
-from .analysis.summary import ancestors, by_module
-from .analysis.timeline import Timeline, downsample, memory_timeline
+from ..analysis import Profile
+from ..analysis.summary import ancestors, by_module
+from ..analysis.timeline import Timeline, downsample, memory_timeline
 
 
 @dataclass
-class Report:
+class Overview:
     """Every section of one workload's report; ``None`` where a section was not asked for."""
+
+    kind = "report"  # the envelope's kind of its saved file
 
     profile: Profile
     memory: Any  # estimate.memory.MemoryEstimate
@@ -68,23 +70,18 @@ class Report:
 
     def __repr__(self) -> str:
         sections = [k for k in ("prediction", "fit", "bench") if getattr(self, k) is not None]
-        return (f"Report(model={self.profile.trace.model!r}, params={self.profile.params}, "
+        return (f"Overview(model={self.profile.trace.model!r}, params={self.profile.params}, "
                 f"peak_bytes={self.memory.peak.peak_bytes}, sections={['profile', 'memory', *sections]})")
 
-    def _repr_html_(self) -> str:
-        from .report.html import render_html
-        from .report.schema import envelope
-
-        return render_html(envelope("report", self.to_dict()), fragment=True)
 
 
-def report_of(profile: Profile, memory: Any, accelerator: Any = None, **sections: Any) -> Report:
+def overview_of(profile: Profile, memory: Any, accelerator: Any = None, **sections: Any) -> Overview:
     """A report from a traced profile and its memory estimate (the same trace): the timeline
     replayed, and with an ``accelerator`` the roofline prediction on it."""
-    from .estimate.roofline import estimate_latency
+    from ..estimate.kernels.roofline import estimate_latency
 
     pred = sections.pop("prediction", None)
     if pred is None and accelerator is not None:
         pred = estimate_latency(profile.trace, accelerator)
-    return Report(profile=profile, memory=memory, timeline=memory_timeline(profile.trace), accelerator=accelerator,
+    return Overview(profile=profile, memory=memory, timeline=memory_timeline(profile.trace), accelerator=accelerator,
                   prediction=pred, **sections)

@@ -47,8 +47,9 @@ METRICS = ("params", "trainable_params", "param_bytes", "flops", "macs", "backwa
 PATTERNS = (r"latency_ms on \S+", r"largest_batch on \S+", r"throughput on \S+",
             r"measured_latency_ms at batch \d+", r"measured_throughput at batch \d+", r"ttft_ms on \S+",
             r"tpot_ms on \S+", r"tokens_per_s on \S+", r"max_context on \S+")
-WORKLOAD_KEYS = ("input", "input-ids", "batch", "train", "optimizer", "precision", "dtype", "checkpointing",
-                 "weights", "utilisation")
+# [workload]'s keys: a report's settings as the command line spells them (settings.py defines them)
+WORKLOAD_FIELDS = ("batch", "train", "optimizer", "precision", "checkpointing", "grads", "weights", "utilisation")
+WORKLOAD_KEYS = ("input", "input-ids", *(k.replace("_", "-") for k in WORKLOAD_FIELDS), "dtype")
 _COUNT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
@@ -226,6 +227,8 @@ def check(budget: Budget, metrics: dict[str, Metric], baseline: dict[str, Metric
 class CheckResult:
     """What ``footprint check`` found: every cap's outcome, for the result of ``subject``."""
 
+    kind = "check"  # the envelope's kind of its saved file
+
     outcomes: list[Outcome]
     subject: dict[str, Any]  # the checked result's fingerprint
     budget: str
@@ -240,3 +243,43 @@ class CheckResult:
                 "notes": self.notes,
                 "model": self.subject.get("model"), "inputs": self.subject.get("inputs"),
                 "settings": self.subject.get("settings")}
+
+
+def check_target(target: str, budget: str, *, trust_remote_code: bool, report: Any, predict: Any) -> CheckResult:
+    """``target`` (a saved result, or a model run as the budget's [workload] says, through the
+    ``report`` and ``predict`` verbs given) against the caps of budget file ``budget``."""
+    import os
+
+    from ..sources.inputs import parse_input_ids, parse_shape
+    from .diff import what_differs
+    from .metrics import metrics_of
+    from .record import envelope, load
+
+    b = parse_budget(budget)
+    base = load(b.baseline) if b.baseline else None
+    baseline = metrics_of(base) if base else None
+
+    def result(doc: dict[str, Any], metrics: dict[str, Any]) -> CheckResult:
+        notes = []
+        if base is not None and base["fingerprint"]["sha256"] != doc["fingerprint"]["sha256"]:
+            differs = what_differs(base["fingerprint"], doc["fingerprint"])
+            notes.append("the baseline is of a different workload (" + "; ".join(differs[:4]) + ")")
+        return CheckResult(check(b, metrics, baseline), doc["fingerprint"], b.path, notes)
+
+    if target.endswith(".json") or os.path.isfile(target):
+        doc = load(target)
+        return result(doc, metrics_of(doc))
+    w = dict(b.workload)
+    shapes = w.pop("input", [])
+    specs = [parse_shape(str(x)) for x in ([shapes] if isinstance(shapes, str) else shapes)]
+    if w.get("input-ids"):
+        specs.append(parse_input_ids(str(w.pop("input-ids"))))
+    given = {("precision" if k == "dtype" else k.replace("-", "_")): v for k, v in w.items()}
+    accs = b.accelerators
+    rep = report(target, specs or None, gpu=tuple(accs[:1]), trust_remote_code=trust_remote_code, **given)
+    doc = envelope("report", rep.to_dict())
+    metrics = metrics_of(doc)
+    for acc in accs:  # under the budget's own spelling of each accelerator (an id or a name)
+        (latency,) = metrics_of({"kind": "predict", **predict(rep.profile, acc).to_dict()}).values()
+        metrics[f"latency_ms on {acc}"] = latency
+    return result(doc, metrics)

@@ -57,18 +57,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ..analysis.summary import ancestors
-from ..dtypes import RATE_KEYS, rate_key
-from ..errors import FootprintError
-from ..hardware.db import Accelerator
-from ..trace.records import Trace
-from .gpu_kernels import (
-    LAYOUTS,
-    batch_norm_layout_factor,
-    batch_norm_pass_bytes,
-    is_state_init,
-    layout_transpose_bytes,
-)
+from ...analysis.summary import ancestors
+from ...dtypes import RATE_KEYS, rate_key
+from ...errors import FootprintError
+from ...hardware.db import Accelerator
+from ...trace.records import Trace
+from .gpu import LAYOUTS, batch_norm_layout_factor, batch_norm_pass_bytes, is_state_init, layout_transpose_bytes
 
 EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
 MATVEC_ROWS = 4  # matmuls of this few rows read their matrix at the calibrated matvec bandwidth
@@ -238,6 +232,8 @@ class ModuleTime:
 class Prediction:
     """Roofline latency of one traced run on one accelerator."""
 
+    kind = "predict"  # the envelope's kind of its saved file
+
     accelerator: Accelerator
     ceilings: Ceilings
     ops: list[OpTime]
@@ -317,12 +313,6 @@ class Prediction:
     def __repr__(self) -> str:
         return (f"Prediction(accelerator={self.accelerator.id!r}, time_s={self.time_s:.6g}, "
                 f"lower_bound_s={self.lower_bound_s:.6g}, bound={self.bound!r}, ops={len(self.ops)})")
-
-    def _repr_html_(self) -> str:
-        from ..report.html import render_result_html
-
-        acc = {**self.accelerator.to_dict(), "memory_bytes": self.accelerator.memory_bytes}
-        return render_result_html("predict", {**self.to_dict(), "roofline": self.roofline_points()}, accelerator=acc)
 
     def starts(self) -> list[float]:
         """When each operator starts (seconds), in trace order: the sum of the earlier

@@ -33,16 +33,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..analysis.memory import replay
-from ..errors import FootprintError
-from ..hardware.db import Accelerator
-from ..search import largest_true
-from ..trace.records import OpEvent, Trace
-from .comm import LINK_EFFICIENCY, Link, all_reduce_s, link_of, nccl_link
-from .memory import CUDA_OVERHEADS
+from ...analysis.memory import replay
+from ...errors import FootprintError
+from ...hardware.db import Accelerator
+from ...search import largest_true
+from ...trace.records import OpEvent, Trace
+from ..kernels.roofline import estimate_latency
+from ..layouts.comm import LINK_EFFICIENCY, Link, all_reduce_s, link_of, nccl_link
+from ..memory import CUDA_OVERHEADS
 from .quantization import Param, Scheme
-from .roofline import estimate_latency
-from .serving import ServingTrace
+from .trace import ServingTrace
 
 LLM_EFFICIENCY = {"matrix": 0.6, "vector": 0.5, "memory": 0.7}
 ENGINE_OVERHEAD_S = {"gpu": 0.5e-6, "soc": 2e-6, "cpu": 5e-6}
@@ -53,8 +53,9 @@ VLLM_BATCHED_TOKENS = 8192
 
 
 @dataclass
-class Serving:
-    """What is asked: the batch, prompt and output lengths, the storage schemes, the set-up."""
+class Priced:
+    """What is priced: the batch, prompt and output lengths, the storage schemes resolved, the
+    set-up (made from the :class:`~torch_footprint.settings.Serving` record and the layout)."""
 
     batch: int = 1
     prompt: int = 1024
@@ -142,8 +143,10 @@ class LlmRow:
 class LlmResult:
     """``footprint llm``'s answer: the model's parameters and cache, and one row per accelerator."""
 
+    kind = "llm"  # the envelope's kind of its saved file
+
     model: str
-    serving: Serving
+    serving: Priced
     params: int
     active_params: int
     expert_params: int
@@ -336,7 +339,7 @@ def _activation_per_token(st: ServingTrace) -> int:
 
 # ------------------------------------------------------------------------------ the answer
 
-def serve(st: ServingTrace, serving: Serving, accelerators: list[Accelerator], *, max_context: int | None,
+def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *, max_context: int | None,
           efficiency: dict[str, float] | None = None) -> LlmResult:
     """Price ``st`` for ``serving`` on each accelerator (see the module docstring)."""
     s = serving
@@ -469,7 +472,7 @@ def _rate(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp32")
 
 
-def _vllm(mem: _Memory, cap: int, s: Serving) -> VllmCache:
+def _vllm(mem: _Memory, cap: int, s: Priced) -> VllmCache:
     """vLLM's cache: 90% of the memory, less the weights, the profile run's activation peak
     (a prefill of ``batched_tokens`` tokens) and the memory outside torch, in 16-token blocks."""
     profile = mem.activation(s.batched_tokens, 1)
@@ -480,7 +483,7 @@ def _vllm(mem: _Memory, cap: int, s: Serving) -> VllmCache:
     return VllmCache(max(capacity, 0), blocks, tokens, tokens / s.context if s.context else 0.0)
 
 
-def check_context(serving: Serving, max_context: int | None, allow_longer: bool) -> None:
+def check_context(serving: Priced, max_context: int | None, allow_longer: bool) -> None:
     if serving.batch < 1 or serving.prompt < 1 or serving.output < 1:
         raise FootprintError(f"batch, prompt and output must be at least 1, got {serving.batch}, "
                              f"{serving.prompt}, {serving.output}")
@@ -490,4 +493,4 @@ def check_context(serving: Serving, max_context: int | None, allow_longer: bool)
                              "or pass --allow-longer")
 
 
-__all__ = ["LlmResult", "LlmRow", "Serving", "VllmCache", "check_context", "serve"]
+__all__ = ["LlmResult", "LlmRow", "Priced", "VllmCache", "check_context", "serve"]

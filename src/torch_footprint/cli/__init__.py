@@ -1,0 +1,109 @@
+"""The ``footprint`` command: parse, call the Python API, render. Nothing else lives here.
+
+Each verb is a module of this package holding one :class:`~.options.Command` (its records,
+its own arguments, what it runs); :data:`.commands.COMMANDS` lists them. Flags come from the
+setting records' fields (:mod:`.options`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from ..errors import ExitCode, FootprintError
+from .commands import COMMANDS, EXAMPLES
+from .options import Command, build, records
+
+EXIT_CODES = """exit codes:
+  0    an answer (including "nothing fits")
+  1    a verdict failed: check over budget, a calibration that fails its own checks
+  2    bad input: the model, a flag or a file cannot be used (one line says why)
+  3    internal error: a bug in torch-footprint (--debug shows the traceback)
+  130  interrupted (Ctrl-C); what was finished is kept
+"""
+
+__all__ = ["EXIT_CODES", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line on stderr and exit code 2 (like every other error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.BAD_INPUT, f"footprint: error: {message} (see `{self.prog} --help`)\n")
+
+
+def command(name: str) -> Command:
+    """The verb ``name``'s command, from its module."""
+    return importlib.import_module(f".{COMMANDS[name][0]}", __name__).COMMAND  # type: ignore[no-any-return]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="footprint", description="What a PyTorch model costs and what hardware it needs.",
+                epilog=EXAMPLES + "\n" + EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        build(sub, command(name))
+    return p
+
+
+def _one_line_warnings() -> None:
+    """Our warnings as one line on stderr ("footprint: warning: ..."), others as Python shows them."""
+    import warnings
+
+    from ..errors import FootprintWarning
+
+    shown = warnings.showwarning
+    if getattr(shown, "footprint", False):
+        return
+
+    def show(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+        if issubclass(category, FootprintWarning):
+            print(f"footprint: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *args, **kwargs)  # type: ignore[arg-type]
+
+    show.footprint = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (:class:`~torch_footprint.errors.ExitCode`)."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.version:
+        from .. import __version__
+
+        print(f"torch-footprint {__version__}")
+        return ExitCode.ANSWER
+    if args.command is None:
+        p.print_help()
+        return ExitCode.BAD_INPUT
+    debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
+    _one_line_warnings()
+    cmd = command(args.command)
+    try:
+        return cmd.run(args, records(args, cmd))
+    except FootprintError as e:
+        if debug:
+            raise
+        print(f"footprint: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("footprint: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except Exception as e:  # a bug of ours: say so plainly, without a traceback
+        if debug:
+            raise
+        print(f"footprint: internal error: {type(e).__name__}: {e}\n"
+              "This is a bug in torch-footprint; run again with --debug for the traceback and report it.",
+              file=sys.stderr)
+        return ExitCode.INTERNAL_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

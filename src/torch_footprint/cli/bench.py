@@ -1,0 +1,67 @@
+"""``footprint bench``: latency and throughput measured on this machine (one process, or N
+ranks under torchrun with --nproc)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .. import api
+from ..errors import ExitCode, Interrupted
+from ..settings import Measurement, Workload
+from .commands import COMMANDS
+from .options import Command, View, settings_of
+from .output import save_json, show
+
+EXAMPLES = """examples:
+  footprint bench resnet50
+  footprint bench resnet50 --batch 1,8,32,auto
+  footprint bench vit_b_16 --device cuda --precision bf16 --channels-last --compile
+  footprint bench resnet50 --train --optimizer sgd
+  footprint bench resnet50 --profile
+  footprint bench resnet18 --train --nproc 2 --strategy fsdp
+"""
+
+
+def run(args: argparse.Namespace, r: dict[type, Any]) -> int:
+    from rich.console import Console
+
+    from ..report.progress import progress
+    from ..report.terminal import render_bench
+
+    w, m = r[Workload], r[Measurement]
+    if m.nproc is not None:
+        from ..report.hardware import render_ranks
+
+        with Console(stderr=True).status(f"{m.nproc} ranks under torchrun: {args.strategy}"):
+            res = api.bench(w.model, **settings_of(r))
+        show(render_ranks, res)
+        save_json(r[View].json, "bench", res.to_dict())
+        return ExitCode.ANSWER
+    interrupted = None
+    with progress(f"bench {w.model}: preparing") as update:
+        try:
+            res = api.bench(w.model, progress=update, **settings_of(r))
+        except Interrupted as e:
+            if e.partial is None or not e.partial.points:
+                raise
+            res, interrupted = e.partial, e
+    show(render_bench, res)
+    save_json(r[View].json, "bench", res.to_dict())
+    if interrupted is not None:  # Ctrl-C: what was finished is above (and in --json); exit as interrupted
+        print("footprint: interrupted: kept the finished batch sizes; not measured: "
+              + ", ".join(map(str, res.unfinished)), file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    return ExitCode.ANSWER
+
+
+COMMAND = Command(
+    "bench", COMMANDS["bench"][1], run, takes={**api.VERBS["bench"], View: ("json", "debug")},
+    helps={"json": "also write the measurements as JSON",
+           "device": "cpu, cuda or cuda:N (default: cuda when present)",
+           "strategy": "with --nproc: ddp, zero1, zero2, zero3, fsdp, or tp (one tensor-parallel group of every "
+                       "rank)",
+           "precision": "cast weights and floating inputs (fp32, fp16, bf16), or run under torch.autocast "
+                        "(fp16-mixed, bf16-mixed) (default: as the model is built)"},
+    examples=EXAMPLES)

@@ -1,0 +1,56 @@
+"""Language models served: the serving trace (a prefill and decode steps with the model's own
+cache, :mod:`.trace`), weight and cache storage schemes (:mod:`.quantization`) and their
+pricing on every accelerator (:mod:`.pricing`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...errors import FootprintError
+from ...hardware import Accelerator
+from ...settings import Parallel, Serving, Target, Workload
+from .pricing import LlmResult, Priced, check_context, serve
+from .quantization import activation_dtype, checkpoint_scheme, kv_scheme, weight_scheme
+from .trace import trace_serving
+
+DEFAULT_BATCH = 1
+
+__all__ = ["DEFAULT_BATCH", "serve_model", "weight_scheme"]
+
+
+def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Target = Target(),
+                progress: Callable[[str], None] | None = None) -> LlmResult:
+    """What ``w``'s causal language model needs to serve ``s`` on ``p.gpus`` per replica
+    (``p.tp``-way tensor parallel, default all of them) on the target's accelerators (every one
+    with a bandwidth figure when none is named; with ``s.measure`` this machine's device too)."""
+    from ...hardware.catalog import load, local_accelerator
+    from ...hardware.db import find
+
+    tp = p.tp or p.gpus
+    if p.gpus % tp:
+        raise FootprintError(f"--gpus must be a multiple of --tp (both at least 1), got gpus {p.gpus}, tp {tp}")
+    scheme = weight_scheme(s.quant) if s.quant else None
+    priced = Priced(batch=w.batch or DEFAULT_BATCH, prompt=s.prompt, output=s.output, weights=scheme,
+                    kv_bytes=kv_scheme(s.kv) if s.kv else None, kv_name=s.kv, gpus=p.gpus, tp=tp, engine=s.engine,
+                    chunk=s.chunk)
+    check_context(priced, None, s.allow_longer)
+    dtype = activation_dtype(scheme)
+    st = trace_serving(w.model, batch=1, prompt=s.prompt, dtype=dtype, trust_remote_code=w.trust_remote_code,
+                       on_step=progress, check_context=lambda most: check_context(priced, most, s.allow_longer))
+    if scheme is None:
+        priced.weights = checkpoint_scheme(st.config)
+    rows = load(target.hardware)
+    wanted: list[Accelerator] = []
+    if s.measure:
+        local = local_accelerator(target.device or "cpu")
+        wanted = [local] if local is not None else []
+    if target.gpu:
+        wanted += [find(rows, g) for g in target.gpu]
+    elif not s.measure:
+        wanted = [a for a in rows if a.bandwidth_gbs is not None or a.calibrated]
+    res = serve(st, priced, wanted, max_context=None if s.allow_longer else st.max_context,
+                efficiency=target.efficiencies)
+    if s.measure and not wanted:
+        res.notes.append(f"no prediction for {target.device or 'cpu'}: run `footprint calibrate` first to measure "
+                         "its rates")
+    return res

@@ -1,0 +1,454 @@
+"""What a user describes, as public records: the workload, the training set-up, the parallel
+layout, the target hardware, the serving set-up and a measurement.
+
+Each option is a field defined once, here: its name, type, default and help (the string
+under the field). The command line derives its flags from these fields
+(:mod:`torch_footprint.cli.options`) and the Python verbs take the same records, or their
+fields as keyword shortcuts::
+
+    tfp.fit("resnet50", training=Training(train=True, optimizer="adamw"), gpus=8)
+
+A flag's spelling is ``--`` and the field's name with dashes (``--gpus-per-node``) unless the
+field says otherwise; a field's metadata may add aliases and deprecated spellings. Field
+names are unique across the records, so a keyword shortcut names one field.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from .errors import FootprintError
+
+Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
+Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "adafactor", "sgd-foreach",
+                    "sgd-fused", "momentum-foreach", "momentum-fused", "adam-foreach", "adam-fused",
+                    "adamw-foreach", "adamw-fused"]
+Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
+Grads = Literal["none", "zero"]
+Quant = Literal["bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "q4_0",
+                "q8_0", "q4_k_m", "q5_k_m", "q6_k"]
+KvCache = Literal["bf16", "fp16", "fp8", "int8"]
+Engine = Literal["vllm"]
+
+# other spellings people type, per vocabulary (normalised before the check)
+PRECISION_ALIASES = {"float32": "fp32", "float": "fp32", "f32": "fp32", "float16": "fp16", "half": "fp16",
+                     "f16": "fp16", "bfloat16": "bf16", "float64": "fp64", "double": "fp64"}
+QUANT_ALIASES = {"int4-g128-gptq": "int4-g128", "gptq": "int4-g128", "awq": "int4-g128-awq", "int4": "int4-g128",
+                 "gguf-q4_0": "q4_0", "gguf-q8_0": "q8_0", "gguf-q4_k_m": "q4_k_m", "gguf-q5_k_m": "q5_k_m",
+                 "gguf-q6_k": "q6_k", "nf4-dq": "nf4", "bfloat16": "bf16", "float16": "fp16", "fp8-e4m3": "fp8"}
+
+
+def opt(default: Any = None, *, flag: str | None = None, short: str | None = None, metavar: str | None = None,
+        aliases: tuple[str, ...] = (), deprecated: Mapping[str, Any] | None = None,
+        aliases_of_values: Mapping[str, str] | None = None, what: str | None = None,
+        cli: bool = True) -> Any:
+    """A settings field with its command-line spelling.
+
+    ``flag`` replaces ``--field-name``; ``aliases`` are other current spellings;
+    ``deprecated`` maps an old spelling to None (same value) or to a function of the value
+    given (``--autocast bf16`` is ``--precision bf16-mixed``): it still works and warns with
+    the new name. ``aliases_of_values`` normalises what people type; ``what`` names the
+    vocabulary in errors ("unknown optimizer 'x'"). ``cli=False``: no flag."""
+    meta = {"flag": flag, "short": short, "metavar": metavar, "aliases": aliases, "deprecated": dict(deprecated or {}),
+            "values": dict(aliases_of_values or {}), "what": what, "cli": cli}
+    if isinstance(default, list | dict | set):
+        raise TypeError("use a tuple or a mapping proxy for a mutable default")
+    return field(default=default, metadata=meta)
+
+
+class Record:
+    """The base of the setting records: each checks its fields when made (the vocabulary of
+    every ``Literal`` field, the other spellings normalised)."""
+
+    def __post_init__(self) -> None:
+        hints = field_types(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if typing.get_origin(hints[f.name]) is tuple and not isinstance(value, tuple):
+                # a repeatable field: one value, a list, or a mapping (its NAME=VALUE items)
+                value = (value,) if isinstance(value, str) else tuple(
+                    f"{k}={v}" for k, v in value.items()) if isinstance(value, Mapping) else tuple(value)
+                object.__setattr__(self, f.name, value)
+            choices = literal_choices(hints[f.name])
+            if value is None or not choices:
+                continue
+            key = str(value).strip().lower()
+            key = f.metadata.get("values", {}).get(key, key)
+            if key not in choices:
+                what = f.metadata.get("what") or f.name.replace("_", " ")
+                raise FootprintError(f"unknown {what} '{value}': use {', '.join(choices)}")
+            object.__setattr__(self, f.name, key)
+        self.check()
+
+    def check(self) -> None:
+        """Checks across fields (override)."""
+
+
+# --------------------------------------------------------------------------- the records
+
+@dataclass(frozen=True)
+class Workload(Record):
+    """What runs: the model, its inputs and the arithmetic."""
+
+    model: Any = opt(cli=False)
+    """resnet50 | timm:NAME | hf:ID | CONFIG_FOLDER | FILE.py:FACTORY | package.module:FACTORY, or an nn.Module"""
+    inputs: Any = opt(cli=False)
+    """input shapes such as 1,3,224,224 or 1,128:int64 (--input, repeatable; NAME=SHAPE for a keyword
+    input), token ids as --input-ids B,T, or tensors; None: the model's default input"""
+    batch: int | None = opt(metavar="N")
+    """set the first dimension of every input (per rank)"""
+    precision: Precision | None = opt(metavar="P", aliases=("--dtype",), aliases_of_values=PRECISION_ALIASES)
+    """the arithmetic: fp32, fp16, bf16, fp64 cast weights and floating inputs; fp16-mixed and bf16-mixed keep
+    fp32 weights under autocast (default: fp32; profile and bench: as the model is built)"""
+    weights: str | None = opt(metavar="NAME")
+    """torchvision weights whose metadata sets the input (e.g. IMAGENET1K_V2)"""
+    channels_last: bool = opt(False)
+    """4-d activations in channels-last (NHWC) memory: no NCHW<->NHWC transposes around tensor-core
+    convolutions (default: NCHW, PyTorch's)"""
+    trust_remote_code: bool = opt(False)
+    """allow a Hugging Face config to run code from its repository (off by default)"""
+    tensors: Literal["auto", "meta", "fake", "real"] = opt("auto", metavar="KIND", what="kind of tensors")
+    """what the trace runs on: auto (meta, then fake, then real tensors for a small model whose forward reads
+    values), meta, fake or real"""
+
+    def check(self) -> None:
+        if self.batch is not None and self.batch < 1:
+            raise FootprintError(f"batch must be at least 1, got {self.batch}")
+
+    @property
+    def layout(self) -> str:
+        return "nhwc" if self.channels_last else "nchw"
+
+
+@dataclass(frozen=True)
+class Training(Record):
+    """A training step: forward, backward and the optimizer's step, set up as asked."""
+
+    train: bool = opt(False, deprecated={"--backward": None})
+    """a training step: forward, backward and optimizer step (train mode)"""
+    optimizer: Optimizer | None = opt(metavar="NAME", what="optimizer")
+    """sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor; the first four also as NAME-foreach and
+    NAME-fused (with --train; default: no optimizer step, but bench and predict time sgd's)"""
+    checkpointing: bool = opt(False)
+    """activation checkpointing (with --train)"""
+    grads: Grads = opt("none", metavar="none|zero")
+    """none: gradients appear in the backward (first step, zero_grad(set_to_none=True)); zero: kept between
+    steps, so they exist before the forward"""
+
+    STEP_OPTIMIZER: ClassVar[str] = "sgd"  # the optimizer of a step that is timed, unless one is named
+
+    @property
+    def step_optimizer(self) -> str:
+        """The optimizer a timed training step runs (``bench``, ``predict``): the one named, else sgd."""
+        return self.optimizer or self.STEP_OPTIMIZER
+
+    def check(self) -> None:
+        if self.optimizer is not None and not self.train:
+            raise FootprintError("--optimizer needs --train (an optimizer only runs in a training step)")
+        if self.checkpointing and not self.train:
+            raise FootprintError("--checkpointing only changes training memory: add --train")
+
+
+@dataclass(frozen=True)
+class Parallel(Record):
+    """How a training step is spread over GPUs."""
+
+    gpus: int = opt(1, metavar="N")
+    """GPUs in all (memory is per rank)"""
+    tp: int | None = opt(metavar="N")
+    """tensor-parallel ranks among --gpus (Megatron-style split of attention and MLP linears; default 1, llm:
+    --gpus)"""
+    strategy: Strategy = opt("ddp", metavar="S", what="strategy")
+    """how model states are split across the data-parallel ranks: ddp, zero1, zero2, zero3, fsdp; tp: every GPU
+    in one tensor-parallel group (the same as --tp GPUS)"""
+    sequence_parallel: bool = opt(False)
+    """with --tp: norms and residuals hold 1/tp of the sequence (Megatron-LM's sequence parallelism)"""
+    network: str | None = opt(metavar="ID")
+    """the network between nodes when --gpus spans several (ib-edr, ib-hdr, ib-ndr, eth-100g, eth-200g,
+    eth-400g; hardware/networks.toml)"""
+    gpus_per_node: int = opt(8, metavar="N")
+    """GPUs per node"""
+    bucket_view: bool = opt(False)
+    """DDP with gradient_as_bucket_view=True (no second copy of the gradients)"""
+
+    def check(self) -> None:
+        if self.gpus < 1:
+            raise FootprintError(f"--gpus must be at least 1, got {self.gpus}")
+        if self.gpus_per_node < 1:
+            raise FootprintError(f"--gpus-per-node must be at least 1, got {self.gpus_per_node}")
+        if self.tp is not None and (self.tp < 1 or self.gpus % self.tp):
+            raise FootprintError(f"--tp {self.tp} must divide --gpus {self.gpus}")
+        if self.strategy == "tp" and self.tp not in (None, self.gpus):
+            raise FootprintError(f"--strategy tp puts every GPU in one tensor-parallel group: --tp {self.tp} "
+                                 f"contradicts it (--gpus {self.gpus})")
+
+    @property
+    def tensor(self) -> int:
+        """The tensor-parallel degree of a training layout (1 unless --tp or --strategy tp)."""
+        return self.gpus if self.strategy == "tp" else self.tp or 1
+
+    @property
+    def data(self) -> int:
+        """Data-parallel ranks: --gpus / --tp."""
+        return self.gpus // self.tensor
+
+    @property
+    def sharding(self) -> str:
+        """How the data-parallel ranks hold the model states (tp: no data parallelism, ddp's)."""
+        return "ddp" if self.strategy == "tp" else self.strategy
+
+
+@dataclass(frozen=True)
+class Target(Record):
+    """Where it runs, or would: accelerators of the database, or this machine's device."""
+
+    gpu: tuple[str, ...] = opt((), metavar="ID")
+    """accelerator id or name (see `footprint gpus`); repeatable where several are compared"""
+    hardware: str | None = opt(metavar="FILE")
+    """add (or replace) accelerators from a TOML or JSON file"""
+    device: str | None = opt(metavar="DEVICE")
+    """this machine's device: cpu, cuda or cuda:N (bench and --measure run there, memory adds its fixed
+    overheads, calibrate measures it)"""
+    utilisation: float = opt(0.8, metavar="F")
+    """usable fraction of memory"""
+    latency: float | str | None = opt(metavar="TIME")
+    """latency target, e.g. 10ms: pick the lowest-power accelerator that meets it"""
+    tf32: Literal["on", "off"] | None = opt(metavar="on|off", aliases_of_values={"true": "on", "false": "off"},
+                                            what="TF32 setting")
+    """fp32 matmuls and convolutions as TF32 (default: PyTorch's, convolutions only)"""
+    efficiency: tuple[str, ...] = opt((), metavar="KIND=F")
+    """achievable fraction of a datasheet ceiling: matrix=0.7, vector=0.5, memory=0.85 (repeatable)"""
+
+    def check(self) -> None:
+        if not 0 < self.utilisation <= 1:
+            raise FootprintError(f"utilisation must be in (0, 1], got {self.utilisation}")
+
+    @property
+    def tf32_flag(self) -> bool | None:
+        return None if self.tf32 is None else self.tf32 == "on"
+
+    @property
+    def efficiencies(self) -> dict[str, float] | None:
+        """--efficiency KIND=F items as a mapping (None when none is given)."""
+        out = {}
+        for item in self.efficiency:
+            name, sep, value = str(item).partition("=")
+            try:
+                out[name.strip()] = float(value)
+            except ValueError:
+                sep = ""
+            if not sep:
+                raise FootprintError(f"--efficiency takes KIND=FRACTION, e.g. matrix=0.6; got '{item}'")
+        return out or None
+
+
+@dataclass(frozen=True)
+class Memory(Record):
+    """What ``memory`` adds to the traced peak: fixed overheads, and the batch scaling."""
+
+    max_batch: int | str | None = opt(metavar="BUDGET")
+    """the largest batch whose provisioned memory fits this budget, e.g. 24GiB"""
+    scaling: bool = opt(False)
+    """fit peak = a + b x batch from three traces"""
+    overhead: tuple[str, ...] = opt((), metavar="NAME=SIZE")
+    """set a fixed overhead, e.g. cuda_context=300MiB (0 removes it); repeatable"""
+
+    @property
+    def overheads(self) -> dict[str, str]:
+        out = {}
+        for item in self.overhead:
+            name, sep, size = str(item).partition("=")
+            if not sep or not name.strip():
+                raise FootprintError(f"--overhead takes NAME=SIZE, e.g. cuda_context=300MiB; got '{item}'")
+            out[name.strip()] = size
+        return out
+
+
+@dataclass(frozen=True)
+class Serving(Record):
+    """How a language model is served: request lengths, storage schemes, engine."""
+
+    prompt: int = opt(1024, metavar="TOKENS")
+    """prompt tokens per request"""
+    output: int = opt(256, metavar="TOKENS")
+    """generated tokens per request"""
+    quant: Quant | None = opt(metavar="SCHEME", deprecated={"--weights": None}, aliases_of_values=QUANT_ALIASES,
+                              what="weight scheme")
+    """weights stored as bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4, q4_0, q8_0,
+    q4_k_m, q5_k_m, q6_k (default: as the checkpoint stores them)"""
+    kv: KvCache | None = opt(metavar="DTYPE", what="KV-cache scheme")
+    """KV cache: bf16, fp16, fp8, int8 (default: the activations')"""
+    engine: Engine | None = opt(metavar="NAME", what="engine")
+    """add the engine's cache sizing (vllm: 90% of memory, 16-token blocks)"""
+    chunk: int | None = opt(metavar="TOKENS")
+    """chunked prefill: tokens per chunk"""
+    allow_longer: bool = opt(False)
+    """allow a context beyond the model's maximum"""
+    measure: bool = opt(False)
+    """also run the model on --device (random weights): prefill and decode timed"""
+
+    def check(self) -> None:
+        if self.chunk is not None and self.chunk < 1:
+            raise FootprintError(f"--chunk must be at least 1 token, got {self.chunk}")
+        if self.prompt < 1 or self.output < 1:
+            raise FootprintError(f"--prompt and --output must be at least 1 token, got {self.prompt} and "
+                                 f"{self.output}")
+
+
+@dataclass(frozen=True)
+class Measurement(Record):
+    """How ``bench`` measures on this machine."""
+
+    batches: str | tuple[int | str, ...] | None = opt(flag="--batch", metavar="SIZES")
+    """batch sizes, e.g. 1,8,32,auto (auto: the largest that fits); default: the inputs' own"""
+    compile: bool = opt(False)
+    """torch.compile the model first"""
+    cudnn_benchmark: bool = opt(False)
+    """let cuDNN time its algorithms (torch.backends.cudnn.benchmark)"""
+    inference_mode: bool = opt(True, flag="--no-inference-mode")
+    """torch.no_grad instead of inference_mode"""
+    profile: bool = opt(False)
+    """add torch.profiler's operator table"""
+    max_memory: int | str | None = opt(metavar="SIZE")
+    """CPU budget for the batch search (default 80% of free RAM)"""
+    min_reps: int = opt(30, metavar="N")
+    """timed calls at least"""
+    min_time: float = opt(2.0, metavar="SECONDS")
+    """seconds of timed calls at least"""
+    threads: int | None = opt(metavar="N")
+    """torch's CPU threads (default: torch's, one per core)"""
+    nproc: int | None = opt(metavar="N")
+    """training steps on N ranks started by torchrun (gloo on CPU, NCCL on CUDA): per-rank memory, step and
+    communication time beside prediction"""
+    steps: int = opt(5, metavar="N")
+    """with --nproc: timed steps per rank"""
+    warmup: int = opt(2, metavar="N")
+    """with --nproc: untimed steps per rank before them"""
+    timeout: float = opt(600.0, metavar="SECONDS")
+    """with --nproc: seconds the ranks may run once connected before they are stopped as hung"""
+
+    def check(self) -> None:
+        if self.min_reps < 1 or self.min_time < 0:
+            raise FootprintError("--min-reps must be at least 1 and --min-time not negative")
+        if self.steps < 1 or self.warmup < 0:
+            raise FootprintError("--steps must be at least 1 and --warmup not negative")
+        if self.threads is not None and self.threads < 1:
+            raise FootprintError(f"--threads must be at least 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class Sections(Record):
+    """What ``report`` adds to the profile, the memory and the prediction."""
+
+    fit: bool = opt(False)
+    """add every accelerator's answer (traces 2 more batches)"""
+    bench: bool = opt(False)
+    """add a measurement on this machine (runs the model)"""
+
+
+@dataclass(frozen=True)
+class Calibration(Record):
+    """How ``calibrate`` measures this machine's ceilings."""
+
+    quick: bool = opt(False)
+    """smaller sizes, fewer repetitions"""
+    force: bool = opt(False)
+    """save even a calibration that fails its sanity checks"""
+
+
+RECORDS: tuple[type[Record], ...] = (Workload, Training, Parallel, Target, Memory, Serving, Measurement, Sections,
+                                     Calibration)
+
+
+# --------------------------------------------------------------------------- reading the records
+
+@functools.cache
+def field_types(cls: type) -> dict[str, Any]:
+    """The fields' types, resolved."""
+    return typing.get_type_hints(cls)
+
+
+def literal_choices(tp: Any) -> tuple[str, ...]:
+    """The values of a ``Literal`` type (inside ``X | None``), else ()."""
+    if typing.get_origin(tp) is Literal:
+        return tuple(str(a) for a in typing.get_args(tp))
+    for arg in typing.get_args(tp):
+        if typing.get_origin(arg) is Literal:
+            return tuple(str(a) for a in typing.get_args(arg))
+    return ()
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's help: the string literal under it in the class body (as vLLM reads its
+    engine arguments' docs), whitespace folded."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for a, b in zip(body, body[1:], strict=False):
+        if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
+                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
+            docs[a.target.id] = " ".join(b.value.value.split())
+    return docs
+
+
+def owner() -> dict[str, type[Record]]:
+    """Which record defines each field name."""
+    out: dict[str, type[Record]] = {}
+    for cls in RECORDS:
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            out[f.name] = cls
+    return out
+
+
+def gather(wanted: tuple[type[Record], ...], given: Mapping[str, Any], verb: str) -> dict[type[Record], Any]:
+    """The records a verb takes, from ``given``: records by their lower-case names
+    (``training=Training(...)``) and fields by name (``optimizer="adamw"``), a field
+    overriding its record's value. A name no record of the verb has is refused."""
+    by_name = {cls.__name__.lower(): cls for cls in wanted}
+    fields_of = {f.name: cls for cls in wanted for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    records: dict[type[Record], Any] = {}
+    loose: dict[type[Record], dict[str, Any]] = {cls: {} for cls in wanted}
+    for name, value in given.items():
+        if name in by_name:
+            cls = by_name[name]
+            if value is not None and not isinstance(value, cls):
+                raise TypeError(f"{verb}() takes {name}= as a {cls.__name__}, got {type(value).__name__}")
+            if value is not None:
+                records[cls] = value
+        elif name in fields_of:
+            loose[fields_of[name]][name] = value
+        else:
+            known = sorted([*by_name, *fields_of])
+            raise TypeError(f"{verb}() got an unexpected keyword argument '{name}'; it takes: {', '.join(known)}")
+    out = {}
+    for cls in wanted:
+        base = records.get(cls)
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in loose[cls].items()}
+        out[cls] = dataclasses.replace(base, **kw) if base is not None else cls(**kw)
+    return out
+
+
+def signature_of(wanted: Mapping[type[Record], Any], head: Callable[..., Any]) -> inspect.Signature:
+    """``head``'s own parameters, then every record of ``wanted`` and the fields it names (None:
+    all) as keywords: the signature ``help()`` and editors show for a verb."""
+    own = [p for p in inspect.signature(head).parameters.values() if p.kind != p.VAR_KEYWORD]
+    params = [p for p in own if p.kind != p.KEYWORD_ONLY]
+    taken = {p.name for p in own}
+    for cls, names in wanted.items():
+        params.append(inspect.Parameter(cls.__name__.lower(), inspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=f"{cls.__name__} | None"))
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name not in taken and (names is None or f.name in names):
+                taken.add(f.name)
+                params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                                annotation=str(f.type)))
+    params += [p for p in own if p.kind == p.KEYWORD_ONLY]
+    return inspect.Signature(params, return_annotation=inspect.signature(head).return_annotation)
