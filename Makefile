@@ -1,5 +1,5 @@
 # make run   - create .venv if missing, install, profile the default model (resnet50)
-# make test  - create .venv if missing, install with the test extras, run ruff and the tests
+# make test  - create .venv if missing, install with the test extras: ruff, mypy, the layer contract, the tests
 # make bench - every benchmark script (tens of minutes; gpu_validate.py only where CUDA is)
 VENV   ?= .venv
 PYTHON ?= python3
@@ -18,6 +18,8 @@ run: $(VENV)/.installed-all
 
 test: $(VENV)/.installed-all,dev
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.installed-all,dev,bench

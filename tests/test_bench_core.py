@@ -48,7 +48,7 @@ def test_warm_up_runs_until_two_windows_agree() -> None:
 
 def test_measure_reps_and_time_floor() -> None:
     clock = FakeClock([0.125] * 1000)
-    s = measure(lambda: None, clock, min_reps=30, min_time=5.0, warmup=False)
+    s = measure(lambda: None, clock, min_reps=30, min_seconds=5.0, warmup=False)
     assert s.reps == 40  # 30 calls give 3.75 s; it runs on to 5 s of timed work
     assert s.median == 0.125 and not s.noisy
 
@@ -89,7 +89,7 @@ def test_batch_search_when_nothing_fits_and_other_errors_propagate() -> None:
 
 def test_progress_reaches_one_when_both_floors_are_met() -> None:
     seen: list[float] = []
-    measure(lambda: None, FakeClock([0.125] * 100), min_reps=30, min_time=5.0, warmup=False,
+    measure(lambda: None, FakeClock([0.125] * 100), min_reps=30, min_seconds=5.0, warmup=False,
             on_progress=seen.append)
     # after call i: min(i / 30 calls, 0.125 i / 5 s) = i / 40, the time floor being the later one
     assert seen == pytest.approx([i / 40 for i in range(1, 41)])

@@ -111,7 +111,7 @@ def test_predict_by_name_on_a_database_accelerator():
 
 def test_matmul_rate_by_rows_interpolates_in_log_rows() -> None:
     # a CPU's few-row matmuls (a decode step's) run far below its square rate: tables at 1 and 512 rows
-    from torch_footprint.estimate.kernels.roofline import Ceilings
+    from torch_footprint.estimate.kernels.prediction import Ceilings
 
     c = Ceilings(matrix={"fp32": 1e10}, conv={}, vector=1e9, bandwidth=1e10, overhead=1e-6, source="calibrated",
                  matmul_by_k=[[64, 4e9], [4096, 8e9]], matmul_by_rows={1: [[64, 1e9], [4096, 2e9]]})
@@ -147,7 +147,7 @@ def test_a_calibrated_gpu_overlaps_the_hosts_dispatch_with_the_devices_kernels()
     # A CPU runs them in line: 3 x 10 + 50 = 80 us in either order.
     from dataclasses import replace
 
-    from torch_footprint.estimate.kernels.roofline import Ceilings, OpTime, Prediction
+    from torch_footprint.estimate.kernels.prediction import Ceilings, OpTime, Prediction
 
     def run(kernels: list[float], overlap: bool) -> Prediction:
         c = Ceilings(matrix={"fp32": 1e12}, conv={}, vector=1e12, bandwidth=1e12, overhead=10e-6,

@@ -3,8 +3,8 @@
 Every verb takes the model (and, where it runs one, its inputs) positionally, then the
 setting records of :mod:`torch_footprint.settings` by name or their fields as keyword
 shortcuts: ``fit("resnet50", training=Training(train=True), gpus=8)``. :data:`VERBS` says
-which records (and fields) each verb reads and where its defaults differ; the command line
-derives its flags from the same table.
+which records (and fields) each verb reads; the command line derives its flags from the same
+table.
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ from .settings import (
     Target,
     Training,
     Workload,
-    gather,
     signature_of,
+    verb_records,
 )
 
 if TYPE_CHECKING:
-
     from .analysis import Profile
-    from .estimate.kernels.roofline import Prediction
-    from .estimate.llm.pricing import LlmResult
+    from .estimate.kernels.prediction import Prediction
+    from .estimate.llm.result import LlmResult
     from .estimate.memory import MemoryEstimate
     from .estimate.recommend import FitResult
     from .hardware import Accelerator
@@ -68,60 +67,18 @@ VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
 }
 
 
-# earlier keyword names of the verbs: still taken, with a warning that names the new one
-RENAMED: dict[str, tuple[str, Callable[[Any], Any] | None]] = {
-    "dtype": ("precision", None), "backward": ("train", None), "batch_sizes": ("batches", None),
-    "min_seconds": ("min_time", None), "only": ("gpu", None), "budget": ("max_batch", None),
-    "overheads": ("overhead", None), "layout": ("channels_last", lambda v: v == "nhwc"),
-    "autocast": ("precision", lambda v: f"{v}-mixed" if v else None), "on_step": ("progress", None),
-    "weights": ("quant", None),  # llm's weight scheme (elsewhere --weights names torchvision weights)
-}
-
-
-def _renamed(verb: str, given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` with earlier keyword names replaced by the new ones (a DeprecationWarning each)."""
-    import warnings
-
-    known = fields_of(verb)
-    out = {}
-    for name, value in given.items():
-        if name not in known and name in RENAMED and RENAMED[name][0] in known:
-            new, how = RENAMED[name]
-            warnings.warn(f"{verb}(): {name}= is deprecated, use {new}=", DeprecationWarning, stacklevel=4)
-            name, value = new, how(value) if how else value
-            if value is None and name in out:
-                continue
-        out[name] = value
-    return out
-
-
-def fields_of(verb: str) -> dict[str, type[Record]]:
-    """Every field a verb reads, and its record."""
-    out = {}
-    for cls, names in VERBS[verb].items():
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            if names is None or f.name in names:
-                out[f.name] = cls
-    return out
-
-
 def _records(verb: str, settings: Mapping[str, Any], model: Any = None, inputs: Any = None) -> tuple[Any, ...]:
-    """The verb's records, in :data:`VERBS`'s order, from records and fields given by name (the
-    model and inputs given positionally win over a Workload's); a name the verb does not read is
-    refused."""
-    given = _renamed(verb, dict(settings))
+    """The verb's records (:data:`VERBS`), the model and inputs given positionally winning over a
+    Workload's; under IPython, results draw themselves."""
+    from .report.notebook import notebook_views
+
+    given = dict(settings)
     if model is not None:
         given["model"] = model
     if inputs is not None:
         given["inputs"] = inputs
-    takes = VERBS[verb]
-    known = {cls.__name__.lower() for cls in takes} | set(fields_of(verb))
-    for name in given:
-        if name not in known:
-            raise TypeError(f"{verb}() got an unexpected keyword argument '{name}'; it takes: "
-                            f"{', '.join(sorted(known))}")
-    records = gather(tuple(takes), given, verb)
-    return tuple(records[cls] for cls in takes)
+    notebook_views()
+    return verb_records(verb, VERBS[verb], given)
 
 
 def _verb(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -253,11 +210,13 @@ def llm(model: ModelLike, *, progress: Callable[[str], None] | None = None, **se
 
 
 @_verb("report")
-def report(model: ModelLike, inputs: InputsLike = None, **settings: Any) -> Overview:
+def report(model: Profile | ModelLike, inputs: InputsLike = None, **settings: Any) -> Overview:
     """Everything about one workload, from one trace, for the HTML report: the profile, the
     memory estimate and its timeline, the roofline prediction on ``gpu``; with ``fit`` every
-    accelerator's answer, with ``bench`` a measurement on this machine."""
+    accelerator's answer, with ``bench`` a measurement on this machine. ``model`` may be a
+    :class:`Profile` (a saved one: its trace is used as it is)."""
     from .analysis import Profile
+    from .estimate.kernels.roofline import estimate_latency
     from .estimate.memory import memory_of
     from .estimate.recommend import recommend
     from .estimate.workload import precision_of, trace_step
@@ -269,15 +228,21 @@ def report(model: ModelLike, inputs: InputsLike = None, **settings: Any) -> Over
         raise FootprintError("a report draws one accelerator: give --gpu once")
     gpu = target.gpu[0] if target.gpu else None
     acc = gpu if isinstance(gpu, Accelerator) or gpu is None else get(str(gpu), target.hardware)
-    trace, notes = trace_step(w, t)
+    if isinstance(model, Profile):  # a saved profile's page: its trace, the memory it implies
+        if sections.fit or sections.bench:
+            raise FootprintError("a Profile was traced already: fit and bench need the model")
+        trace, notes = model.trace, model.notes
+    else:
+        trace, notes = trace_step(w, t)
     device = "cuda" if acc is not None and acc.kind == "gpu" else "cpu"
     mem = memory_of(trace, precision_of(w), t.checkpointing, notes, device=device, utilisation=target.utilisation)
+    pred = estimate_latency(trace, acc) if acc is not None else None
     fitted = recommend(w, t, Parallel(), Target(hardware=target.hardware, utilisation=target.utilisation)) \
         if sections.fit else None
     measured = bench(w.model, w.inputs, measurement=Measurement(batches=str(w.batch) if w.batch else None),
                      precision=w.precision, train=t.train, optimizer=t.optimizer, weights=w.weights,
                      trust_remote_code=w.trust_remote_code) if sections.bench else None
-    return overview_of(Profile(trace, notes), mem, acc, fit=fitted, bench=measured)
+    return overview_of(Profile(trace, notes), mem, acc, prediction=pred, fit=fitted, bench=measured)
 
 
 def diff(before: str, after: str, *, force: bool = False, depth: int | None = 2) -> Diff:

@@ -44,9 +44,10 @@ def run(args: argparse.Namespace, r: dict[type, Any]) -> int:
         try:
             res = api.bench(w.model, progress=update, **settings_of(r))
         except Interrupted as e:
-            if e.partial is None or not e.partial.points:
+            partial: Any = e.partial
+            if partial is None or not partial.points:
                 raise
-            res, interrupted = e.partial, e
+            res, interrupted = partial, e
     show(render_bench, res)
     save_json(r[View].json, "bench", res.to_dict())
     if interrupted is not None:  # Ctrl-C: what was finished is above (and in --json); exit as interrupted

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace, r: dict[type, Any]) -> int:
     from ..results.record import load
 
     view = r[View]
-    doc = load(args.file, HTML_KINDS)
+    doc: Any = load(args.file, HTML_KINDS)
     if not view.html and doc["kind"] != "profile":
         raise FootprintError(f"'{args.file}' holds a '{doc['kind']}' result: draw it with --html FILE.html "
                              "(the terminal view is a profile's)")
@@ -27,11 +27,9 @@ def run(args: argparse.Namespace, r: dict[type, Any]) -> int:
         if doc["kind"] in ("memory", "fit", "predict", "bench", "llm"):  # the page of that one section
             doc = {**doc, doc["kind"]: doc}
         elif doc["kind"] == "profile":  # a profile's page: with the memory its trace implies
-            from ..estimate.memory import memory_of
-            from ..results.overview import overview_of
+            from .. import api
 
-            prof = Profile.from_dict(doc)
-            doc = overview_of(prof, memory_of(prof.trace, "fp32", False, prof.notes))
+            doc = api.report(Profile.from_dict(doc))
         save_html(view.html, doc, view.depth)
         return 0
     show(render_profile, Profile.from_dict(doc), by=view.by, depth=2 if view.depth is None else view.depth)

@@ -19,6 +19,7 @@ Each figure is the median of several timed calls after a warm-up.
 from __future__ import annotations
 
 import datetime
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,8 +90,8 @@ def _conv_by_k(device: str, batch: int, reps: int) -> list[list[float]]:
             w = torch.randn(cout, cin // groups, k, k, device=device)
             so = (s + 2 * (k // 2) - k) // stride + 1
             flops = 2 * batch * cout * (cin // groups) * k * k * so * so
-            t = _time(lambda x=x, w=w, st=stride, g=groups, k=k: torch.nn.functional.conv2d(
-                x, w, stride=st, padding=k // 2, groups=g), device, reps)
+            t = _time(functools.partial(torch.nn.functional.conv2d, x, w, stride=stride, padding=k // 2,
+                                        groups=groups), device, reps)
             out.append([float(cin // groups * k * k), flops / t / 1e12])
     return sorted(out)
 
@@ -105,7 +106,7 @@ def _matmul_by_k(device: str, m: int, reps: int, n: int | None = None) -> list[l
     for k in _MATMUL_K:
         a = torch.randn(m, k, device=device)
         b = torch.randn(k, n, device=device)
-        t = _time(lambda a=a, b=b: a @ b, device, reps)
+        t = _time(functools.partial(torch.matmul, a, b), device, reps)
         out.append([float(k), 2 * m * n * k / t / 1e12])
     return out
 
@@ -285,7 +286,7 @@ def check(result: dict[str, Any], previous: dict[str, Any] | None = None) -> lis
             new, old = get(result), get(previous)
         except (KeyError, TypeError, AttributeError):
             continue
-        if new and old and not 1 / FAR_OFF <= new / old <= FAR_OFF:
+        if previous and new and old and not 1 / FAR_OFF <= new / old <= FAR_OFF:
             problems.append(f"{name} {fmt.format(new)} is {new / old:.2g}x the previous calibration's "
                             f"{fmt.format(old)} ({previous.get('when', '?')})")
     busy = result.get("contention") or {}

@@ -305,7 +305,7 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
             sampler: Any = contextlib.nullcontext() if cuda else RssSampler()
             with sampler:
                 stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds, threads=torch.get_num_threads(),
-                                on_progress=(lambda f, b=b: progress(f"batch {b}: timing", f)) if progress else None)
+                                on_progress=_timing(progress, b))
             if cuda:
                 mem = {"cuda_max_allocated": torch.cuda.max_memory_allocated(),
                        "cuda_max_reserved": torch.cuda.max_memory_reserved()}
@@ -343,3 +343,10 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
         result.unfinished = [b for b in [*concrete, *batches[len(concrete):]] if b not in done] or ["profiler table"]
         raise Interrupted(result) from None
     return result
+
+
+def _timing(progress: Callable[[str, float | None], None] | None, batch: int) -> Callable[[float], None] | None:
+    """What the timer tells ``progress`` while it times ``batch``."""
+    if progress is None:
+        return None
+    return lambda fraction: progress(f"batch {batch}: timing", fraction)

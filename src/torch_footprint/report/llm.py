@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..estimate.llm.pricing import LlmResult, LlmRow
 from .layout import Column, fit_tables
 from .terminal import as_text
 from .units import binary, count, si
+
+if TYPE_CHECKING:
+    from ..estimate.llm.result import LlmResult, LlmRow
 
 
 def _ms(seconds: float) -> str:

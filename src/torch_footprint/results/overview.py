@@ -76,12 +76,7 @@ class Overview:
 
 
 def overview_of(profile: Profile, memory: Any, accelerator: Any = None, **sections: Any) -> Overview:
-    """A report from a traced profile and its memory estimate (the same trace): the timeline
-    replayed, and with an ``accelerator`` the roofline prediction on it."""
-    from ..estimate.kernels.roofline import estimate_latency
-
-    pred = sections.pop("prediction", None)
-    if pred is None and accelerator is not None:
-        pred = estimate_latency(profile.trace, accelerator)
+    """A report from a traced profile, its memory estimate and the other sections (the same
+    trace): the timeline replayed."""
     return Overview(profile=profile, memory=memory, timeline=memory_timeline(profile.trace), accelerator=accelerator,
-                  prediction=pred, **sections)
+                    **sections)

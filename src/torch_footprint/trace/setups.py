@@ -30,7 +30,7 @@ from torch import nn
 
 from ..errors import FootprintError
 
-PRECISIONS = ("fp32", "fp16", "bf16", "fp16-mixed", "bf16-mixed")
+PRECISIONS = ("fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed")
 
 
 def _make(cls: Any, label: str, **kw: Any) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer]:
@@ -78,6 +78,7 @@ def precision(name: str) -> tuple[torch.dtype, torch.dtype | None]:
     """(parameter dtype, autocast dtype or None)."""
     key = name.strip().lower()
     table = {"fp32": (torch.float32, None), "fp16": (torch.float16, None), "bf16": (torch.bfloat16, None),
+             "fp64": (torch.float64, None),
              "fp16-mixed": (torch.float32, torch.float16), "bf16-mixed": (torch.float32, torch.bfloat16)}
     if key not in table:
         raise FootprintError(f"unknown precision '{name}'; valid: {', '.join(PRECISIONS)}")

@@ -91,7 +91,7 @@ class StepHooks:
 _SILENT = StepHooks()
 
 
-def run_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, backward: bool,
+def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, backward: bool,
              optimizer: torch.optim.Optimizer | None = None, autocast: torch.dtype | None = None,
              device_type: str = "cpu", grads_kept: bool = False,
              no_grad: Callable[[], contextlib.AbstractContextManager[Any]] = torch.no_grad,

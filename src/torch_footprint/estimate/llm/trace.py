@@ -46,29 +46,12 @@ from ...sources import prepare
 from ...trace import trace_model
 from ...trace.records import OpEvent, Trace
 from ...trace.tracer import REAL_FALLBACK_LIMIT, meta_specific
+from .cache import CacheLayer, Latent, cache_layers, latents, storage_bytes
 
 CACHE_KWARGS = ("past_key_values", "cache_params")  # what transformers' models call their cache argument
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 EXPERT_TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
-
-
-@dataclass(frozen=True)
-class CacheLayer:
-    """One layer's cache, per sequence: ``fixed + per_token x min(tokens, cap)`` bytes."""
-
-    index: int
-    kind: str  # the cache layer's class, or "latent" for multi-head latent attention
-    per_token: int
-    fixed: int = 0
-    cap: int | None = None  # tokens kept at most (a sliding window); None: every token
-
-    def bytes_at(self, tokens: int) -> int:
-        kept = tokens if self.cap is None else min(tokens, self.cap)
-        return self.fixed + self.per_token * kept
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -284,78 +267,6 @@ def _op_layers(trace: Trace, paths: list[tuple[str, int]], layers: int) -> list[
     return out
 
 
-def _storage_bytes(obj: Any) -> int:
-    """Bytes of the storages a cache object holds: its tensors (attributes, lists, tuples and
-    dicts of them) and the cache objects it is made of (a layer combining a linear-attention
-    state with a windowed cache keeps each in a layer object of its own), each storage once
-    and whole. Whole: a windowed layer keeps its last tokens as a slice of the step's
-    concatenation, and the slice keeps all of it alive."""
-    seen: set[int] = set()
-    storages: set[int] = set()
-
-    def walk(o: Any, depth: int) -> int:
-        if id(o) in seen or depth > 6:
-            return 0
-        seen.add(id(o))
-        if isinstance(o, torch.Tensor):
-            if o.dim() == 0:
-                return 0
-            st = o.untyped_storage()
-            if st._cdata in storages:
-                return 0
-            storages.add(st._cdata)
-            return st.nbytes()
-        if isinstance(o, (list, tuple)):
-            return sum(walk(v, depth + 1) for v in o)
-        if isinstance(o, dict):
-            return sum(walk(v, depth + 1) for v in o.values())
-        if depth == 0 or (hasattr(o, "__dict__") and not isinstance(o, (type, nn.Module))
-                          and type(o).__module__.startswith("transformers.")):
-            return sum(walk(v, depth + 1) for v in vars(o).values())
-        return 0
-
-    return walk(obj, 0)
-
-
-@dataclass(frozen=True)
-class Latent:
-    """A multi-head latent attention layer: the latent's width (cached per token), the
-    attention heads, and the rank the values are read at."""
-
-    width: int
-    heads: int
-    rank: int
-
-    @property
-    def macs_per_token(self) -> int:
-        """MACs one cached token costs one decode query with the projections absorbed:
-        scores over the whole latent (rank + rope part), values over its rank, per head."""
-        return self.heads * (self.width + self.rank)
-
-
-def _latents(model: nn.Module) -> dict[int, Latent]:
-    """Multi-head latent attention layers (those with a ``kv_a_proj_with_mqa``), by layer."""
-    out: dict[int, Latent] = {}
-    for m in model.modules():
-        proj = getattr(m, "kv_a_proj_with_mqa", None)
-        if isinstance(getattr(m, "layer_idx", None), int) and isinstance(proj, nn.Linear):
-            heads = int(getattr(m, "num_heads", 0) or getattr(getattr(m, "config", None), "num_attention_heads", 0))
-            rank = int(getattr(m, "kv_lora_rank", 0) or getattr(getattr(m, "config", None), "kv_lora_rank", 0))
-            out[m.layer_idx] = Latent(proj.out_features, heads, rank)
-    return out
-
-
-def _window(layer: Any) -> int | None:
-    """The most tokens a cache layer says it keeps: its ``get_max_cache_shape()``, or the
-    ``sliding_window`` of a layer that combines a window with another state (whose maximum
-    answers for the other state)."""
-    cap_fn = getattr(layer, "get_max_length", None) or getattr(layer, "get_max_cache_shape", None)
-    cap = cap_fn() if callable(cap_fn) else -1
-    if not (isinstance(cap, int) and cap > 0):
-        cap = getattr(layer, "sliding_window", None)
-    return int(cap) if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
-
-
 def _check_windows(m: nn.Module, kw: str, layers: list[CacheLayer], batch: int, real: bool) -> list[str]:
     """Run the model past its longest window (a prefill of window + 1 tokens, one decode step,
     without tracing) and keep a window only where the layer then holds what the window says:
@@ -375,7 +286,7 @@ def _check_windows(m: nn.Module, kw: str, layers: list[CacheLayer], batch: int, 
         out = m(input_ids=ids, use_cache=True, **last_logits_only(m))
         cache = getattr(out, kw, None)
         m(input_ids=torch.zeros(batch, 1, dtype=torch.long, device=device), use_cache=True, **{kw: cache})
-        held = [_storage_bytes(layer) for layer in cache.layers]
+        held = [storage_bytes(layer) for layer in cache.layers]
     except Exception as e:  # noqa: BLE001 - any failure leaves the windows as the layers state them
         return [f"the sliding windows are taken as the cache layers state them (a run past the window failed: "
                 f"{type(e).__name__})"]
@@ -387,42 +298,6 @@ def _check_windows(m: nn.Module, kw: str, layers: list[CacheLayer], batch: int, 
                          f"{held[i] // batch:,} bytes per sequence after {length + 1} (a window would hold "
                          f"{la.bytes_at(length + 1):,}): counted without the window, an upper bound")
     return notes[:1] + ([f"... and {len(notes) - 1} more such layers"] if len(notes) > 1 else [])
-
-
-def _token_bytes(layer: Any) -> int | None:
-    """Bytes one token takes in a windowed layer's keys and values (from their shapes)."""
-    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-    if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 2
-            and keys.shape[-2] > 0):
-        return None
-    return (keys.numel() * keys.element_size() + values.numel() * values.element_size()) // int(keys.shape[-2])
-
-
-def _cache_layers(cache: Any, after: tuple[list[int], list[int]], batch: int, prompt: int,
-                  latent: dict[int, Latent], elem: int) -> list[CacheLayer]:
-    """One :class:`CacheLayer` per layer of the cache, from its bytes after each of the two
-    decode steps (``after``), plus one for what the cache object keeps outside its layers (a
-    model's own cache class may hold linear-attention states there), if anything."""
-    layers = []
-    for i, layer in enumerate(cache.layers):
-        b1, b2 = after[0][i], after[1][i]
-        cap = _window(layer)
-        slope = (b2 - b1) // batch
-        kind = type(layer).__name__
-        if i in latent:
-            layers.append(CacheLayer(i, "latent", latent[i].width * elem, 0, cap))
-        elif slope > 0:
-            layers.append(CacheLayer(i, kind, slope, max(b1 // batch - (prompt + 1) * slope, 0), cap))
-        elif cap is not None and (per := _token_bytes(layer)):  # a full window
-            layers.append(CacheLayer(i, kind, per // batch, max(b1 // batch - cap * per // batch, 0), cap))
-        else:  # a state of fixed size (a state-space layer), or an empty layer
-            layers.append(CacheLayer(i, kind, 0, b1 // batch, None))
-    b1, b2 = after[0][-1], after[1][-1]
-    if b1 or b2:
-        slope = (b2 - b1) // batch
-        layers.append(CacheLayer(len(layers), f"{type(cache).__name__} (outside its layers)", max(slope, 0),
-                                 max(b1 // batch - (prompt + 1) * max(slope, 0), 0), None))
-    return layers
 
 
 class NoCache(FootprintError):
@@ -450,8 +325,8 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
 
     def sizes() -> list[int]:
         """Bytes of each cache layer, then of what the cache holds outside them."""
-        per = [_storage_bytes(layer) for layer in cache.layers]
-        return [*per, max(_storage_bytes(cache) - sum(per), 0)]
+        per = [storage_bytes(layer) for layer in cache.layers]
+        return [*per, max(storage_bytes(cache) - sum(per), 0)]
 
     one = [{**meta[0], "shape": [batch, 1]}]
     hook = m.register_forward_hook(capture)
@@ -518,8 +393,8 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
         raise FootprintError(f"{work.built.name}: two decode steps ran different operators; the cache "
                              "line cannot be drawn (a model whose decode path changes with the length)")
     elem = next((torch.empty((), dtype=p.dtype).element_size() for p in m.parameters() if p.is_floating_point()), 2)
-    latent = _latents(m)
-    layers = _cache_layers(cache, after, batch, prompt, latent, elem)
+    latent = latents(m)
+    layers = cache_layers(cache, after, batch, prompt, latent, elem)
     with work.built.trace_context(), torch.no_grad():
         window_notes = _check_windows(m, kw, layers, batch, real=how is not None)
     notes = [n for n in work.built.notes if not n.startswith("default input")]

@@ -15,16 +15,15 @@ names are unique across the records, so a keyword shortcut names one field.
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import functools
-import inspect
-import typing
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from .errors import FootprintError
+from ..errors import FootprintError
+from .fields import Record, field_docs, field_types, gather, literal_choices, opt, signature_of, verb_records
+
+__all__ = ["RECORDS", "Calibration", "Measurement", "Memory", "Parallel", "Record", "Sections", "Serving", "Target",
+           "Training", "Workload", "field_docs", "field_types", "gather", "literal_choices", "opt", "signature_of",
+           "verb_records"]
 
 Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
 Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "adafactor", "sgd-foreach",
@@ -43,52 +42,6 @@ PRECISION_ALIASES = {"float32": "fp32", "float": "fp32", "f32": "fp32", "float16
 QUANT_ALIASES = {"int4-g128-gptq": "int4-g128", "gptq": "int4-g128", "awq": "int4-g128-awq", "int4": "int4-g128",
                  "gguf-q4_0": "q4_0", "gguf-q8_0": "q8_0", "gguf-q4_k_m": "q4_k_m", "gguf-q5_k_m": "q5_k_m",
                  "gguf-q6_k": "q6_k", "nf4-dq": "nf4", "bfloat16": "bf16", "float16": "fp16", "fp8-e4m3": "fp8"}
-
-
-def opt(default: Any = None, *, flag: str | None = None, short: str | None = None, metavar: str | None = None,
-        aliases: tuple[str, ...] = (), deprecated: Mapping[str, Any] | None = None,
-        aliases_of_values: Mapping[str, str] | None = None, what: str | None = None,
-        cli: bool = True) -> Any:
-    """A settings field with its command-line spelling.
-
-    ``flag`` replaces ``--field-name``; ``aliases`` are other current spellings;
-    ``deprecated`` maps an old spelling to None (same value) or to a function of the value
-    given (``--autocast bf16`` is ``--precision bf16-mixed``): it still works and warns with
-    the new name. ``aliases_of_values`` normalises what people type; ``what`` names the
-    vocabulary in errors ("unknown optimizer 'x'"). ``cli=False``: no flag."""
-    meta = {"flag": flag, "short": short, "metavar": metavar, "aliases": aliases, "deprecated": dict(deprecated or {}),
-            "values": dict(aliases_of_values or {}), "what": what, "cli": cli}
-    if isinstance(default, list | dict | set):
-        raise TypeError("use a tuple or a mapping proxy for a mutable default")
-    return field(default=default, metadata=meta)
-
-
-class Record:
-    """The base of the setting records: each checks its fields when made (the vocabulary of
-    every ``Literal`` field, the other spellings normalised)."""
-
-    def __post_init__(self) -> None:
-        hints = field_types(type(self))
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if typing.get_origin(hints[f.name]) is tuple and not isinstance(value, tuple):
-                # a repeatable field: one value, a list, or a mapping (its NAME=VALUE items)
-                value = (value,) if isinstance(value, str) else tuple(
-                    f"{k}={v}" for k, v in value.items()) if isinstance(value, Mapping) else tuple(value)
-                object.__setattr__(self, f.name, value)
-            choices = literal_choices(hints[f.name])
-            if value is None or not choices:
-                continue
-            key = str(value).strip().lower()
-            key = f.metadata.get("values", {}).get(key, key)
-            if key not in choices:
-                what = f.metadata.get("what") or f.name.replace("_", " ")
-                raise FootprintError(f"unknown {what} '{value}': use {', '.join(choices)}")
-            object.__setattr__(self, f.name, key)
-        self.check()
-
-    def check(self) -> None:
-        """Checks across fields (override)."""
 
 
 # --------------------------------------------------------------------------- the records
@@ -367,88 +320,3 @@ RECORDS: tuple[type[Record], ...] = (Workload, Training, Parallel, Target, Memor
                                      Calibration)
 
 
-# --------------------------------------------------------------------------- reading the records
-
-@functools.cache
-def field_types(cls: type) -> dict[str, Any]:
-    """The fields' types, resolved."""
-    return typing.get_type_hints(cls)
-
-
-def literal_choices(tp: Any) -> tuple[str, ...]:
-    """The values of a ``Literal`` type (inside ``X | None``), else ()."""
-    if typing.get_origin(tp) is Literal:
-        return tuple(str(a) for a in typing.get_args(tp))
-    for arg in typing.get_args(tp):
-        if typing.get_origin(arg) is Literal:
-            return tuple(str(a) for a in typing.get_args(arg))
-    return ()
-
-
-@functools.cache
-def field_docs(cls: type) -> dict[str, str]:
-    """Each field's help: the string literal under it in the class body (as vLLM reads its
-    engine arguments' docs), whitespace folded."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for a, b in zip(body, body[1:], strict=False):
-        if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
-                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
-            docs[a.target.id] = " ".join(b.value.value.split())
-    return docs
-
-
-def owner() -> dict[str, type[Record]]:
-    """Which record defines each field name."""
-    out: dict[str, type[Record]] = {}
-    for cls in RECORDS:
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            out[f.name] = cls
-    return out
-
-
-def gather(wanted: tuple[type[Record], ...], given: Mapping[str, Any], verb: str) -> dict[type[Record], Any]:
-    """The records a verb takes, from ``given``: records by their lower-case names
-    (``training=Training(...)``) and fields by name (``optimizer="adamw"``), a field
-    overriding its record's value. A name no record of the verb has is refused."""
-    by_name = {cls.__name__.lower(): cls for cls in wanted}
-    fields_of = {f.name: cls for cls in wanted for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    records: dict[type[Record], Any] = {}
-    loose: dict[type[Record], dict[str, Any]] = {cls: {} for cls in wanted}
-    for name, value in given.items():
-        if name in by_name:
-            cls = by_name[name]
-            if value is not None and not isinstance(value, cls):
-                raise TypeError(f"{verb}() takes {name}= as a {cls.__name__}, got {type(value).__name__}")
-            if value is not None:
-                records[cls] = value
-        elif name in fields_of:
-            loose[fields_of[name]][name] = value
-        else:
-            known = sorted([*by_name, *fields_of])
-            raise TypeError(f"{verb}() got an unexpected keyword argument '{name}'; it takes: {', '.join(known)}")
-    out = {}
-    for cls in wanted:
-        base = records.get(cls)
-        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in loose[cls].items()}
-        out[cls] = dataclasses.replace(base, **kw) if base is not None else cls(**kw)
-    return out
-
-
-def signature_of(wanted: Mapping[type[Record], Any], head: Callable[..., Any]) -> inspect.Signature:
-    """``head``'s own parameters, then every record of ``wanted`` and the fields it names (None:
-    all) as keywords: the signature ``help()`` and editors show for a verb."""
-    own = [p for p in inspect.signature(head).parameters.values() if p.kind != p.VAR_KEYWORD]
-    params = [p for p in own if p.kind != p.KEYWORD_ONLY]
-    taken = {p.name for p in own}
-    for cls, names in wanted.items():
-        params.append(inspect.Parameter(cls.__name__.lower(), inspect.Parameter.KEYWORD_ONLY, default=None,
-                                        annotation=f"{cls.__name__} | None"))
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            if f.name not in taken and (names is None or f.name in names):
-                taken.add(f.name)
-                params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                                annotation=str(f.type)))
-    params += [p for p in own if p.kind == p.KEYWORD_ONLY]
-    return inspect.Signature(params, return_annotation=inspect.signature(head).return_annotation)

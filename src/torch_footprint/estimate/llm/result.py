@@ -1,0 +1,119 @@
+"""``footprint llm``'s answer: the model's parameters and cache, and one row per accelerator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ...hardware.db import Accelerator
+
+if TYPE_CHECKING:
+    from .pricing import Priced
+
+@dataclass
+class VllmCache:
+    """How vLLM sizes its cache: blocks of 16 tokens in what is left of 90% of the memory."""
+
+    capacity_bytes: int
+    blocks: int
+    tokens: int
+    concurrency: float  # requests of the asked context it holds at once
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class LlmRow:
+    """One accelerator (per rank where tp > 1)."""
+
+    accelerator: Accelerator
+    weights_bytes: int
+    kv_bytes: int
+    activation_bytes: int
+    overhead_bytes: int
+    fits: bool
+    max_batch: int
+    max_context: int
+    ttft_s: float
+    tpot_s: float  # mean time per output token over the output
+    tpot_first_s: float
+    tpot_last_s: float
+    max_batch_tokens_per_s: float
+    mfu: float  # prefill: model FLOPs / (TTFT x peak)
+    mbu: float  # decode: bytes read per step / (time per token x bandwidth)
+    comm_s: float = 0.0  # tensor-parallel all-reduces in one decode step
+    vllm: VllmCache | None = None
+    notes: list[str] = field(default_factory=list)
+    # the curves a report draws: (context, bytes needed at the batch), (batch, tokens/s in all)
+    memory_by_context: list[tuple[int, int]] = field(default_factory=list)
+    tokens_by_batch: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.activation_bytes + self.overhead_bytes
+
+    @property
+    def capacity(self) -> int:
+        return self.accelerator.memory_bytes
+
+    def to_dict(self, batch: int, output: int) -> dict[str, Any]:
+        e2e = self.ttft_s + output * self.tpot_s
+        return {
+            "accelerator": self.accelerator.id, "name": self.accelerator.name, "memory_bytes": self.capacity,
+            "weights_bytes": self.weights_bytes, "kv_bytes": self.kv_bytes,
+            "activation_bytes": self.activation_bytes, "overhead_bytes": self.overhead_bytes,
+            "total_bytes": self.total_bytes, "fits": self.fits, "max_batch": self.max_batch,
+            "max_context": self.max_context, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+            "tpot_first_s": self.tpot_first_s, "tpot_last_s": self.tpot_last_s,
+            "tokens_per_s_per_request": 1 / self.tpot_s if self.tpot_s else None,
+            "tokens_per_s": batch / self.tpot_s if self.tpot_s else None, "e2e_s": e2e,
+            "max_batch_tokens_per_s": self.max_batch_tokens_per_s, "mfu": self.mfu, "mbu": self.mbu,
+            "comm_s": self.comm_s, "vllm": self.vllm.to_dict() if self.vllm else None, "notes": self.notes,
+            "memory_by_context": [list(x) for x in self.memory_by_context],
+            "tokens_by_batch": [list(x) for x in self.tokens_by_batch],
+        }
+
+
+@dataclass
+class LlmResult:
+    """``footprint llm``'s answer: the model's parameters and cache, and one row per accelerator."""
+
+    kind = "llm"  # the envelope's kind of its saved file
+
+    model: str
+    serving: Priced
+    params: int
+    active_params: int
+    expert_params: int
+    experts: tuple[int, int] | None  # (experts per layer, experts per token)
+    weights_bytes: int  # whole model, in the weight scheme
+    weights_scheme: str
+    kv_scheme: str
+    kv_bytes_per_token: int  # one sequence, every layer, in the KV scheme
+    layers: list[dict[str, Any]]
+    prefill_flops: int  # at the asked batch and prompt
+    decode_flops: int  # one step at the asked batch, cache at the prompt
+    rows: list[LlmRow]
+    notes: list[str] = field(default_factory=list)
+    measured: dict[str, Any] | None = None
+
+    def row(self, accelerator_id: str) -> LlmRow:
+        return next(r for r in self.rows if r.accelerator.id == accelerator_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.serving
+        return {
+            "model": self.model, "batch": s.batch, "prompt": s.prompt, "output": s.output, "gpus": s.gpus,
+            "tp": s.tp, "engine": s.engine, "chunk": s.chunk, "params": self.params,
+            "active_params": self.active_params, "expert_params": self.expert_params,
+            "experts": list(self.experts) if self.experts else None, "weights_scheme": self.weights_scheme,
+            "weights_bytes": self.weights_bytes, "kv_scheme": self.kv_scheme,
+            "kv_bytes_per_token": self.kv_bytes_per_token, "layers": self.layers,
+            "prefill_flops": self.prefill_flops, "decode_flops": self.decode_flops,
+            "accelerators": [r.to_dict(s.batch, s.output) for r in self.rows], "notes": self.notes,
+            "measured": self.measured,
+        }
+
+
+# ------------------------------------------------------------------------------ the model's weights
