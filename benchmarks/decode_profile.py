@@ -25,7 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from torch_footprint.estimate.serving import last_logits_only, trace_serving  # noqa: E402
+from torch_footprint.estimate.llm.trace import last_logits_only, trace_serving  # noqa: E402
 
 LLAMA = str(ROOT / "benchmarks" / "data" / "configs" / "llama-1.1b")
 

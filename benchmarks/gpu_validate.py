@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 import torch_footprint as tfp
-from torch_footprint.estimate.training import optimizer as make_optimizer
 from torch_footprint.measure.measured import one_step
 from torch_footprint.measure.search import largest_runnable_batch
+from torch_footprint.trace.setups import optimizer as make_optimizer
 
 
 def memory_check(name: str, build: Any, inputs: dict[str, Any], spec: Any, train: bool, opt: str | None) -> dict:
@@ -56,7 +56,7 @@ def roofline_check() -> dict[str, Any]:
     """Predicted against measured latency on this GPU (issue 4)."""
     from dataclasses import replace
 
-    from torch_footprint.estimate.roofline import estimate_latency as predict
+    from torch_footprint.estimate.kernels.roofline import estimate_latency as predict
     from torch_footprint.hardware import list as all_rows
     from torch_footprint.hardware.local import find_local_gpu
     from torch_footprint.measure.calibrate import calibrate

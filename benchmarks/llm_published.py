@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from torch_footprint.errors import FootprintError  # noqa: E402
-from torch_footprint.estimate.llm import Serving, serve  # noqa: E402
-from torch_footprint.estimate.quantization import weight_scheme  # noqa: E402
-from torch_footprint.estimate.serving import trace_serving  # noqa: E402
+from torch_footprint.estimate.llm.pricing import Serving, serve  # noqa: E402
+from torch_footprint.estimate.llm.quantization import weight_scheme  # noqa: E402
+from torch_footprint.estimate.llm.trace import trace_serving  # noqa: E402
 from torch_footprint.hardware.catalog import get  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data"

@@ -23,9 +23,9 @@ import tomllib
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from torch_footprint.estimate.llm import weight_bytes  # noqa: E402
-from torch_footprint.estimate.quantization import weight_scheme  # noqa: E402
-from torch_footprint.estimate.serving import trace_serving  # noqa: E402
+from torch_footprint.estimate.llm.pricing import weight_bytes  # noqa: E402
+from torch_footprint.estimate.llm.quantization import weight_scheme  # noqa: E402
+from torch_footprint.estimate.llm.trace import trace_serving  # noqa: E402
 
 MODELS = {"meta-llama/Llama-2-7b-hf": "hf:meta-llama/Llama-2-7b-hf",
           "mistralai/Mistral-7B-v0.1": "hf:mistralai/Mistral-7B-v0.1",

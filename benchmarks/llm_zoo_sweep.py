@@ -255,7 +255,7 @@ def run_llm(lib: str, name: str, send: Callable[[Record], None]) -> Record:
     send(rec)
     t = time.perf_counter()
     try:
-        from torch_footprint.estimate.serving import trace_serving
+        from torch_footprint.estimate.llm.trace import trace_serving
 
         st = trace_serving(model, batch=1, prompt=PROMPT)
         lengths = (PROMPT, PROMPT + 1, PROMPT + 2, LONG, LONG + 1)
@@ -284,8 +284,8 @@ def run_llm(lib: str, name: str, send: Callable[[Record], None]) -> Record:
         rec.update(llm_ok=False, llm_error=error_text(e)[:300], llm_where=error_where(e),
                    llm_declined=isinstance(e, FootprintError))
     if rec.get("fp_ok") and rec.get("llm_ok"):  # every weight scheme and an fp8 cache, on the same trace
-        from torch_footprint.estimate.llm import Serving, serve
-        from torch_footprint.estimate.quantization import SCHEMES, kv_scheme, weight_scheme
+        from torch_footprint.estimate.llm.pricing import Serving, serve
+        from torch_footprint.estimate.llm.quantization import SCHEMES, kv_scheme, weight_scheme
         from torch_footprint.hardware.catalog import get
 
         failed = {}

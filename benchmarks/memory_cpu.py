@@ -42,9 +42,9 @@ import torch
 from torch import nn
 
 import torch_footprint as tfp
-from torch_footprint.estimate import training
 from torch_footprint.estimate.memory import cublas_workspace_bytes
 from torch_footprint.measure.measured import allocator_peak, cuda_peak, one_step
+from torch_footprint.trace import setups as training
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA_TINY = ROOT / "tests" / "configs" / "llama-gqa-tiny"

@@ -38,7 +38,7 @@ CASES = {
 def build(case: dict[str, Any], out: Path) -> dict[str, Any]:
     import torch_footprint as tfp
     from torch_footprint.report.html import render_html
-    from torch_footprint.report.schema import envelope
+    from torch_footprint.results.record import envelope
 
     args = dict(case)
     model, inputs = args.pop("model"), args.pop("inputs", None)

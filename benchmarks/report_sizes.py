@@ -36,7 +36,7 @@ def main() -> None:
     import torch_footprint as tfp
     from torch_footprint.files import write_json
     from torch_footprint.report.html import render_html
-    from torch_footprint.report.schema import envelope
+    from torch_footprint.results.record import envelope
 
     rows = []
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

@@ -26,7 +26,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 import torch  # noqa: E402
 
 import torch_footprint as tfp  # noqa: E402
-from torch_footprint.estimate.roofline import estimate_latency as predict  # noqa: E402
+from torch_footprint.estimate.kernels.roofline import estimate_latency as predict  # noqa: E402
 from torch_footprint.hardware.local import local_cpu  # noqa: E402
 from torch_footprint.measure.calibrate import calibrate  # noqa: E402
 

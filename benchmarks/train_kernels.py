@@ -152,7 +152,7 @@ def measure(step: Callable[[], None], warmup: int, steps: int, profiled: int) ->
 
 
 def predict(case: Case, row: Any) -> dict[str, Any]:
-    from torch_footprint.estimate.roofline import estimate_latency
+    from torch_footprint.estimate.kernels.roofline import estimate_latency
     from torch_footprint.estimate.workload import StepSpec, trace_step
 
     # torch.optim.SGD runs foreach (multi-tensor) kernels on CUDA by default

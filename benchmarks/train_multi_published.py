@@ -31,7 +31,7 @@ import statistics
 import time
 from pathlib import Path
 
-from torch_footprint.estimate.ranks import predict_rank
+from torch_footprint.estimate.layouts.ranks import predict_rank
 from torch_footprint.estimate.workload import StepSpec, trace_step
 from torch_footprint.hardware import get
 

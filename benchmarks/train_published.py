@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from torch_footprint.estimate.roofline import estimate_latency
+from torch_footprint.estimate.kernels.roofline import estimate_latency
 from torch_footprint.estimate.workload import StepSpec, trace_step
 from torch_footprint.hardware import get
 from torch_footprint.trace import Trace

@@ -77,7 +77,8 @@ def test_a_verb_refuses_a_name_it_does_not_read() -> None:
 
 def test_help_shows_each_verbs_own_keywords() -> None:
     sig = inspect.signature(tfp.fit)
-    assert {"workload", "training", "parallel", "target", "batch", "optimizer", "gpus", "latency"} <= set(sig.parameters)
+    wanted = {"workload", "training", "parallel", "target", "batch", "optimizer", "gpus", "latency"}
+    assert wanted <= set(sig.parameters)
     assert "max_batch" not in sig.parameters  # memory's, not fit's
     assert sig.parameters["utilisation"].default == 0.8
 
