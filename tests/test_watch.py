@@ -232,3 +232,19 @@ def test_without_psutil_watch_says_what_to_install(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "psutil", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'torch-footprint\[watch\]'"):
         watch(["true"])
+
+
+def test_a_cpu_run_against_its_prediction_names_the_interpreter() -> None:
+    """A job that imports torch and fills a 256 MiB tensor, watched with a prediction of
+    exactly that: the observed RSS peak is the bare interpreter (measured apart) plus the
+    tensor, and what is left unexplained is small."""
+    child = "import torch, time\nx = torch.empty(256 << 20, dtype=torch.uint8).fill_(1)\ntime.sleep(0.3)\n"
+    res = watch([sys.executable, "-c", child], interval=INTERVAL,
+                predicted={"peak_bytes": 256 * MiB, "overheads": {}, "timeline": [[0.0, 0], [1.0, 256 * MiB]]})
+    c = res.comparison()
+    assert c["kind"] == "cpu" and res.baseline_rss and c["observed"]["baseline_bytes"] == res.baseline_rss
+    parts = {p["name"]: p["bytes"] for p in c["parts"]}
+    assert parts["memory outside PyTorch"] == res.baseline_rss
+    assert abs(parts["what the job allocated that the model does not"]) <= 0.05 * 256 * MiB
+    text = render_watch(res)
+    assert "observed:" in text and "resident memory (RSS)" in text and "\\n" in text.splitlines()[0]

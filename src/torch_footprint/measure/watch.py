@@ -539,7 +539,8 @@ def compare_peak(observed: dict[str, Any], predicted: dict[str, Any]) -> dict[st
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    """Bytes in GiB, or MiB under one GiB (the findings are words; the report formats the tables)."""
+    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _summary_sentence(obs: int, total: int, diff: int, share: float | None, parts: list[dict[str, Any]]) -> str:

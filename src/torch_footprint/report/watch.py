@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Callable, Iterator
 from html import escape
 from typing import Any
@@ -22,6 +23,14 @@ from .units import binary, duration, percent
 
 def _d(result: Any) -> dict[str, Any]:
     return result if isinstance(result, dict) else result.to_dict()
+
+
+def _what(d: dict[str, Any], limit: int = 100) -> str:
+    """The command as a shell would show it, on one line (or the pid followed)."""
+    if not d.get("command"):
+        return f"pid {d.get('pid')}"
+    text = shlex.join(d["command"]).replace("\n", "\\n")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _pct(x: float | None) -> str:
@@ -115,8 +124,8 @@ def render_live(console: Any = None, plain: bool | None = None,
         def show(sample: Any, result: Any = None) -> None:
             s = _d(sample)
             head = Text(f"{title}  ·  {s['t']:.1f} s", style="bold cyan")
-            if result is not None and getattr(result, "command", None):
-                head.append("  ·  " + " ".join(result.command)[:60], style="dim")
+            if result is not None:
+                head.append("  ·  " + _what({"command": result.command, "pid": result.pid}, 60), style="dim")
             body = Text("\n").join([head, *(Text(line) for line in sample_lines(s))])
             live.update(body, refresh=True)
 
@@ -143,8 +152,7 @@ def render_watch(result: Any) -> str:
     prediction beside the observed peak, the findings, and what could not be read."""
     d = _d(result)
     s = d.get("summary", {})
-    what = " ".join(d["command"]) if d.get("command") else f"pid {d.get('pid')}"
-    lines = [f"footprint watch: {what}",
+    lines = [f"footprint watch: {_what(d)}",
              f"  {duration(d.get('duration_s', 0.0))}, {s.get('samples', 0)} samples every "
              f"{duration(d['interval_s'])}; {_ended(d)}"]
     for key, dev in s.get("devices", {}).items():
@@ -379,7 +387,7 @@ def watch_section_html(result: Any) -> str:
 def render_watch_html(result: Any) -> str:
     """A whole page (offline: inline SVG and CSS, no script) of :func:`watch_section_html`."""
     d = _d(result)
-    what = " ".join(d["command"]) if d.get("command") else f"pid {d.get('pid')}"
+    what = _what(d, 200)
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta name="viewport" content="width=device-width,initial-scale=1"><title>footprint watch: '
             f"{escape(what)}</title><style>{CSS}</style></head><body>"
