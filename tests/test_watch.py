@@ -248,3 +248,59 @@ def test_a_cpu_run_against_its_prediction_names_the_interpreter() -> None:
     assert abs(parts["what the job allocated that the model does not"]) <= 0.05 * 256 * MiB
     text = render_watch(res)
     assert "observed:" in text and "resident memory (RSS)" in text and "\\n" in text.splitlines()[0]
+
+
+FAKE_CUDA_JOB = textwrap.dedent("""
+    import sys, time, types
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: True, device_count=lambda: 1,
+        get_device_properties=lambda i: types.SimpleNamespace(uuid="abcdef12-3456-7890"),
+        memory_allocated=lambda i: 5 << 20, memory_reserved=lambda i: 8 << 20)
+    sys.modules["torch"] = types.SimpleNamespace(cuda=cuda)  # torch's figures as an initialised CUDA gives them
+    time.sleep(0.6)
+""")
+
+
+def test_torch_stats_come_from_inside_the_job_and_chain_the_users_sitecustomize(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    marker = tmp_path / "their-sitecustomize-ran"
+    (theirs / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.setenv("PYTHONPATH", str(theirs))
+    res = watch([sys.executable, "-c", FAKE_CUDA_JOB], interval=INTERVAL, torch_stats=True)
+    assert res.exit_code == 0 and res.torch_stats_pids == [res.pid]
+    assert marker.exists()  # the job's own sitecustomize still ran
+    figures = [s.torch for s in res.samples if s.torch]
+    assert figures and figures[-1] == {"cuda-abcdef12": {"allocated": 5 * MiB, "reserved": 8 * MiB}}
+    with pytest.raises(FootprintError, match="--torch-stats needs a command"):
+        watch(pid=res.pid, torch_stats=True)
+
+
+def _cuda_here() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device on this machine"
+    from torch_footprint.measure.sampling import open_nvml
+
+    nv, why = open_nvml(required=False)
+    if nv is None:
+        return f"NVML is not usable here: {why}"
+    nv.close()
+    return None
+
+
+@pytest.mark.skipif(_cuda_here() is not None, reason=str(_cuda_here()))
+def test_a_gpu_job_against_its_prediction_is_split_with_the_jobs_own_torch_figures() -> None:
+    child = ("import torch, time\nx = torch.empty(512 << 20, dtype=torch.uint8, device='cuda').fill_(1)\n"
+             "torch.cuda.synchronize()\ntime.sleep(1.5)\n")
+    res = watch([sys.executable, "-c", child], interval=0.2, torch_stats=True,
+                predicted={"peak_bytes": 512 * MiB, "overheads": {}})
+    assert res.exit_code == 0 and res.torch_stats_pids == [res.pid]
+    c = res.comparison()
+    assert c["kind"] == "cuda" and c["observed"]["torch_allocated_bytes"] == 512 * MiB
+    parts = {p["name"]: p["bytes"] for p in c["parts"]}
+    assert parts["what the job allocated that the model does not"] == 0
+    assert parts["allocator reserve"] >= 0 and parts["memory outside PyTorch"] > 0  # the CUDA context at least
+    assert sum(parts.values()) == c["difference_bytes"]

@@ -54,6 +54,7 @@ class WatchResult:
     unavailable: dict[str, str] = field(default_factory=dict)
     left_running: list[int] = field(default_factory=list)  # pids of the job alive after it ended
     monotonic_origin: float = 0.0  # time.monotonic() at t = 0 (to line the samples up with the job's own log)
+    torch_stats_pids: list[int] | None = None  # with torch_stats: the job's processes that reported
 
     @property
     def interrupted(self) -> bool:
@@ -84,7 +85,8 @@ class WatchResult:
                 "exit_status": self.exit_status, "summary": self.summary(), "predicted": self.predicted,
                 "baseline_rss": self.baseline_rss, "comparison": self.comparison(), "findings": self.findings(),
                 "notes": self.notes, "unavailable": self.unavailable, "left_running": self.left_running,
-                "monotonic_origin": self.monotonic_origin, "samples": [s.to_dict() for s in self.samples]}
+                "monotonic_origin": self.monotonic_origin, "torch_stats_pids": self.torch_stats_pids,
+                "samples": [s.to_dict() for s in self.samples]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WatchResult:
@@ -93,14 +95,15 @@ class WatchResult:
                    ended=d.get("ended", "exited"), duration_s=d.get("duration_s", 0.0), predicted=d.get("predicted"),
                    baseline_rss=d.get("baseline_rss"), notes=list(d.get("notes", [])),
                    unavailable=dict(d.get("unavailable", {})), left_running=list(d.get("left_running", [])),
-                   monotonic_origin=d.get("monotonic_origin", 0.0))
+                   monotonic_origin=d.get("monotonic_origin", 0.0), torch_stats_pids=d.get("torch_stats_pids"))
 
 
 # --- the run ---------------------------------------------------------------------------------
 
 def watch(command: Sequence[str] | None = None, pid: int | None = None, interval: float = 1.0, *,
           predicted: dict[str, Any] | None = None, on_sample: Callable[[Sample, WatchResult], None] | None = None,
-          grace: float = 10.0, timeout: float | None = None, baseline_rss: int | None = None) -> WatchResult:
+          grace: float = 10.0, timeout: float | None = None, baseline_rss: int | None = None,
+          torch_stats: bool = False) -> WatchResult:
     """Run ``command`` (argv list; no shell) or follow process ``pid`` until it ends, a
     sample every ``interval`` seconds; ``on_sample(sample, result)`` hears each one (the
     live display). ``predicted`` ({"peak_bytes", "overheads": {name: bytes}, "timeline":
@@ -108,7 +111,9 @@ def watch(command: Sequence[str] | None = None, pid: int | None = None, interval
     ``baseline_rss`` (a bare interpreter with torch imported; measured with
     :func:`bare_torch_rss` when not given). ``timeout``: stop the command after so many
     seconds. Ctrl-C stops the command (not a followed pid) and returns what was sampled,
-    with ``ended == "interrupted"``.
+    with ``ended == "interrupted"``. ``torch_stats`` (a command only): each Python process
+    of the job reports torch's allocated and reserved CUDA bytes through a sitecustomize put
+    first on its PYTHONPATH (:class:`TorchStats`), so that a GPU peak can be split.
 
     Bad input raises :class:`~torch_footprint.errors.FootprintError` (exit 2): neither or
     both of command and pid, a command that cannot start, a pid that does not exist or is
@@ -118,6 +123,8 @@ def watch(command: Sequence[str] | None = None, pid: int | None = None, interval
         raise FootprintError("footprint watch needs a command to run (after `--`) or --pid N, and not both")
     if not interval > 0:
         raise FootprintError(f"--interval must be more than 0 seconds, got {interval}")
+    if torch_stats and not command:
+        raise FootprintError("--torch-stats needs a command to run: a running process cannot be asked for its figures")
     if predicted is not None:
         check_predicted(predicted)
     psutil = require_psutil("footprint watch")
@@ -131,7 +138,8 @@ def watch(command: Sequence[str] | None = None, pid: int | None = None, interval
         unavailable["GPUs"] = why or "no NVIDIA GPU on this machine"
     result = WatchResult(list(command) if command else None, pid, interval, time.time(), predicted=predicted,
                          baseline_rss=baseline_rss, unavailable=unavailable)
-    proc = _start(command) if command else None
+    stats = TorchStats(interval, nvml) if torch_stats else None
+    proc = _start(command, stats.environment() if stats else None) if command else None
     root = proc.pid if proc is not None else pid
     assert root is not None
     result.pid = root
@@ -146,6 +154,8 @@ def watch(command: Sequence[str] | None = None, pid: int | None = None, interval
             k = 0
             while True:
                 sample = probe.read()
+                if stats is not None:
+                    sample.torch = stats.read(sample)
                 result.samples.append(sample)
                 if on_sample is not None:
                     on_sample(sample, result)
@@ -167,6 +177,9 @@ def watch(command: Sequence[str] | None = None, pid: int | None = None, interval
             _stop(proc, procs, grace)
         if nvml is not None:
             nvml.close()
+        if stats is not None:
+            result.torch_stats_pids = sorted(stats.reported)
+            stats.close()
     result.duration_s = time.monotonic() - began
     if proc is not None:
         code = proc.returncode
@@ -185,12 +198,12 @@ def _gpu_watched(samples: list[Sample]) -> bool:
     return any(d.get("kind") == "gpu" for s in samples for d in s.devices.values())
 
 
-def _start(command: Sequence[str]) -> subprocess.Popen[bytes]:
+def _start(command: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """The command in a process group of its own (the terminal's Ctrl-C reaches the watcher only)."""
     argv = [str(a) for a in command]
     group: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     try:
-        return subprocess.Popen(argv, **group)
+        return subprocess.Popen(argv, env=env, **group)
     except FileNotFoundError:
         raise FootprintError(f"cannot start '{argv[0]}': no such program or file") from None
     except PermissionError:
@@ -313,6 +326,70 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+class TorchStats:
+    """torch's CUDA figures from inside the job: a sitecustomize (``_watch_hook``) put first
+    on the job's PYTHONPATH starts a thread in each Python process that appends
+    {"t", "pid", "cuda": [{"uuid", "allocated", "reserved"}]} lines to a file per process in a
+    folder of ours. Each sample takes the latest line of each of the job's processes (at most
+    one interval old) and sums them by device (NVML's key where the UUID is known)."""
+
+    HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_watch_hook")
+
+    def __init__(self, interval: float, nvml: Any = None) -> None:
+        import tempfile
+
+        self.folder = tempfile.mkdtemp(prefix="footprint-watch-")
+        self.interval = interval
+        self.keys = {u.removeprefix("GPU-"): f"gpu{i}" for i, u in zip(nvml.indices, nvml.uuids)} if nvml else {}
+        self._offsets: dict[str, int] = {}
+        self._latest: dict[int, list[dict[str, Any]]] = {}
+        self.reported: set[int] = set()
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (self.HOOK, env.get("PYTHONPATH")) if p)
+        env["FOOTPRINT_WATCH_TORCH_DIR"] = self.folder
+        env["FOOTPRINT_WATCH_INTERVAL"] = repr(self.interval)
+        return env
+
+    def read(self, sample: Sample) -> dict[str, dict[str, int]] | None:
+        import json
+
+        for name in os.listdir(self.folder):
+            path = os.path.join(self.folder, name)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._offsets.get(name, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            done = data.rfind(b"\n") + 1  # whole lines only; a half-written one waits for the next sample
+            self._offsets[name] = self._offsets.get(name, 0) + done
+            for line in data[:done].decode(errors="replace").splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                self.reported.add(row["pid"])
+                self._latest[row["pid"]] = row.get("cuda", [])
+        pids = {p["pid"] for p in sample.processes}
+        out: dict[str, dict[str, int]] = {}
+        for pid, rows in self._latest.items():
+            if pid not in pids:
+                continue
+            for r in rows:
+                key = self.keys.get(str(r["uuid"]).removeprefix("GPU-"), f"cuda-{str(r['uuid'])[:8]}")
+                acc = out.setdefault(key, {"allocated": 0, "reserved": 0})
+                acc["allocated"] += int(r["allocated"])
+                acc["reserved"] += int(r["reserved"])
+        return out or None
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 _BARE: dict[str, int] = {}
 
 
@@ -427,9 +504,12 @@ def observed_peak(samples: list[Sample], baseline_rss: int | None = None) -> dic
             t, used = max(rows, key=lambda r: r[1])
             grown = used - rows[0][1]
             if best is None or grown > best["peak_bytes"]:
+                at = next((s.torch or {}).get(key) for s in samples if s.t == t)
                 best = {"kind": "cuda", "device": key, "peak_bytes": grown, "t": t,
                         "source": "NVML: the device's used memory above its first sample (NVML lists none of the "
                                   "job's pids: another pid namespace)"}
+                if at:
+                    best["torch_reserved_bytes"], best["torch_allocated_bytes"] = at["reserved"], at["allocated"]
         if best is not None:
             return best
     peak_row: tuple[float, int, int] | None = None
