@@ -87,9 +87,12 @@ def test_the_timeline_shows_known_allocations_within_one_interval_and_2_percent(
     assert "<svg" in render_watch_html(again.to_dict())
 
 
-def test_a_clean_exit_and_a_signal_pass_through() -> None:
-    ok = watch([sys.executable, "-c", "pass"], interval=INTERVAL)
+def test_a_clean_exit_and_a_signal_pass_through_and_the_output_goes_to_a_log(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    ok = watch([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], interval=INTERVAL,
+               job_log=log)
     assert ok.exit_code == 0 and ok.exit_status == 0
+    assert sorted(log.read_text().split()) == ["err", "out"]
     killed = watch([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
                    interval=INTERVAL)
     assert killed.exit_code == 128 + signal.SIGKILL and killed.exit_status == 137
@@ -204,6 +207,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.Monkey
     else:
         refused("process 1 .* not to you|process 1 is not yours", pid=1)
     refused("a prediction needs 'peak_bytes'", ["true"], predicted={"peak": 1})
+    refused("cannot write the job's output to", ["true"], job_log=tmp_path / "no" / "such" / "folder.log")
 
 
 def test_no_nvml_on_a_machine_with_a_gpu_is_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -103,7 +103,7 @@ class WatchResult:
 def watch(command: Sequence[str] | None = None, pid: int | None = None, interval: float = 1.0, *,
           predicted: dict[str, Any] | None = None, on_sample: Callable[[Sample, WatchResult], None] | None = None,
           grace: float = 10.0, timeout: float | None = None, baseline_rss: int | None = None,
-          torch_stats: bool = False) -> WatchResult:
+          torch_stats: bool = False, job_log: str | os.PathLike[str] | None = None) -> WatchResult:
     """Run ``command`` (argv list; no shell) or follow process ``pid`` until it ends, a
     sample every ``interval`` seconds; ``on_sample(sample, result)`` hears each one (the
     live display). ``predicted`` ({"peak_bytes", "overheads": {name: bytes}, "timeline":
@@ -114,6 +114,8 @@ def watch(command: Sequence[str] | None = None, pid: int | None = None, interval
     with ``ended == "interrupted"``. ``torch_stats`` (a command only): each Python process
     of the job reports torch's allocated and reserved CUDA bytes through a sitecustomize put
     first on its PYTHONPATH (:class:`TorchStats`), so that a GPU peak can be split.
+    ``job_log``: a file that takes the command's output (stdout and stderr, appended), to
+    keep it from writing over a live display on the same terminal.
 
     Bad input raises :class:`~torch_footprint.errors.FootprintError` (exit 2): neither or
     both of command and pid, a command that cannot start, a pid that does not exist or is
@@ -128,9 +130,9 @@ def watch(command: Sequence[str] | None = None, pid: int | None = None, interval
     if predicted is not None:
         check_predicted(predicted)
     psutil = require_psutil("footprint watch")
+    followed = _follow(psutil, pid) if pid is not None else None
     nvml, why = open_nvml(required=True)
     rapl = Rapl()
-    followed = _follow(psutil, pid) if pid is not None else None
     unavailable: dict[str, str] = {}
     if rapl.why:
         unavailable["CPU package energy"] = rapl.why
@@ -139,7 +141,14 @@ def watch(command: Sequence[str] | None = None, pid: int | None = None, interval
     result = WatchResult(list(command) if command else None, pid, interval, time.time(), predicted=predicted,
                          baseline_rss=baseline_rss, unavailable=unavailable)
     stats = TorchStats(interval, nvml) if torch_stats else None
-    proc = _start(command, stats.environment() if stats else None) if command else None
+    try:
+        proc = _start(command, stats.environment() if stats else None, job_log) if command else None
+    except FootprintError:
+        if nvml is not None:
+            nvml.close()
+        if stats is not None:
+            stats.close()
+        raise
     root = proc.pid if proc is not None else pid
     assert root is not None
     result.pid = root
@@ -149,8 +158,8 @@ def watch(command: Sequence[str] | None = None, pid: int | None = None, interval
         procs = None
     probe = Probe(processes=procs, nvml=nvml, cpu=CpuDevice(rapl))
     began = result.monotonic_origin = probe.began
-    try:
-        with _sigterm_as_interrupt():
+    with _sigterm_as_interrupt():  # SIGTERM while stopping the job, too, ends in SIGKILL to it, not in leaving it
+        try:
             k = 0
             while True:
                 sample = probe.read()
@@ -168,18 +177,18 @@ def watch(command: Sequence[str] | None = None, pid: int | None = None, interval
                     if proc is not None:
                         _stop(proc, procs, grace)
                     break
-    except KeyboardInterrupt:
-        result.ended = "interrupted"
-        if proc is not None:
-            _stop(proc, procs, grace)
-    finally:
-        if proc is not None and proc.poll() is None:  # an error of ours: never leave the job running
-            _stop(proc, procs, grace)
-        if nvml is not None:
-            nvml.close()
-        if stats is not None:
-            result.torch_stats_pids = sorted(stats.reported)
-            stats.close()
+        except KeyboardInterrupt:
+            result.ended = "interrupted"
+            if proc is not None:
+                _stop(proc, procs, grace)
+        finally:
+            if proc is not None and proc.poll() is None:  # an error of ours: never leave the job running
+                _stop(proc, procs, grace)
+            if nvml is not None:
+                nvml.close()
+            if stats is not None:
+                result.torch_stats_pids = sorted(stats.reported)
+                stats.close()
     result.duration_s = time.monotonic() - began
     if proc is not None:
         code = proc.returncode
@@ -198,18 +207,28 @@ def _gpu_watched(samples: list[Sample]) -> bool:
     return any(d.get("kind") == "gpu" for s in samples for d in s.devices.values())
 
 
-def _start(command: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _start(command: Sequence[str], env: dict[str, str] | None = None,
+           log: str | os.PathLike[str] | None = None) -> subprocess.Popen[bytes]:
     """The command in a process group of its own (the terminal's Ctrl-C reaches the watcher only)."""
     argv = [str(a) for a in command]
     group: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    out: Any = None
+    if log is not None:
+        try:
+            out = open(log, "ab")  # noqa: SIM115 - the child holds it; closed here once it has it
+        except OSError as e:
+            raise FootprintError(f"cannot write the job's output to '{log}': {e.strerror or e}") from None
     try:
-        return subprocess.Popen(argv, env=env, **group)
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT if out else None, **group)
     except FileNotFoundError:
         raise FootprintError(f"cannot start '{argv[0]}': no such program or file") from None
     except PermissionError:
         raise FootprintError(f"cannot start '{argv[0]}': permission denied (is it executable?)") from None
     except OSError as e:
         raise FootprintError(f"cannot start '{argv[0]}': {e.strerror or e}") from None
+    finally:
+        if out is not None:
+            out.close()
 
 
 def _follow(psutil: Any, pid: int) -> Any:
