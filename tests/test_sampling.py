@@ -327,3 +327,27 @@ def test_energy_per_sample_from_a_counter() -> None:
     assert s["energy_per_sample_j"] == pytest.approx(s["energy_j"] / 100)
     assert s["power_w"] == pytest.approx(s["energy_j"] / s["wall_s"])
     assert "RAPL" in s["energy_source"]
+
+
+def test_run_sampling_on_a_cuda_device_through_stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU side of bench's sampling without a GPU: NVML's stand-in (no energy counter,
+    312.5 W, 87% busy, this process holding 9 GiB) and torch.cuda's figures."""
+    fake = FakeNvml()
+    fake.nvmlDeviceGetComputeRunningProcesses = lambda h: [SimpleNamespace(pid=os.getpid(), usedGpuMemory=9 * GiB)]
+    monkeypatch.setattr(sampling, "open_nvml", lambda required, indices=None: (Nvml(fake), None))
+    monkeypatch.setattr(sampling, "nvml_index_of", lambda i, nv: 1)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i=None: 6 * GiB)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i=None: 8 * GiB)
+    with RunSampling("cuda:0", 0.02) as r:
+        time.sleep(0.12)
+    s = r.summary(1000, item="token")
+    gpu = s["gpu"]
+    assert gpu["name"] == "NVIDIA A100-SXM4-80GB" and gpu["memory_used_peak"] == 11 * GiB  # NVML's device 1
+    assert gpu["process_memory_peak"] == 9 * GiB and gpu["torch_reserved_peak"] == 8 * GiB
+    assert gpu["torch_allocated_peak"] == 6 * GiB and gpu["utilisation_mean"] == pytest.approx(0.87)
+    assert s["device_busy"] == pytest.approx(0.87) and "NVML utilisation" in s["device_busy_source"]
+    assert s["energy_j"] == pytest.approx(312.5 * s["wall_s"]) and "power readings x time" in s["energy_source"]
+    assert s["energy_per_token_j"] == pytest.approx(s["energy_j"] / 1000)
+    text = "\n".join(sampling_lines(s, item="token"))
+    assert "NVIDIA A100-SXM4-80GB (NVML): utilisation 87.0%" in text and "J per token" in text
+    assert "the device was busy 87.0% of the timed steps, idle 13.0%" in text
