@@ -286,33 +286,56 @@ def _series(samples: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]
     return out
 
 
+def _byte_unit(hi: float) -> tuple[float, str]:
+    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if hi >= scale:
+            return scale, unit
+    return 1.0, "B"
+
+
 def _line_plot(series: dict[str, list[tuple[float, float]]], title: str, y_title: str, fmt: Callable[[float], str],
                hlines: list[tuple[str, float, str]] | None = None, x_title: str = "seconds since the start",
-               x_hi: float | None = None) -> str:
-    w, h, left, right, top, bottom = 860, 300, 100, 20, 40, 50
+               x_hi: float | None = None, in_bytes: bool = False) -> str:
+    """Lines over time (and dashed levels across); ``in_bytes``: the axis in one binary unit
+    (ticks at round numbers of it)."""
+    w, h, left, right, bottom = 860, 300, 100, 20, 50
     points = [p for ser in series.values() for p in ser]
     if not points:
         return ""
-    hl = hlines or []
+    hl = list(hlines or [])
+    if in_bytes:
+        scale, unit = _byte_unit(max([y for _, y in points] + [v for _, v, _ in hl]))
+        series = {k: [(t, y / scale) for t, y in ser] for k, ser in series.items()}
+        points = [p for ser in series.values() for p in ser]
+        hl = [(label, v / scale, cls) for label, v, cls in hl]
+        y_title = f"{y_title} ({unit})"
+
+        def fmt(v: float) -> str:
+            return f"{v:g} {unit}"
+    keys = [(f"s{i % 4}", name) for i, (name, ser) in enumerate(series.items()) if ser]
+    keys += [(cls, label) for label, _, cls in hl]
+    spots, x, row = [], left + 10.0, 0  # legend items in rows, as wide as their labels
+    for cls, label in keys:
+        width = 24 + 6.2 * len(label)
+        if x + width > w - right and x > left + 10:
+            x, row = left + 10.0, row + 1
+        spots.append((cls, label, x, 28 + 16 * row))
+        x += width
+    top = 44 + 16 * row
     hi = max([y for _, y in points] + [v for _, v, _ in hl]) * 1.08 or 1.0
     lo = min(0.0, min(y for _, y in points))
-    sx = Linear(min(t for t, _ in points), x_hi if x_hi is not None else max(t for t, _ in points), left, w - right)
+    t_hi = x_hi if x_hi is not None else max(t for t, _ in points)
+    sx = Linear(min(0.0, min(t for t, _ in points)), t_hi, left, w - right)
     sy = Linear(lo, hi, h - bottom, top)
     parts = [open_svg(w, h, title, "watch"), f'<text class="pt" x="4" y="14">{esc(title)}</text>',
              y_axis(sy, left, w - right, fmt, y_title), x_axis(sx, h - bottom, lambda v: f"{v:g}", x_title)]
-    keys = []
-    for i, (name, ser) in enumerate(series.items()):
-        if not ser:
-            continue
-        cls = f"s{i % 4}"
+    for (cls, name), ser in zip(keys, (ser for ser in series.values() if ser)):
         parts.append(f'<path class="{cls}" d="{polyline_points([sx(t) for t, _ in ser], [sy(y) for _, y in ser])}">'
                      f"<title>{esc(name)}</title></path>")
-        keys.append((cls, name))
     for label, v, cls in hl:
         parts.append(f'<line class="{cls}" x1="{left}" x2="{w - right}" y1="{num(sy(v))}" y2="{num(sy(v))}">'
                      f"<title>{esc(label)}: {esc(fmt(v))}</title></line>")
-        keys.append((cls, label))
-    parts.append(legend(keys, left + 10, 28, step=190))
+    parts += [legend([(cls, label)], x, y) for cls, label, x, y in spots]
     parts.append("</svg>")
     return "".join(parts)
 
@@ -330,21 +353,25 @@ def watch_section_html(result: Any) -> str:
     s = d.get("summary", {})
     samples = d.get("samples", [])
     cmp = d.get("comparison")
-    body = [f'<p class="verdict">{escape(_ended(d))}; ' + escape("; ".join(d.get("findings", [])) or "no finding")
-            + "</p>"]
+    body = [f'<p class="verdict">{escape(_ended(d))}</p><ul class="findings">'
+            + "".join(f"<li>{escape(f)}</li>" for f in d.get("findings", [])) + "</ul>"]
     hlines = []
     if cmp:
         hlines.append(("predicted: step peak + overheads", float(cmp["predicted_total_bytes"]), "pred"))
         base = cmp["observed"].get("baseline_bytes")
         if base is not None:
             hlines.append(("bare interpreter + predicted step peak", float(base + cmp["predicted_peak_bytes"]), "base"))
-    body.append(_line_plot(_series(samples), "memory over the run", "bytes", binary, hlines))
+    body.append(_line_plot(_series(samples), "memory over the run", "memory", binary, hlines, in_bytes=True))
     util = {}
     power = {}
     for smp in samples:
         for key, dev in smp.get("devices", {}).items():
             if dev.get("utilisation") is not None:
-                util.setdefault(f"{key} utilisation", []).append((smp["t"], 100 * dev["utilisation"]))
+                label = f"{key}: every process" if dev.get("kind") == "cpu" else f"{key} utilisation"
+                util.setdefault(label, []).append((smp["t"], 100 * dev["utilisation"]))
+            if dev.get("kind") == "cpu" and dev.get("cpus") and smp.get("processes"):
+                cores = sum(p["cpu"] for p in smp["processes"] if p.get("cpu") is not None)
+                util.setdefault("the job's share of the CPUs", []).append((smp["t"], 100 * cores / dev["cpus"]))
             if dev.get("power_w") is not None:
                 power.setdefault(f"{key} power", []).append((smp["t"], dev["power_w"]))
     body.append(_line_plot(util, "utilisation over the run", "% busy", lambda v: f"{v:.0f} %"))
@@ -353,8 +380,8 @@ def watch_section_html(result: Any) -> str:
     pred = d.get("predicted") or {}
     if pred.get("timeline"):
         tl = [(float(t), float(b)) for t, b in pred["timeline"]]
-        body.append(_line_plot({"predicted tensors over one step": tl}, "predicted memory over one step", "bytes",
-                               binary, x_title="fraction of the step", x_hi=1.0))
+        body.append(_line_plot({"predicted tensors over one step": tl}, "predicted memory over one step", "memory",
+                               binary, x_title="fraction of the step", x_hi=1.0, in_bytes=True))
     rows = [[k, dev.get("name") or "", _mem(dev.get("memory_used_peak"), dev.get("memory_total")),
              percent(dev["utilisation_mean"]) if dev.get("utilisation_mean") is not None else "",
              f"{dev['power_w_mean']:.1f} W" if dev.get("power_w_mean") is not None else "",
