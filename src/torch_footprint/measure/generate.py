@@ -76,7 +76,8 @@ def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int
                 threads = torch.get_num_threads()
                 busy = contention.between(before, contention.sample(), threads)
                 sampled["device_busy"] = busy.obtained
-                sampled["device_busy_source"] = f"CPU time of this process over {threads} threads x wall time"
+                sampled["device_busy_source"] = (f"CPU time of this process over {threads} "
+                                                 f"thread{'' if threads == 1 else 's'} x wall time")
         peak = None
         if not cuda:
             weights = sum(p.numel() * p.element_size() for p in model.parameters())

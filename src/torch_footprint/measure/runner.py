@@ -231,7 +231,8 @@ def _sampled(watched: RunSampling, stats: Stats, batch: int, cuda: bool) -> dict
     out = watched.summary(stats.reps * batch, item="sample")
     if not cuda and stats.contention is not None:
         out["device_busy"] = stats.contention.obtained
-        out["device_busy_source"] = (f"CPU time of this process over {stats.contention.threads} threads x wall time")
+        n = stats.contention.threads
+        out["device_busy_source"] = f"CPU time of this process over {n} thread{'' if n == 1 else 's'} x wall time"
     return out
 
 

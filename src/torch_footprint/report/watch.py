@@ -73,8 +73,9 @@ def sample_lines(sample: Any) -> list[str]:
                          f"{_mem(d.get('memory_used'), d.get('memory_total'))}{power}")
     for p in procs:
         cpu = f"{p['cpu']:.2f} CPUs" if p.get("cpu") is not None else "– CPUs"
+        n = p.get("threads", 0)
         lines.append(f"  {p['pid']:>7} {str(p.get('name', ''))[:20]:<20} RSS {binary(p.get('rss', 0)):>10}  {cpu}  "
-                     f"{p.get('threads', 0)} threads")
+                     f"{n} thread{'' if n == 1 else 's'}")
     return lines
 
 
@@ -172,8 +173,9 @@ def render_watch(result: Any) -> str:
     for p in s.get("processes", []):
         gpu = "".join(f", {k} {binary(v)}" for k, v in p.get("device_memory_peak", {}).items())
         cpu = f", {p['cpu_mean']:.2f} CPUs on average" if p.get("cpu_mean") is not None else ""
+        n = p.get("threads_peak", 0)
         lines.append(f"  pid {p['pid']} {p.get('name') or ''}: RSS peak {binary(p['rss_peak'])} at "
-                     f"{p['rss_peak_t']:.1f} s{cpu}, {p.get('threads_peak', 0)} threads{gpu}")
+                     f"{p['rss_peak_t']:.1f} s{cpu}, {n} thread{'' if n == 1 else 's'}{gpu}")
     cmp = d.get("comparison")
     if cmp:
         lines.append(f"  predicted: {binary(cmp['predicted_peak_bytes'])} peak of the step's tensors"
@@ -216,8 +218,8 @@ def sampling_lines(sampling: dict[str, Any] | None, item: str = "sample", label:
     shares = sampling.get("thread_cpu_shares")
     if shares:
         shown = ", ".join(percent(x) for x in shares[:8]) + (", ..." if len(shares) > 8 else "")
-        out.append(f"{pre}CPU share per busy thread: {shown} ({len(shares)} of {sampling.get('threads')} threads "
-                   "over 1%)")
+        out.append(f"{pre}CPU share per busy thread: {shown} ({len(shares)} of {sampling.get('threads')} "
+                   f"thread{'' if sampling.get('threads') == 1 else 's'} over 1%)")
     gpu = sampling.get("gpu")
     if gpu:
         bits = []
