@@ -233,6 +233,8 @@ def _sampled(watched: RunSampling, stats: Stats, batch: int, cuda: bool) -> dict
         out["device_busy"] = stats.contention.obtained
         n = stats.contention.threads
         out["device_busy_source"] = f"CPU time of this process over {n} thread{'' if n == 1 else 's'} x wall time"
+        if stats.contention.busy:
+            out["idle_cause"] = "other processes held the CPUs: the threads waited for them, not for work"
     return out
 
 

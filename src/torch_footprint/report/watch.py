@@ -210,8 +210,9 @@ def sampling_lines(sampling: dict[str, Any] | None, item: str = "sample", label:
     out = []
     busy = sampling.get("device_busy")
     if busy is not None:
+        cause = f"; {sampling['idle_cause']}" if sampling.get("idle_cause") else ""
         out.append(f"{pre}the device was busy {percent(busy)} of the timed steps, idle {percent(1 - busy)} "
-                   f"({sampling.get('device_busy_source', '')})")
+                   f"({sampling.get('device_busy_source', '')}{cause})")
     if sampling.get("rss_peak") is not None:
         out.append(f"{pre}RSS peak {binary(sampling['rss_peak'])}, mean {binary(sampling['rss_mean'])} "
                    f"({sampling.get('samples', 0)} samples every {duration(sampling.get('interval_s', 0))})")
