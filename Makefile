@@ -29,6 +29,7 @@ bench: $(VENV)/.installed-all,dev,bench
 	$(PY) benchmarks/memory_cpu.py
 	$(PY) benchmarks/roofline_cpu.py
 	$(PY) benchmarks/timer_agreement.py
+	$(PY) benchmarks/watch_overhead.py
 	$(PY) benchmarks/model_zoo_sweep.py
 	$(PY) benchmarks/llm_quantized.py
 	$(PY) benchmarks/llm_published.py

@@ -4,6 +4,7 @@ fits"), 1 a verdict failed, 2 bad input, 3 internal error, 130 interrupted."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ CASES: dict[str, tuple[list[str], list[str], str]] = {
     "diff": (["{profile}", "{profile}"], ["{profile}", "{dir}/missing.json"], "api.diff"),
     "check": (["{profile}", "--budget", "{ok}"], ["{profile}", "--budget", "{dir}/missing.toml"], "api.check"),
     "schema": ([], ["--nosuchflag"], "results.record.schema"),
+    "watch": (["--interval", "0.2", "--json", "{dir}/w.json", "--", sys.executable, "-c", "pass"],
+              ["--pid", "999999999"], "api.watch"),
 }
 
 

@@ -222,6 +222,10 @@ def test_measure_runs_the_model_with_its_cache(capsys: pytest.CaptureFixture[str
     # the allocator's peak over a generation holds at least the weights and the cache it built
     weights = sum(p.nbytes for p in trace_serving(TINY, batch=1, prompt=1).prefill.params)
     assert m["peak_bytes"] >= weights + 2 * 20 * (2 * 2 * 128 * 4)  # 2 sequences x 20 tokens x 2 layers k+v fp32
+    # sampled over the timed generations: how busy, RSS, and energy per token or why there is none
+    s = m["sampling"]
+    assert s["device_busy"] > 0 and s["rss_peak"] > 0
+    assert "energy_per_token_j" in s or s["unavailable"]["energy"]
     # no calibration in the test's home: no local prediction, and the answer says why
     assert not res.rows and any("footprint calibrate" in n for n in res.notes)
 

@@ -24,6 +24,7 @@ from .settings import (
     Serving,
     Target,
     Training,
+    Watch,
     Workload,
     signature_of,
     verb_records,
@@ -39,12 +40,13 @@ if TYPE_CHECKING:
     from .measure.calibrate import CalibrationResult
     from .measure.distributed import RanksBench
     from .measure.runner import BenchResult
+    from .measure.watch import Sample, WatchResult
     from .results.budget import CheckResult
     from .results.diff import Diff
     from .results.overview import Overview
 
 __all__ = ["VERBS", "bench", "calibrate", "check", "diff", "fit", "gpus", "llm", "memory", "predict", "profile",
-           "report"]
+           "report", "watch"]
 
 ModelLike = Any  # a name ("resnet50", "timm:...", "hf:...", a config folder, "file.py:factory") or an nn.Module
 InputsLike = Any  # a tensor, a shape spec ("1,3,224,224", "1,128:int64"), a sequence of those, a mapping by keyword
@@ -64,6 +66,8 @@ VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
     "llm": {Workload: ("model", "batch", "trust_remote_code"), Serving: ALL, Parallel: ("gpus", "tp"),
             Target: ("gpu", "hardware", "device", "efficiency")},
     "calibrate": {Target: ("device",), Measurement: ("nproc", "threads"), Calibration: ALL},
+    "watch": {Watch: ALL, Workload: ("inputs", "batch", "precision", "weights", "trust_remote_code"), Training: ALL,
+              Target: ("device", "utilisation")},
 }
 
 
@@ -261,3 +265,25 @@ def check(target: str, budget: str, *, trust_remote_code: bool = False) -> Check
     from .results.budget import check_target
 
     return check_target(target, budget, trust_remote_code=trust_remote_code, report=report, predict=predict)
+
+
+@_verb("watch")
+def watch(command: Sequence[str] | None = None, *,
+          on_sample: Callable[[Sample, WatchResult], None] | None = None, **settings: Any) -> WatchResult:
+    """Run ``command`` (an argv list) or follow process ``pid`` until it ends, sampling its
+    processes and the devices (memory, utilisation, clocks, power) every ``interval`` seconds;
+    the exit status passed through, Ctrl-C stopping the job and keeping the timeline. With
+    ``predict`` (a model, set up as :func:`memory` takes it), the predicted peak beside the
+    observed one, the difference named. ``on_sample(sample, result)`` hears each sample."""
+    from .measure.watch import watch as follow
+
+    wt, w, t, target = _records("watch", settings)
+    predicted = None
+    if wt.predict:
+        est = memory(wt.predict, workload=w, training=t, target=target)
+        top = est.larger
+        n = max((i for i, _ in top.timeline), default=0) + 1  # the step's operators, in order
+        predicted = {"peak_bytes": top.peak_bytes, "overheads": dict(est.overheads),
+                     "timeline": [[i / n, b] for i, b in top.timeline]}
+    return follow(list(command) if command else None, wt.pid, wt.interval, predicted=predicted, on_sample=on_sample,
+                  grace=wt.grace, timeout=wt.time_limit, torch_stats=wt.torch_stats, job_log=wt.job_log)

@@ -45,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="footprint", description="What a PyTorch model costs and what hardware it needs.",
                 epilog=EXAMPLES + "\n" + EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = p.add_subparsers(dest="verb", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         build(sub, command(name))
     return p
@@ -80,12 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"torch-footprint {__version__}")
         return ExitCode.ANSWER
-    if args.command is None:
+    if args.verb is None:
         p.print_help()
         return ExitCode.BAD_INPUT
     debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
     _one_line_warnings()
-    cmd = command(args.command)
+    cmd = command(args.verb)
     try:
         return cmd.run(args, records(args, cmd))
     except FootprintError as e:

@@ -10,6 +10,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpus": ("gpus", "the accelerator database: memory, bandwidth, dense TFLOPS per dtype, TDP"),
     "fit": ("fit", "which accelerator runs this model: fits, largest batch, predicted speed"),
     "predict": ("predict", "roofline latency of one model on one accelerator, by module and operator"),
+    "watch": ("watch", "run or follow a real job: memory, utilisation and power beside the prediction"),
     "calibrate": ("calibrate", "measure this machine's matmul FLOP/s, copy bandwidth and call overhead"),
     "llm": ("llm", "what a language model needs to serve: KV cache, quantized weights, time to first token, "
                    "tokens/s, on every accelerator"),

@@ -72,7 +72,8 @@ def bench(w: Workload, t: Training, target: Target, m: Measurement, progress: Pr
                         flops_of=side.flops, autocast=amp, channels_last=w.channels_last, compile=m.compile,
                         train=t.train, optimizer=opt, inference_mode=m.inference_mode,
                         cudnn_benchmark=m.cudnn_benchmark, profile=m.profile, budget=budget, min_reps=m.min_reps,
-                        min_seconds=m.min_time, settings=settings, notes=notes, progress=progress)
+                        min_seconds=m.min_time, settings=settings, notes=notes, progress=progress,
+                        sample_interval=m.sample_interval or None)
     res.add_predictions(side.latency, acc)
     return res
 

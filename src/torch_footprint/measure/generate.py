@@ -3,6 +3,7 @@ then decode steps timed one by one (greedy, each token fed back), with the bench
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -11,13 +12,16 @@ from torch import nn
 
 from ..errors import FootprintError
 from ..settings import Serving, Workload
+from . import contention
 from .measured import allocator_peak
+from .sampling import RunSampling
 from .timer import CpuClock, CudaClock, measure, summarize
 
 
 def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int, device: str = "cpu",
                        runs: int = 3, cache_kwarg: str = "past_key_values",
-                       prefill_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+                       prefill_kwargs: dict[str, Any] | None = None,
+                       sample_interval: float | None = 0.1) -> dict[str, Any]:
     """Prefill and decode ``model`` (random weights, on ``device``) with its own cache.
 
     ``prefill_kwargs`` go to the prefill's call only (``logits_to_keep=1``: the last position's
@@ -26,7 +30,10 @@ def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int
     Returns the time to first token (a prefill of ``batch`` x ``prompt`` tokens, the bench
     timer's statistics), the time per output token over ``runs`` generations of ``output``
     tokens (every decode step one sample: median and p90), tokens per second and, on CPU,
-    the allocator's peak over one generation plus the weights."""
+    the allocator's peak over one generation plus the weights. With ``sample_interval``, the
+    timed generations are sampled (:class:`~torch_footprint.measure.sampling.RunSampling`):
+    "sampling" holds how busy the device was, memory, power and the energy per generated
+    token (each generation's prefill included)."""
     config = model.config
     vocab = int(getattr(config.get_text_config(decoder=True), "vocab_size", 0) or 0)
     if vocab < 1:
@@ -58,9 +65,21 @@ def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int
         ttft = measure(prefill, clock, min_reps=5, min_seconds=1.0, warmup=2)
         generate()  # warm-up
         steps: list[float] = []
-        for _ in range(runs):
-            generate(steps)
+        watched = RunSampling(device, sample_interval) if sample_interval else None
+        before = contention.sample()
+        with watched or contextlib.nullcontext():
+            for _ in range(runs):
+                generate(steps)
         tpot = summarize(steps)
+        sampled = None
+        if watched is not None:
+            sampled = watched.summary(runs * output * batch, item="token")
+            if not cuda:  # how busy: this process's CPU time over threads x wall time, as bench reads it
+                threads = torch.get_num_threads()
+                busy = contention.between(before, contention.sample(), threads)
+                sampled["device_busy"] = busy.obtained
+                sampled["device_busy_source"] = (f"CPU time of this process over {threads} "
+                                                 f"thread{'' if threads == 1 else 's'} x wall time")
         peak = None
         if not cuda:
             weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -69,7 +88,8 @@ def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int
             "ttft_s": ttft.median, "ttft_p90_s": ttft.p90, "ttft_spread": ttft.spread,
             "tpot_s": tpot.median, "tpot_p90_s": tpot.p90, "tpot_spread": tpot.spread,
             "tokens_per_s_per_request": 1 / tpot.median if tpot.median else None,
-            "tokens_per_s": batch / tpot.median if tpot.median else None, "peak_bytes": peak}
+            "tokens_per_s": batch / tpot.median if tpot.median else None, "peak_bytes": peak,
+            "sampling": sampled}
 
 
 def measure_model(w: Workload, s: Serving, device: str, progress: Callable[[str], None] | None = None) -> dict:

@@ -20,8 +20,9 @@ from torch import nn
 from ..errors import FootprintError, Interrupted
 from ..hardware.local import proc_kib
 from ..trace.step import run_step
+from .sampling import RunSampling
 from .search import OutOfMemory, SearchResult, largest_runnable_batch, release_memory
-from .timer import Clock, CpuClock, CudaClock, Stats, measure
+from .timer import Clock, CpuClock, CudaClock, Stats, measure, warm_up
 
 
 @dataclass
@@ -32,6 +33,7 @@ class BenchPoint:
     memory: dict[str, int] = field(default_factory=dict)
     predicted_s: float | None = None  # roofline latency on this device's database row
     peak_flops: float | None = None  # that row's peak for the main dtype, FLOP/s
+    sampling: dict[str, Any] | None = None  # what was sampled over the timed calls (measure/sampling.py)
 
     @property
     def samples_per_second(self) -> float:
@@ -50,7 +52,8 @@ class BenchPoint:
     def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "stats": self.stats.to_dict(), "samples_per_second": self.samples_per_second,
                 "flops": self.flops, "achieved_flop_per_s": self.achieved_flops, "memory": self.memory,
-                "predicted_s": self.predicted_s, "peak_flop_per_s": self.peak_flops, "utilisation": self.utilisation}
+                "predicted_s": self.predicted_s, "peak_flop_per_s": self.peak_flops, "utilisation": self.utilisation,
+                "sampling": self.sampling}
 
 
 @dataclass
@@ -219,6 +222,19 @@ class RssSampler:
         self._thread.join()
 
 
+def _sampled(watched: RunSampling, stats: Stats, batch: int, cuda: bool) -> dict[str, Any]:
+    """The sampling summary of one batch's timed calls; on a CPU how busy the device was is the
+    contention check's figure (this process's CPU time over threads x wall time)."""
+    out = watched.summary(stats.reps * batch, item="sample")
+    if not cuda and stats.contention is not None:
+        out["device_busy"] = stats.contention.obtained
+        n = stats.contention.threads
+        out["device_busy_source"] = f"CPU time of this process over {n} thread{'' if n == 1 else 's'} x wall time"
+        if stats.contention.busy:
+            out["idle_cause"] = "other processes held the CPUs: the threads waited for them, not for work"
+    return out
+
+
 def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ...], dict[str, Any]]], *,
               name: str, device: str, batches: list[int | str], default_batch: int,
               predicted_peak: Callable[[int], int] | None = None, flops_of: Callable[[int], int | None] | None = None,
@@ -227,12 +243,15 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
               inference_mode: bool = True, cudnn_benchmark: bool = False, profile: bool = False,
               budget: int | None = None, min_reps: int = 30, min_seconds: float = 2.0,
               settings: dict[str, Any] | None = None, notes: list[str] | None = None,
-              progress: Callable[[str, float | None], None] | None = None) -> BenchResult:
+              progress: Callable[[str, float | None], None] | None = None,
+              sample_interval: float | None = 0.1) -> BenchResult:
     """Time ``model`` (already on ``device``) at each batch size; "auto" finds the largest
     batch that runs first. ``predicted_peak(batch)`` gives the CPU budget check its figure
     (a batch over ``budget`` counts as out of memory without running); ``flops_of(batch)``
     gives the FLOPs of one call for the achieved FLOP/s. ``progress(message, fraction)``
-    hears what is running (fraction None while searching or warming up)."""
+    hears what is running (fraction None while searching or warming up). ``sample_interval``:
+    seconds between samples of memory, utilisation and power over each batch's timed calls
+    (:class:`~torch_footprint.measure.sampling.RunSampling`; None: no sampling)."""
     cuda = device.startswith("cuda")
     m = model.to(memory_format=torch.channels_last) if channels_last else model
     m.train(train)
@@ -304,14 +323,20 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
                 torch.cuda.reset_peak_memory_stats()
             sampler: Any = contextlib.nullcontext() if cuda else RssSampler()
             with sampler:
-                stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds, threads=torch.get_num_threads(),
-                                on_progress=_timing(progress, b))
+                warm = warm_up(fn, clock)  # here, not in measure(): the sampling covers the timed calls only
+                watched = RunSampling(device, sample_interval) if sample_interval else None
+                with watched or contextlib.nullcontext():
+                    stats = measure(fn, clock, min_reps=min_reps, min_seconds=min_seconds, warmup=False,
+                                    threads=torch.get_num_threads(),
+                                    on_progress=_timing(progress, b))
+                stats.warmup_reps = warm
             if cuda:
                 mem = {"cuda_max_allocated": torch.cuda.max_memory_allocated(),
                        "cuda_max_reserved": torch.cuda.max_memory_reserved()}
             else:
                 mem = {"cpu_peak_rss_delta": sampler.peak - sampler.base}
-            result.points.append(BenchPoint(b, stats, flops_of(b) if flops_of else None, mem))
+            result.points.append(BenchPoint(b, stats, flops_of(b) if flops_of else None, mem,
+                                            sampling=_sampled(watched, stats, b, cuda) if watched else None))
             del fn, args, kwargs
             gc.collect()
 

@@ -12,6 +12,7 @@ from rich.text import Text
 from .layout import Column, fit_tables
 from .terminal import as_text
 from .units import binary, count, si
+from .watch import sampling_lines
 
 if TYPE_CHECKING:
     from ..estimate.llm.result import LlmResult, LlmRow
@@ -145,6 +146,8 @@ def render_llm(res: LlmResult, console: Console, max_context: bool = False) -> N
         console.print()
         console.print(*table(replace_rows(res, rest), console.width))
     console.print(*measured_table(res, console.width))
+    for line in sampling_lines((res.measured or {}).get("sampling"), item="token", label="measured"):
+        console.print(Text(line, style="dim"))
     notes = list(res.notes)
     for r in res.rows:
         notes += [f"{r.accelerator.id}: {n}" for n in r.notes]

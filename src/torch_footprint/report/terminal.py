@@ -14,6 +14,7 @@ from rich.text import Text
 from ..analysis import ModuleRow, OperatorRow, Totals
 from .layout import Cell, Column, fit_tables
 from .units import binary, count, percent, shape, si
+from .watch import sampling_lines
 
 CONVENTIONS = (
     "1 MAC = 2 FLOPs. MACs count matrix ops only (matmul, convolution, attention): the figure thop, "
@@ -258,9 +259,14 @@ def render_bench(res: Any, console: Console) -> None:
             Column("p90", priority=22), Column("p99", priority=23), Column("min", priority=24), Column("spread"),
             Column("samples/s"), Column("GFLOP/s", priority=11)]
     cols += [Column("predicted", priority=12), Column("% of peak", priority=13)] if predicted else []
+    sampled = [getattr(p, "sampling", None) or {} for p in res.points]
+    busy = any(x.get("device_busy") is not None for x in sampled)
+    energy = any(x.get("energy_per_sample_j") is not None for x in sampled)
+    cols += [Column("busy", priority=10)] if busy else []
+    cols += [Column("J/sample", priority=14)] if energy else []
     cols += [Column("memory", priority=25), Column("reps", priority=26)]
     cells: list[list[Cell]] = []
-    for p in res.points:
+    for p, smp in zip(res.points, sampled):
         st = p.stats
         mem = p.memory.get("cuda_max_allocated", p.memory.get("cpu_peak_rss_delta"))
         label = "max alloc " if "cuda_max_allocated" in p.memory else "RSS +"
@@ -269,6 +275,9 @@ def render_bench(res: Any, console: Console) -> None:
                       f"{p.samples_per_second:,.1f}", f"{p.achieved_flops / 1e9:,.1f}" if p.achieved_flops else "",
                       *([_ms(p.predicted_s) if p.predicted_s else "", percent(p.utilisation) if p.utilisation else ""]
                         if predicted else []),
+                      *([percent(smp["device_busy"]) if smp.get("device_busy") is not None else ""] if busy else []),
+                      *([f"{smp['energy_per_sample_j']:.3g} J" if smp.get("energy_per_sample_j") is not None else ""]
+                        if energy else []),
                       label + binary(mem) if mem is not None else "", f"{st.reps} (+{st.warmup_reps} warm-up)"])
     console.print(*fit_tables(cols, cells, console.width))
     for p in res.points:
@@ -280,6 +289,11 @@ def render_bench(res: Any, console: Console) -> None:
                                "the machine was busy or the clock unstable", style="yellow"))
         if st.contention is not None and st.contention.busy:
             console.print(Text(f"batch {p.batch}: {st.contention.describe()}", style="yellow bold"))
+        for line in sampling_lines(getattr(p, "sampling", None), label=f"batch {p.batch}", unavailable=False):
+            console.print(Text(line, style="dim"))
+    gone = next((x["unavailable"] for x in sampled if x.get("unavailable")), {})
+    for what, why in gone.items():
+        console.print(Text(f"{what} not available: {why}", style="dim"))
     if res.unfinished:
         console.print(Text("interrupted (Ctrl-C): not measured: " + ", ".join(map(str, res.unfinished)),
                            style="yellow bold"))

@@ -32,9 +32,11 @@ from ..errors import FootprintError
 
 SCHEMA_VERSION = 1
 TOOL = "torch-footprint"
-KINDS = ("profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "llm", "report", "diff", "check")
+KINDS = ("profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "llm", "report", "diff", "check",
+         "watch")
 # kinds whose settings are top-level fields rather than a "settings" object
-SETTINGS_KEYS = {"llm": ("batch", "prompt", "output", "gpus", "tp", "engine", "chunk", "weights_scheme", "kv_scheme")}
+SETTINGS_KEYS = {"llm": ("batch", "prompt", "output", "gpus", "tp", "engine", "chunk", "weights_scheme", "kv_scheme"),
+                 "watch": ("command", "pid", "interval_s")}
 UNITS = {
     "bytes": "B (keys ending in _bytes, and byte counts by category or module)",
     "time": "s (keys ending in _s)",

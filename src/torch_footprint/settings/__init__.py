@@ -22,8 +22,8 @@ from ..errors import FootprintError
 from .fields import Record, field_docs, field_types, gather, literal_choices, opt, signature_of, verb_records
 
 __all__ = ["RECORDS", "Calibration", "Measurement", "Memory", "Parallel", "Record", "Sections", "Serving", "Target",
-           "Training", "Workload", "field_docs", "field_types", "gather", "literal_choices", "opt", "signature_of",
-           "verb_records"]
+           "Training", "Watch", "Workload", "field_docs", "field_types", "gather", "literal_choices", "opt",
+           "signature_of", "verb_records"]
 
 Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
 Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "adafactor", "sgd-foreach",
@@ -284,6 +284,9 @@ class Measurement(Record):
     """with --nproc: timed steps per rank"""
     warmup: int = opt(2, metavar="N")
     """with --nproc: untimed steps per rank before them"""
+    sample_interval: float = opt(0.1, metavar="SECONDS")
+    """seconds between samples of the device and this process while timing: utilisation, memory, power
+    (0: no sampling)"""
     timeout: float = opt(600.0, metavar="SECONDS")
     """with --nproc: seconds the ranks may run once connected before they are stopped as hung"""
 
@@ -292,8 +295,38 @@ class Measurement(Record):
             raise FootprintError("--min-reps must be at least 1 and --min-time not negative")
         if self.steps < 1 or self.warmup < 0:
             raise FootprintError("--steps must be at least 1 and --warmup not negative")
+        if self.sample_interval < 0:
+            raise FootprintError(f"--sample-interval cannot be negative, got {self.sample_interval}")
         if self.threads is not None and self.threads < 1:
             raise FootprintError(f"--threads must be at least 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class Watch(Record):
+    """How ``watch`` follows a real job, and what it sets beside it."""
+
+    pid: int | None = opt(metavar="N")
+    """follow this running process (one of yours) instead of running a command"""
+    interval: float = opt(1.0, metavar="SECONDS")
+    """seconds between samples"""
+    predict: str | None = opt(metavar="MODEL")
+    """the model the job runs: its predicted memory (set up with --input, --batch, --train, --optimizer,
+    --precision and --device as memory takes them) beside the observed peak, the difference named"""
+    torch_stats: bool = opt(False)
+    """each Python process of the job reports torch's allocated and reserved CUDA bytes (a command only), so a
+    GPU peak splits into memory outside PyTorch, allocator reserve and the rest"""
+    job_log: str | None = opt(metavar="FILE")
+    """append the job's output to this file (keeps it off a live display on the same terminal)"""
+    grace: float = opt(10.0, metavar="SECONDS")
+    """after Ctrl-C, seconds the job has to stop before it is killed"""
+    time_limit: float | None = opt(metavar="SECONDS")
+    """stop the command after so many seconds"""
+    plain: bool = opt(False)
+    """one plain line per sample, even on a terminal"""
+
+    def check(self) -> None:
+        if not self.interval > 0:
+            raise FootprintError(f"--interval must be more than 0 seconds, got {self.interval}")
 
 
 @dataclass(frozen=True)
@@ -316,7 +349,7 @@ class Calibration(Record):
     """save even a calibration that fails its sanity checks"""
 
 
-RECORDS: tuple[type[Record], ...] = (Workload, Training, Parallel, Target, Memory, Serving, Measurement, Sections,
-                                     Calibration)
+RECORDS: tuple[type[Record], ...] = (Workload, Training, Parallel, Target, Memory, Serving, Measurement, Watch,
+                                     Sections, Calibration)
 
 
