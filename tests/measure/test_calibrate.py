@@ -26,6 +26,7 @@ def test_uncalibrated_cpu_has_no_bandwidth_and_says_so(home, capsys):
     assert "footprint calibrate" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_calibrate_saves_and_the_roofline_uses_it(home, capsys):
     assert main(["calibrate", "--quick", "--force"]) == 0  # saved even on this shared, busy machine
     out = capsys.readouterr().out

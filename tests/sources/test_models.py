@@ -14,7 +14,7 @@ from torch_footprint.analysis import Profile
 from torch_footprint.files import read_json, write_json
 from torch_footprint.trace.formulas import causal_pairs
 
-CONFIGS = Path(__file__).parent / "configs"
+CONFIGS = Path(__file__).parents[1] / "configs"
 
 
 class EmbeddedBlock(nn.Module):
@@ -144,6 +144,7 @@ def test_timm_model_matches_the_same_architecture_in_torchvision() -> None:
     assert p.trace.inputs[0]["shape"] == [1, 3, 224, 224]
 
 
+@pytest.mark.slow
 def test_detection_model_runs_on_real_tensors_and_prices_nms() -> None:
     # NMS makes the forward depend on values: the trace falls back to real tensors and says so
     p = tfp.profile("ssdlite320_mobilenet_v3_large", "1,3,320,320")

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-FIXTURES = Path(__file__).parent / "fixtures" / "models.py"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "models.py"
 
 
 def _session(pid: str) -> int | None:

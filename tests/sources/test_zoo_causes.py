@@ -13,7 +13,7 @@ import torch
 import torch_footprint as tfp
 
 transformers = pytest.importorskip("transformers")
-CONFIGS = Path(__file__).parent / "configs"
+CONFIGS = Path(__file__).parents[1] / "configs"
 
 CAUSES = {
     "encodec": "conv stride and kernel kept as int64 buffers the forward reads",

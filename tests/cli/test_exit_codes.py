@@ -15,7 +15,7 @@ from torch_footprint.cli import EXIT_CODES, main
 from torch_footprint.cli.commands import COMMANDS
 from torch_footprint.errors import ExitCode
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 MODEL = f"{HERE / 'fixtures' / 'models.py'}:build"
 INPUTS = ["--input", "2,3,8,8", "--input", "2,10"]
 TINY = str(HERE / "configs" / "gpt2-tiny")

@@ -17,8 +17,8 @@ from torch_footprint.estimate.llm.quantization import weight_scheme  # noqa: E40
 from torch_footprint.estimate.llm.trace import trace_serving  # noqa: E402
 from torch_footprint.hardware.catalog import get  # noqa: E402
 
-CONFIGS = Path(__file__).parent.parent / "src" / "torch_footprint" / "sources" / "configs"
-TINY = str(Path(__file__).parent / "configs" / "gpt2-tiny")
+CONFIGS = Path(__file__).parents[2] / "src" / "torch_footprint" / "sources" / "configs"
+TINY = str(Path(__file__).parents[1] / "configs" / "gpt2-tiny")
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +211,7 @@ def test_longer_context_allowed_on_request_and_fp8_without_units_said(capsys: py
     assert "no fp8 units: matrix work at the bf16 rate" in out
 
 
+@pytest.mark.slow
 def test_measure_runs_the_model_with_its_cache(capsys: pytest.CaptureFixture[str]) -> None:
     from torch_footprint import api
 

@@ -44,7 +44,7 @@ def test_bf16_weights_adamw_bytes_per_parameter() -> None:
     pytest.importorskip("transformers")
     from pathlib import Path
 
-    cfg = str(Path(__file__).parent / "configs" / "gpt2-tiny")
+    cfg = str(Path(__file__).parents[1] / "configs" / "gpt2-tiny")
     est = tfp.memory(cfg, {"input_ids": "1,32:int64"}, train=True, optimizer="adamw", precision="bf16")
     p = tfp.profile(cfg, {"input_ids": "1,32:int64"}).params
     n = 2 + 2 * (2 + 2 + 2 + 2 + 2 + 2) + 2  # wte, wpe; per layer 2 norms x2, 4 linears x2; final norm x2
@@ -185,7 +185,7 @@ def test_cuda_overheads_are_stated_apart_and_configurable() -> None:
     assert "cuda_context" not in gone.overheads
 
 
-LLAMA_TINY = str(Path(__file__).parent / "configs" / "llama-gqa-tiny")
+LLAMA_TINY = str(Path(__file__).parents[1] / "configs" / "llama-gqa-tiny")
 
 
 def test_checkpointing_with_autocast_frees_all_but_the_model_states_before_the_optimizer() -> None:

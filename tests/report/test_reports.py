@@ -25,10 +25,10 @@ from torch_footprint.report.html import render_html
 from torch_footprint.results.record import envelope, schema
 from torch_footprint.settings import Training, Workload
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "src" / "torch_footprint" / "results" / "schema.json").read_text())
-GPT2_TINY = str(Path(__file__).parent / "configs" / "gpt2-tiny")
-LLAMA_70B = str(Path(__file__).parent / "configs" / "llama3-70b")
+GPT2_TINY = str(Path(__file__).parents[1] / "configs" / "gpt2-tiny")
+LLAMA_70B = str(Path(__file__).parents[1] / "configs" / "llama3-70b")
 ENVELOPE = ("schema_version", "tool", "tool_version", "created", "kind", "fingerprint", "units")
 
 
@@ -356,6 +356,7 @@ def test_the_chrome_trace_has_one_slice_per_operator_and_memory_counters(written
     assert max(sum(c["args"].values()) for c in counters) == tl["peak_bytes"]
 
 
+@pytest.mark.slow
 def test_a_70b_training_step_report_stays_under_3_mb() -> None:
     """Llama-3.1-70B (80 layers), AdamW, bf16-mixed, 1 x 2048 tokens: about 29,000 operators."""
     rep = torch_footprint.make_report(LLAMA_70B, {"input_ids": "1,2048:int64"}, train=True, optimizer="adamw",

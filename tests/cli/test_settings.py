@@ -106,7 +106,7 @@ def test_llm_weight_scheme_is_quant_and_the_old_spelling_warns(capsys: pytest.Ca
 
     from torch_footprint.cli import main
 
-    tiny = str(Path(__file__).parent / "configs" / "gpt2-tiny")
+    tiny = str(Path(__file__).parents[1] / "configs" / "gpt2-tiny")
     assert main(["llm", tiny, "--prompt", "16", "--output", "8", "--gpu", "l4", "--quant", "int8"]) == 0
     new = capsys.readouterr().out
     assert main(["llm", tiny, "--prompt", "16", "--output", "8", "--gpu", "l4", "--weights", "int8"]) == 0

@@ -21,7 +21,7 @@ from torch_footprint.measure.runner import parse_batches
 from torch_footprint.quantities import parse_bytes, parse_seconds
 from torch_footprint.sources.inputs import parse_input_ids, parse_shape
 
-FIXTURES = Path(__file__).parent / "fixtures" / "models.py"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "models.py"
 ROW = {"id": "card", "name": "Card", "vendor": "nvidia", "kind": "gpu", "memory_gb": 8, "bandwidth_gbs": 400,
        "tflops": {"fp32": 10.0}, "source": "https://example.com/card.pdf"}
 
@@ -59,7 +59,7 @@ FILES = {
     "saved-empty.json": "",
 }
 
-LLAMA = str(Path(__file__).resolve().parent / "configs" / "llama-tiny")
+LLAMA = str(Path(__file__).resolve().parents[1] / "configs" / "llama-tiny")
 CUDA_UNAVAILABLE = not torch.cuda.is_available()
 
 CASES = [

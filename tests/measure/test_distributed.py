@@ -23,7 +23,7 @@ from torch_footprint.estimate.workload import trace_step
 from torch_footprint.measure.distributed import RanksFailed
 from torch_footprint.settings import Parallel, Training, Workload
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA = str(ROOT / "tests" / "configs" / "llama-tiny")
 FIXTURES = ROOT / "tests" / "fixtures" / "ranks.py"
 LINK = comm.Link(bandwidth=1e6, latency=0.0, source="test")  # 1 MB/s, no latency: times are bytes / 1e6
@@ -209,6 +209,7 @@ def _gone(pids: list[int]) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_gloo_ranks_measured_peak_matches_prediction(strategy):
     # DDP and FSDP2 over gloo (benchmarks/distributed_cpu.py runs every strategy on larger models); under
@@ -221,18 +222,21 @@ def test_two_gloo_ranks_measured_peak_matches_prediction(strategy):
         assert r.step_s > 0 and r.comm_s > 0 and any(k.startswith("gloo:") for k in r.collectives)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_is_named_and_nothing_is_left():
     with pytest.raises(RanksFailed, match="rank 1 failed: .*boom on rank 1 .then rank 0: its peer was gone.") as e:
         api.bench(f"{FIXTURES}:fails_on_rank1", ["4,8"], train=True, nproc=2, steps=1, warmup=0, timeout=120)
     assert len(e.value.pids) == 2 and _gone(e.value.pids)
 
 
+@pytest.mark.slow
 def test_a_hung_rank_is_stopped_and_reported():
     with pytest.raises(RanksFailed, match=r"rank\(s\) 0, 1 did not finish within 5 s of connecting \(hung\?\)") as e:
         api.bench(f"{FIXTURES}:hangs_on_rank1", ["4,8"], train=True, nproc=2, steps=1, warmup=0, timeout=5)
     assert len(e.value.pids) == 2 and _gone(e.value.pids)  # the ranks' own processes, stopped
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_rank(tmp_path):
     env = dict(os.environ, FOOTPRINT_TEST_PIDS=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.Popen([sys.executable, "-m", "torch_footprint", "bench", f"{FIXTURES}:hangs_on_rank1",
@@ -267,6 +271,7 @@ def test_rank_ceilings_measured_in_the_ranks_replace_the_share():
     assert other is acc and share == 0.5 and "calibrate --nproc 4" in where
 
 
+@pytest.mark.slow
 def test_calibrate_nproc_measures_each_rank_at_once():
     from torch_footprint.measure.distributed import usable_cores
 

@@ -167,7 +167,7 @@ def test_a_fake_trace_is_the_same_without_the_fast_path(which: str, monkeypatch:
         inputs: Any = "12,3:int64"
         precision = "fp32"
     else:
-        model = str(Path(__file__).parent / "configs" / "llama-gqa-tiny")
+        model = str(Path(__file__).parents[1] / "configs" / "llama-gqa-tiny")
         inputs = {"input_ids": "2,16:int64"}
         precision = "bf16-mixed"
     original = recorder.fast_meta

@@ -73,7 +73,7 @@ def _renderers() -> dict[str, Callable[[int], str]]:
     fit = tfp.fit("resnet18", batch=8, latency="10ms", gpu=["h100-sxm", "t4", "cpu", "jetson-agx-orin-64gb"])
     pred = tfp.predict("resnet50", "a100-sxm-80gb", batch=8)
     rows = tfp.gpus()
-    tiny = str(Path(__file__).parent / "configs" / "gpt2-tiny")
+    tiny = str(Path(__file__).parents[1] / "configs" / "gpt2-tiny")
     lm = tfp.llm(tiny, prompt=16, output=16, gpu=["h100-sxm", "l4", "jetson-agx-orin-64gb", "rtx-4060-ti-16gb"])
     lm_one = tfp.llm(tiny, prompt=16, output=16, gpu="a100-sxm-80gb", engine="vllm", gpus=2)
     return {

@@ -11,7 +11,7 @@ import pytest
 
 from torch_footprint.cli import main
 
-FIXTURES = Path(__file__).parent / "fixtures" / "models.py"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "models.py"
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -52,7 +52,7 @@ def test_profile_file_factory_with_two_inputs_and_dtype(capsys: pytest.CaptureFi
 
 def test_profile_hf_input_ids(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("transformers")
-    cfg = Path(__file__).parent / "configs" / "gpt2-tiny"
+    cfg = Path(__file__).parents[1] / "configs" / "gpt2-tiny"
     code, out, err = run(capsys, "profile", str(cfg), "--input-ids", "2,32", "--backward")
     assert code == 0, err
     assert "backward / forward matrix FLOPs: 2.000" in out
