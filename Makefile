@@ -26,16 +26,26 @@ bench: $(VENV)/.installed-all,dev,bench
 	$(PY) benchmarks/peers.py
 	$(PY) benchmarks/llama70b_scale.py
 	$(PY) benchmarks/llama70b_memory.py
+	$(PY) benchmarks/llm_speed.py
+	$(PY) benchmarks/report_sizes.py
 	$(PY) benchmarks/memory_cpu.py
 	$(PY) benchmarks/roofline_cpu.py
 	$(PY) benchmarks/timer_agreement.py
+	$(PY) benchmarks/distributed_cpu.py
 	$(PY) benchmarks/watch_overhead.py
-	$(PY) benchmarks/model_zoo_sweep.py
-	$(PY) benchmarks/llm_quantized.py
+	$(PY) benchmarks/llm_measure.py
 	$(PY) benchmarks/llm_published.py
-	$(PY) benchmarks/llm_speed.py
+	$(PY) benchmarks/llm_quantized.py
+	$(PY) benchmarks/train_published.py
+	$(PY) benchmarks/train_multi_published.py
+	$(PY) benchmarks/model_zoo_sweep.py
+	$(PY) benchmarks/llm_zoo_sweep.py
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
-		$(PY) benchmarks/gpu_validate.py; else echo "benchmarks/gpu_validate.py: no CUDA device here, not run"; fi
+		$(PY) benchmarks/gpu_validate.py && $(PY) benchmarks/train_kernels.py && \
+		$(PY) benchmarks/decode_profile.py --device cuda; \
+	else echo "gpu_validate.py, train_kernels.py, decode_profile.py: no CUDA device here, not run"; fi
+	@if command -v chromium >/dev/null; then $(PY) benchmarks/report_browser.py; \
+	else echo "report_browser.py: no chromium here, not run"; fi
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

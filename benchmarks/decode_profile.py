@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from torch_footprint.estimate.llm.trace import last_logits_only, trace_serving  # noqa: E402
 
-LLAMA = str(ROOT / "benchmarks" / "data" / "configs" / "llama-1.1b")
+LLAMA = str(ROOT / "benchmarks" / "configs" / "llama-1.1b")
 
 
 def _build(name: str, dtype: torch.dtype, device: str) -> Any:

@@ -48,8 +48,8 @@ STEP_MODELS = ("resnet18", "gpt2-tiny")
 
 def _bench(name: str, strategy: str, args: argparse.Namespace) -> Any:
     ref, inputs, _ = MODELS[name]
-    return api.bench_ranks(ref, inputs, nproc=args.nproc, strategy=strategy, optimizer=args.optimizer,
-                           steps=args.steps, warmup=2)
+    return api.bench(ref, inputs, train=True, nproc=args.nproc, strategy=strategy, optimizer=args.optimizer,
+                     steps=args.steps, warmup=2)
 
 
 def _others(res: Any) -> str:
@@ -64,7 +64,7 @@ def step_rounds(args: argparse.Namespace) -> None:
     errs: dict[str, list[float]] = {}
     shares: dict[str, list[tuple[float, float]]] = {}
     for rnd in range(1, args.rounds + 1):
-        cal, _ = api.calibrate("cpu", nproc=args.nproc, force=True)
+        cal = api.calibrate("cpu", nproc=args.nproc, force=True).measured
         link = cal["link"]
         print(f"{rnd:<5d} calibrated: all-reduce {link['busbw_gbs']:.3g} GB/s bus, {link['latency_us']:.0f} us/step; "
               f"per rank matmul {link['ceilings']['matmul_tflops']['fp32'] * 1e3:.1f} GFLOP/s, "

@@ -73,7 +73,7 @@ def roofline_check() -> dict[str, Any]:
             trace = tfp.profile(name, f"{b},3,224,224").trace
             pc = predict(trace, calibrated)
             pd = predict(trace, row) if row else None
-            m = tfp.bench(name, f"{b},3,224,224", device="cuda", min_reps=50, min_seconds=1.0).points[0].stats.median
+            m = tfp.bench(name, f"{b},3,224,224", device="cuda", min_reps=50, min_time=1.0).points[0].stats.median
             case = {"model": name, "batch": b, "measured_s": m, "calibrated_s": pc.time_s,
                     "calibrated_error": pc.time_s / m - 1, "datasheet_s": pd.time_s if pd else None,
                     "datasheet_error": pd.time_s / m - 1 if pd else None, "lower_bound_s": pc.lower_bound_s}
@@ -99,7 +99,7 @@ def main() -> None:
 
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     # 1. latency with CUDA events
-    lat = tfp.bench("resnet50", device="cuda", batch_sizes="1,32", min_reps=50, min_seconds=2.0)
+    lat = tfp.bench("resnet50", device="cuda", batches="1,32", min_reps=50, min_time=2.0)
     report["latency"] = [p.to_dict() for p in lat.points]
     # 2. batch search with a real out-of-memory: training resnet50 until the GPU is full
     model: Any = torchvision.models.resnet50().cuda().train()

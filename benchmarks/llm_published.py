@@ -1,6 +1,6 @@
 """`footprint llm`'s predictions against published measurements of serving engines.
 
-Reads benchmarks/data/llm_published.toml (every point cited: engine, GPU, precision,
+Reads benchmarks/published/llm_serving_early.toml (every point cited: engine, GPU, precision,
 batch, prompt and output lengths, the measured figure and where it was published), predicts
 each point with the same code as `footprint llm` (the datasheet and the documented serving
 defaults; no fitting to these points) and prints predicted, measured and the error, and
@@ -25,21 +25,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from torch_footprint.errors import FootprintError  # noqa: E402
-from torch_footprint.estimate.llm.pricing import Serving, serve  # noqa: E402
+from torch_footprint.estimate.llm.pricing import Priced, serve  # noqa: E402
 from torch_footprint.estimate.llm.quantization import weight_scheme  # noqa: E402
 from torch_footprint.estimate.llm.trace import trace_serving  # noqa: E402
 from torch_footprint.hardware.catalog import get  # noqa: E402
 
-DATA = ROOT / "benchmarks" / "data"
-CONFIGS = DATA / "configs"
+DATA = ROOT / "benchmarks" / "published"
+CONFIGS = ROOT / "benchmarks" / "configs"
 # the model each published point ran, as torch-footprint builds it (same shapes)
 MODELS = {
     "meta-llama/Llama-2-7b-hf": "hf:meta-llama/Llama-2-7b-hf",
     "meta-llama/Llama-2-7b-chat-hf": "hf:meta-llama/Llama-2-7b-hf",
     "huggyllama/llama-7b": "hf:meta-llama/Llama-2-7b-hf",
-    "meta-llama/Llama-2-13b-hf": str(CONFIGS / "Llama-2-13b-hf"),
-    "meta-llama/Llama-2-70b-hf": str(CONFIGS / "Llama-2-70b-hf"),
-    "codellama/CodeLlama-7b-hf": str(CONFIGS / "CodeLlama-7b-hf"),
+    "meta-llama/Llama-2-13b-hf": str(CONFIGS / "meta-llama--Llama-2-13b-hf"),
+    "meta-llama/Llama-2-70b-hf": str(CONFIGS / "meta-llama--Llama-2-70b-hf"),
+    "codellama/CodeLlama-7b-hf": str(CONFIGS / "codellama--CodeLlama-7b-hf"),
     "meta-llama/Llama-3.1-8B": "hf:meta-llama/Llama-3.1-8B",
     "meta-llama/Meta-Llama-3-8B-Instruct": "hf:meta-llama/Llama-3.1-8B",
     "meta-llama/Llama-3.1-70B": "hf:meta-llama/Llama-3.1-70B",
@@ -64,8 +64,7 @@ def predict(point: dict, traces: dict) -> float:
         traces[key] = trace_serving(model, batch=1, prompt=prompt, dtype=dtype)
     st = traces[key]
     tp = point.get("tp", 1) or 1
-    s = Serving(batch=point["batch"], prompt=prompt, output=output, weights=scheme, gpus=point.get("n_gpus", 1),
-                tp=tp)
+    s = Priced(batch=point["batch"], prompt=prompt, output=output, weights=scheme, gpus=point.get("n_gpus", 1), tp=tp)
     row = serve(st, s, [get(point["gpu"])], max_context=None).rows[0]
     metric = point["metric"]
     if metric == "ttft_ms":
@@ -82,7 +81,7 @@ def predict(point: dict, traces: dict) -> float:
 
 
 def main() -> None:
-    points = tomllib.loads((DATA / "llm_published.toml").read_text())["point"]
+    points = tomllib.loads((DATA / "llm_serving_early.toml").read_text())["point"]
     traces: dict = {}
     errors = []
     print(f"{'model':26s} {'gpu':14s} {'engine':12s} {'weights':10s} {'B':>2s} {'prompt':>6s} {'metric':10s} "

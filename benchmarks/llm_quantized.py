@@ -1,6 +1,6 @@
 """Weight bytes per storage scheme against the file sizes of public quantized checkpoints.
 
-Reads benchmarks/data/quantized_checkpoints.toml (each checkpoint cited: repository, files,
+Reads benchmarks/published/quantized_checkpoints.toml (each checkpoint cited: repository, files,
 exact bytes where the source prints them, else the size Hugging Face displays, rounded to
 3 significant digits) and prices the base model's parameters in the checkpoint's scheme
 with `footprint llm`'s code. Files carry a little more than the weights (a GGUF file's
@@ -45,7 +45,7 @@ def file_bytes(c: dict) -> tuple[float, str]:
 
 
 def main() -> None:
-    cps = tomllib.loads((ROOT / "benchmarks" / "data" / "quantized_checkpoints.toml").read_text())["checkpoint"]
+    cps = tomllib.loads((ROOT / "benchmarks" / "published" / "quantized_checkpoints.toml").read_text())["checkpoint"]
     traces: dict = {}
     errors = []
     print(f"{'checkpoint':46s} {'scheme':15s} {'predicted':>14s} {'file':>14s} {'':18s} {'error':>7s}")

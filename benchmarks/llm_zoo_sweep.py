@@ -284,15 +284,15 @@ def run_llm(lib: str, name: str, send: Callable[[Record], None]) -> Record:
         rec.update(llm_ok=False, llm_error=error_text(e)[:300], llm_where=error_where(e),
                    llm_declined=isinstance(e, FootprintError))
     if rec.get("fp_ok") and rec.get("llm_ok"):  # every weight scheme and an fp8 cache, on the same trace
-        from torch_footprint.estimate.llm.pricing import Serving, serve
+        from torch_footprint.estimate.llm.pricing import Priced, serve
         from torch_footprint.estimate.llm.quantization import SCHEMES, kv_scheme, weight_scheme
         from torch_footprint.hardware.catalog import get
 
         failed = {}
         for name in SCHEMES:
             try:
-                serve(st, Serving(batch=1, prompt=PROMPT, output=8, weights=weight_scheme(name),
-                                  kv_bytes=kv_scheme("fp8"), kv_name="fp8"), [get(GPU)], max_context=None)
+                serve(st, Priced(batch=1, prompt=PROMPT, output=8, weights=weight_scheme(name),
+                                 kv_bytes=kv_scheme("fp8"), kv_name="fp8"), [get(GPU)], max_context=None)
             except Exception as e:
                 failed[name] = error_text(e)[:160]
         rec.update(schemes_ok=not failed, schemes_failed=failed)

@@ -55,7 +55,7 @@ def main() -> None:
             prof = tfp.profile(name, f"{b},3,224,224")
             pred = predict(prof.trace, cpu)
             res = tfp.bench(name, f"{b},3,224,224", device="cpu", min_reps=20 if b == 1 else 5,
-                            min_seconds=2.0 if b == 1 else 0.0)
+                            min_time=2.0 if b == 1 else 0.0)
             st = res.points[0].stats
             err = pred.time_s / st.median - 1
             rows.append({"model": name, "batch": b, "predicted_s": pred.time_s, "lower_bound_s": pred.lower_bound_s,

@@ -79,7 +79,7 @@ class Case:
     name: str
     model: str  # torchvision name
     batch: int
-    precision: str  # footprint's StepSpec precision: bf16-mixed or fp32
+    precision: str  # footprint's precision: bf16-mixed or fp32
     channels_last: bool
 
 
@@ -153,11 +153,12 @@ def measure(step: Callable[[], None], warmup: int, steps: int, profiled: int) ->
 
 def predict(case: Case, row: Any) -> dict[str, Any]:
     from torch_footprint.estimate.kernels.roofline import estimate_latency
-    from torch_footprint.estimate.workload import StepSpec, trace_step
+    from torch_footprint.estimate.workload import trace_step
+    from torch_footprint.settings import Training, Workload
 
     # torch.optim.SGD runs foreach (multi-tensor) kernels on CUDA by default
-    trace = trace_step(case.model, None, StepSpec(train=True, optimizer="momentum-foreach", precision=case.precision),
-                       batch=case.batch)[0]
+    trace = trace_step(Workload(case.model, batch=case.batch, precision=case.precision),
+                       Training(train=True, optimizer="momentum-foreach"))[0]
     pred = estimate_latency(trace, row, layout="nhwc" if case.channels_last else "nchw")
     by_class = dict.fromkeys(CLASSES, 0.0)
     for o in pred.ops:

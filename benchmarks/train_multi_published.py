@@ -32,12 +32,13 @@ import time
 from pathlib import Path
 
 from torch_footprint.estimate.layouts.ranks import predict_rank
-from torch_footprint.estimate.workload import StepSpec, trace_step
+from torch_footprint.estimate.workload import trace_step
 from torch_footprint.hardware import get
+from torch_footprint.settings import Training, Workload
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 L3_8B, L3_70B = "hf:meta-llama/Llama-3.1-8B", "hf:meta-llama/Llama-3.1-70B"
-L2_13B, L2_70B = str(CONFIGS / "llama2-13b"), str(CONFIGS / "llama2-70b")
+L2_13B, L2_70B = str(CONFIGS / "meta-llama--Llama-2-13b-hf"), str(CONFIGS / "meta-llama--Llama-2-70b-hf")
 
 # (label, model, batch per rank, sequence, full checkpointing, gpus, accelerator, published tokens/s/GPU, source)
 POINTS = [
@@ -55,8 +56,8 @@ def main() -> None:
     errs = []
     for label, model, batch, seq, ckpt, gpus, gpu, published, src in POINTS:
         t0 = time.perf_counter()
-        spec = StepSpec(train=True, optimizer="adamw", precision="bf16-mixed", checkpointing=ckpt)
-        trace, _ = trace_step(model, {"input_ids": f"{batch},{seq}:int64"}, spec)
+        trace, _ = trace_step(Workload(model, {"input_ids": f"{batch},{seq}:int64"}, precision="bf16-mixed"),
+                              Training(train=True, optimizer="adamw", checkpointing=ckpt))
         pred = predict_rank(trace, "fsdp", gpus, acc=get(gpu))
         assert pred.step is not None
         tps = batch * seq / pred.step.time_s

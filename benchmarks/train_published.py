@@ -50,11 +50,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torch_footprint.estimate.kernels.roofline import estimate_latency
-from torch_footprint.estimate.workload import StepSpec, trace_step
+from torch_footprint.estimate.workload import trace_step
 from torch_footprint.hardware import get
+from torch_footprint.settings import Training, Workload
 from torch_footprint.trace import Trace
 
-CONFIGS = Path(__file__).parent / "data" / "configs"
+CONFIGS = Path(__file__).parent / "configs"
 BERT_LARGE = str(CONFIGS / "bert-large-uncased-squad")
 GPT2 = str(CONFIGS / "gpt2-eager")  # explicit attention, as the published runs
 
@@ -64,7 +65,7 @@ class Point:
     label: str
     model: str
     batch: int
-    precision: str  # StepSpec precision
+    precision: str  # the workload's precision
     tf32: bool | None  # None: PyTorch's defaults (convolutions TF32, matmuls fp32)
     layout: str  # NCHW or NHWC (channels-last); sequence models: "-"
     gpu: str
@@ -126,8 +127,8 @@ def predict(p: Point, traces: dict[tuple[str, int, int, str, str], Trace]) -> fl
     key = (p.model, p.batch, p.seq, p.precision, p.optimizer)
     if key not in traces:
         inputs = f"input_ids={p.batch},{p.seq}:int64" if p.seq else None
-        traces[key] = trace_step(p.model, inputs, StepSpec(train=True, optimizer=p.optimizer, precision=p.precision),
-                                 batch=None if p.seq else p.batch)[0]
+        traces[key] = trace_step(Workload(p.model, inputs, batch=None if p.seq else p.batch, precision=p.precision),
+                                 Training(train=True, optimizer=p.optimizer))[0]
     pred = estimate_latency(traces[key], get(p.gpu), tf32=p.tf32, layout="nhwc" if p.layout == "NHWC" else "nchw")
     return p.batch * (p.seq if p.per_token else 1) / pred.time_s
 
