@@ -28,8 +28,9 @@ import time
 import torch
 import torchvision
 
+from torch_footprint.measure.devices import Processes, Rapl
 from torch_footprint.measure.runner import run_bench
-from torch_footprint.measure.sampling import CpuDevice, Probe, Processes, Rapl, RunSampling
+from torch_footprint.measure.sampling import CpuDevice, Probe, RunSampling
 
 
 def reading_cost(probe: Probe, n: int = 200) -> float:

@@ -53,3 +53,19 @@ def test_a_planted_upward_import_breaks_it(copy: Path, module: str, planted: str
     finally:
         path.write_text(original)
     assert r.returncode == 1 and broken in r.stdout, r.stdout[-2000:]
+
+
+def test_no_module_imports_itself_back() -> None:
+    # within a layer too: the memory estimate and the accelerator ranking once imported each other
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("torch_footprint", exclude_type_checking_imports=True)
+    cycles = [(a, b) for a in sorted(graph.modules) for b in graph.find_modules_directly_imported_by(a)
+              if b.startswith("torch_footprint") and b != a and graph.chain_exists(importer=b, imported=a)]
+    assert cycles == []
+
+
+def test_modules_stay_readable() -> None:
+    # one concern per module: none over about 450 lines but the FLOP formula table
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "src" / "torch_footprint").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 460 and p.name != "formulas.py"}
+    assert long == {}

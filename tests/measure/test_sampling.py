@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from torch_footprint.measure import sampling
-from torch_footprint.measure.sampling import Nvml, Probe, Rapl, RunSampling, Sample, Sampler
-from torch_footprint.measure.watch import EXTRA, OUTSIDE, RESERVE, compare_peak, findings, observed_peak, summarise
+from torch_footprint.measure.devices import Nvml, Rapl
+from torch_footprint.measure.sampling import Probe, RunSampling, Sample, Sampler
+from torch_footprint.measure.timeline import EXTRA, OUTSIDE, RESERVE, compare_peak, findings, observed_peak, summarise
 from torch_footprint.report.watch import render_watch, render_watch_html, sample_lines, sampling_lines
 
 GiB, MiB = 2**30, 2**20

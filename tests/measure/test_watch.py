@@ -17,7 +17,7 @@ import pytest
 psutil = pytest.importorskip("psutil", reason="footprint watch needs psutil (the 'watch' extra)")
 
 from torch_footprint.errors import FootprintError, MissingExtraError  # noqa: E402
-from torch_footprint.measure import sampling  # noqa: E402
+from torch_footprint.measure import devices  # noqa: E402
 from torch_footprint.measure.watch import WatchResult, watch  # noqa: E402
 from torch_footprint.report.watch import plain_line, render_live, render_watch, render_watch_html  # noqa: E402
 
@@ -211,7 +211,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_no_nvml_on_a_machine_with_a_gpu_is_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sampling, "gpu_present", lambda: True)
+    monkeypatch.setattr(devices, "gpu_present", lambda: True)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
     with pytest.raises(MissingExtraError, match="nvidia-ml-py") as e:
         watch(["true"])
@@ -286,7 +286,7 @@ def _cuda_here() -> str | None:
 
     if not torch.cuda.is_available():
         return "no CUDA device on this machine"
-    from torch_footprint.measure.sampling import open_nvml
+    from torch_footprint.measure.devices import open_nvml
 
     nv, why = open_nvml(required=False)
     if nv is None:
