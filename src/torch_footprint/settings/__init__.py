@@ -178,6 +178,9 @@ class Target(Record):
     """fp32 matmuls and convolutions as TF32 (default: PyTorch's, convolutions only)"""
     efficiency: tuple[str, ...] = opt((), metavar="KIND=F")
     """achievable fraction of a datasheet ceiling: matrix=0.7, vector=0.5, memory=0.85 (repeatable)"""
+    price: tuple[str, ...] = opt((), metavar="ID=USD/H")
+    """the price of one GPU-hour, e.g. h100-sxm=2.49 (repeatable; default: the shipped table of public on-demand
+    prices, dated)"""
 
     def check(self) -> None:
         if not 0 < self.utilisation <= 1:
