@@ -56,7 +56,7 @@ ESTIMATE = ("gpu", "hardware", "tf32", "efficiency")
 
 # verb -> the records it reads: record -> its fields (ALL: every one)
 VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
-    "profile": {Workload: (*WORK, "tensors"), Training: ("train",)},
+    "profile": {Workload: (*WORK, "tensors"), Training: ("train", "optimizer", "checkpointing")},
     "memory": {Workload: WORK, Training: ALL, Target: ("device", "utilisation"), Memory: ALL},
     "bench": {Workload: ("model", "inputs", "precision", "weights", "channels_last", "trust_remote_code"),
               Training: ("train", "optimizer"), Parallel: ("strategy",), Target: ("device",), Measurement: ALL},
@@ -96,12 +96,16 @@ def _verb(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 @_verb("profile")
 def profile(model: ModelLike, inputs: InputsLike = None, **settings: Any) -> Profile:
     """Parameters, FLOPs and MACs of one forward pass (with ``train``, forward and backward in
-    train mode). ``model``'s weights are left untouched; ``inputs`` None uses its default input."""
+    train mode; with an ``optimizer``, checkpointing or a mixed ``precision``, the whole training
+    step as memory and predict trace it: its trace is then priced as it is by
+    ``predict(profile, gpu)``). ``model``'s weights are left untouched; ``inputs`` None uses its
+    default input."""
     from .analysis import Profile
-    from .estimate.workload import trace_forward
+    from .estimate.workload import trace_forward, trace_step
 
     w, t = _records("profile", settings, model, inputs)
-    trace, notes = trace_forward(w, t)
+    step = t.optimizer or t.checkpointing or (w.precision or "").endswith("-mixed")
+    trace, notes = trace_step(w, t) if step else trace_forward(w, t)
     return Profile(trace, notes)
 
 
@@ -149,8 +153,9 @@ def predict(model: Profile | ModelLike, gpu: Accelerator | str, inputs: InputsLi
     if isinstance(model, Profile):
         if w.batch is not None or inputs is not None:
             raise FootprintError("a Profile was traced already: its batch and inputs cannot change")
+        plain = None if w.precision is None or w.precision.endswith("-mixed") else w.precision
         return estimate_latency(model.trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies,
-                                compute_dtype=w.precision, layout=w.layout)
+                                compute_dtype=plain, layout=w.layout)
     trace, _ = trace_step(w, dataclasses.replace(t, optimizer=t.step_optimizer) if t.train else t)
     return estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout)
 

@@ -13,6 +13,7 @@ from torch_footprint.hardware.db import Accelerator
 CARD = Accelerator(id="card", name="Card", vendor="nvidia", kind="gpu", memory_gb=1, bandwidth_gbs=100,
                    tflops={"fp32": 10.0, "tf32": 20.0, "fp16": 40.0}, source="https://example.com/card")
 EXACT = {"matrix": 1.0, "vector": 1.0, "memory": 1.0}
+FLAT = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}  # efficiencies given: the flat datasheet roofline
 LAUNCH = 10e-6  # seconds per operator on a GPU (module call, dispatch, launch)
 
 
@@ -52,10 +53,10 @@ def test_large_matmul_is_compute_bound_by_hand():
     assert mm.time_s == pytest.approx(2 * 2048**3 / 10e12 + LAUNCH)
 
 
-def test_elementwise_by_hand_with_default_efficiencies():
+def test_elementwise_by_hand_with_the_flat_efficiencies():
     # relu on 1024 x 1024 fp32: 1,048,576 FLOPs at 10e12 x 0.5 (vector) = 0.2097 us;
     # 8,388,608 bytes at 100e9 x 0.85 = 98.689 us; time = 98.689 + 10 = 108.689 us
-    pred = predict(tfp.profile(nn.ReLU(), "1024,1024").trace, CARD)
+    pred = predict(tfp.profile(nn.ReLU(), "1024,1024").trace, CARD, efficiency=FLAT)
     r = _only(pred, "aten.relu.default")
     assert r.compute_s == pytest.approx(1_048_576 / 5e12)
     assert r.time_s == pytest.approx(8_388_608 / 85e9 + LAUNCH)
@@ -161,11 +162,12 @@ def test_a_calibrated_gpu_overlaps_the_hosts_dispatch_with_the_devices_kernels()
     assert last.time_s == pytest.approx(80e-6) and last.effective == pytest.approx([10e-6, 10e-6, 60e-6])
     assert run([50e-6, 0, 0], False).time_s == pytest.approx(80e-6) == run([0, 0, 50e-6], False).time_s
     assert sum(first.by_phase().values()) == pytest.approx(first.time_s)
-    # calibrated GPUs get the two clocks; datasheet rows and CPUs keep the sum
+    # calibrated GPUs and datasheet GPUs priced per kernel get the two clocks; the flat
+    # datasheet roofline (efficiencies given) and CPUs keep the sum
     cal = {"matmul_tflops": {"fp32": 1.0}, "conv_tflops": {"fp32": 1.0}, "copy_gbs": 100.0, "op_overhead_us": 10.0}
     trace = tfp.profile(nn.Linear(8, 8), "1,8").trace
     assert predict(trace, replace(CARD, calibrated=cal)).ceilings.overlap
-    assert not predict(trace, CARD).ceilings.overlap
+    assert predict(trace, CARD).ceilings.overlap and not predict(trace, CARD, efficiency=FLAT).ceilings.overlap
     assert not predict(trace, replace(CARD, kind="cpu", calibrated=cal)).ceilings.overlap
 
 

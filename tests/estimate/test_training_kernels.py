@@ -132,7 +132,11 @@ def test_channels_last_from_the_api_and_the_command_line(tmp_path, capsys):
     nhwc = tfp.predict("resnet18", "a100-sxm-80gb", batch=2, precision="fp16", channels_last=True)
     paid = sum(o.kernels_s for o in nchw.ops)
     assert paid > 0 and sum(o.kernels_s for o in nhwc.ops) == 0
-    assert nchw.time_s == pytest.approx(nhwc.time_s + paid)
+    def device(pred):  # the device's time, kernel after kernel (the host's overlaps it)
+        return sum(max(o.compute_s, o.memory_s) + o.kernels_s for o in pred.ops if o.kind != "view")
+
+    # at batch 2 the host dispatches slower than the device runs: the transposes hide behind it
+    assert device(nchw) == pytest.approx(device(nhwc) + paid) and nchw.time_s >= nhwc.time_s
     out = tmp_path / "p.json"
     assert main(["predict", "resnet18", "--gpu", "a100-sxm-80gb", "--batch", "2", "--dtype", "fp16",
                  "--channels-last", "--json", str(out)]) == 0

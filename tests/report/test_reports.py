@@ -344,7 +344,7 @@ def test_the_chrome_trace_has_one_slice_per_operator_and_memory_counters(written
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     counters = [e for e in trace["traceEvents"] if e["ph"] == "C"]
     root = next(m for m in report["predict"]["by_module"] if m["module"] == "")
-    assert len(slices) == root["ops"]  # every operator but views (which launch nothing)
+    assert len(slices) == root["ops"]  # every operator but views that cost nothing
     starts = [e["ts"] for e in slices]
     assert starts == sorted(starts) and starts[0] == 0
     end = slices[-1]["ts"] + slices[-1]["dur"]

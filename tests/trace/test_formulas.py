@@ -382,3 +382,29 @@ def test_a_lookup_reads_the_rows_it_gathers() -> None:
     p = tfp.profile(emb, {"input": "1,8:int64"})
     [e] = [e for e in p.trace.events if "embedding" in e.op]
     assert (e.bytes_read, e.bytes_written) == (8 * 64 * 4 + 8 * 8, 8 * 64 * 4)
+
+
+@pytest.mark.parametrize("groups", [1, 4, 16])
+def test_a_grouped_convolutions_backward_counts_its_groups(groups: int) -> None:
+    # dX = dY * W and dW = X * dY each multiply every weight by every output position once:
+    # as many MACs as the forward, N x C_out x H_out x W_out x C_in / groups x kh x kw. torch's
+    # own formula counts the weight gradient as if the convolution were not grouped
+    # (groups times too many: a depthwise convolution's hundreds of times).
+    import torch_footprint as tfp
+
+    n, c_in, c_out, hw, k = 2, 16, 32, 7, 3
+    conv = nn.Conv2d(c_in, c_out, k, padding=1, groups=groups, bias=False)
+
+    class WithInputGrad(nn.Module):  # the input needs its gradient too (a layer after the first)
+        def __init__(self) -> None:
+            super().__init__()
+            self.pre, self.conv = nn.Conv2d(c_in, c_in, 1, bias=False), conv
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv(self.pre(x))
+
+    p = tfp.profile(WithInputGrad(), f"{n},{c_in},{hw},{hw}", train=True)
+    forward = n * c_out * hw * hw * (c_in // groups) * k * k
+    pre = n * c_in * hw * hw * c_in  # the 1x1 convolution before it: its weight gradient only
+    assert p.forward.macs == forward + pre
+    assert p.backward.macs == 2 * forward + pre

@@ -29,7 +29,8 @@ DTYPES = RATE_KEYS  # the rate keys of a row's tflops table
 KINDS = ("gpu", "soc", "cpu")
 BUILTIN = Path(__file__).with_name("accelerators.toml")
 _REQUIRED = ("id", "name", "vendor", "kind", "memory_gb", "bandwidth_gbs", "tflops", "source")
-_OPTIONAL = ("tdp_w", "vector_fp32", "notes", "estimated", "aliases", "link_gbs", "link", "link_source")
+_OPTIONAL = ("tdp_w", "vector_fp32", "notes", "estimated", "aliases", "link_gbs", "link", "link_source", "units",
+             "memory_type", "units_source", "architecture")
 _ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 
@@ -55,6 +56,10 @@ class Accelerator:
     link: str = ""  # that link in words ("NVLink 4, 18 links")
     link_source: str = ""  # where the link figure comes from, when not ``source``
     calibrated: dict[str, Any] | None = field(default=None, compare=False)
+    units: int | None = None  # SMs (NVIDIA) or compute units (AMD): what a kernel's tiles spread over
+    memory_type: str = ""  # HBM3, GDDR6X, ...
+    units_source: str = ""
+    architecture: str = ""  # volta, ampere, hopper, ... (the whitepaper of units_source)
 
     @property
     def memory_bytes(self) -> int:
@@ -84,7 +89,8 @@ class Accelerator:
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("id", "name", "vendor", "kind", "memory_gb", "bandwidth_gbs", "tdp_w",
                                             "tflops", "vector_fp32", "source", "notes", "estimated", "aliases",
-                                            "origin", "link_gbs", "link", "link_source")}
+                                            "origin", "link_gbs", "link", "link_source", "units",
+                                            "memory_type", "units_source", "architecture")}
         d["estimated"], d["aliases"] = list(self.estimated), list(self.aliases)
         if self.calibrated:
             d["calibrated"] = self.calibrated
@@ -160,6 +166,9 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
         notes=" ".join(notes.split()), estimated=tuple(estimated), aliases=tuple(aliases), origin=origin,
         link_gbs=_number(raw["link_gbs"], f"{at}: field 'link_gbs'") if "link_gbs" in raw else None,
         link=link.strip(), link_source=link_source,
+        units=int(_number(raw["units"], f"{at}: field 'units'")) if "units" in raw else None,
+        memory_type=str(raw.get("memory_type", "")), units_source=str(raw.get("units_source", "")),
+        architecture=str(raw.get("architecture", "")),
     )
 
 

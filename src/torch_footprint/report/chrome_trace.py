@@ -17,12 +17,15 @@ def chrome_trace(overview: Any) -> dict[str, Any]:
         {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "operators"}},
     ]
     starts = prediction.starts()
-    for o, t in zip(prediction.ops, starts):
-        if o.kind == "view":
+    for o, t, dt in zip(prediction.ops, starts, prediction.effective):
+        if o.kind == "view" and not o.overhead_s:  # no kernel, no dispatch: nothing to draw
             continue
+        # each slice is the time the operator adds to the run (on a GPU: past the host's and
+        # the device's clocks), so the slices lie back to back over the predicted time
         events.append({"ph": "X", "pid": 1, "tid": 1, "name": o.op, "cat": o.phase, "ts": t * 1e6,
-                       "dur": o.time_s * 1e6, "args": {"module": o.module or "<root>", "flops": o.flops,
-                                                       "bytes": o.bytes, "bound": o.bound, "dtype": o.dtype}})
+                       "dur": dt * 1e6, "args": {"module": o.module or "<root>", "flops": o.flops,
+                                                 "bytes": o.bytes, "bound": o.bound, "dtype": o.dtype,
+                                                 "own_time_us": o.time_s * 1e6}})
     at = {i: k for k, i in enumerate(timeline.index)}
     for o, t in zip(prediction.ops, starts):
         k = at.get(o.index)

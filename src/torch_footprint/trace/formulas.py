@@ -47,6 +47,10 @@ class Cost(NamedTuple):
     flops: int
     macs: int
     kind: str
+    # a matrix op's problem, for kernel-time models: ("gemm", batch, m, n, k),
+    # ("conv", n, c_in, c_out, spatial_out, kernel, groups, pass) or
+    # ("attn", batch_heads, l_q, l_k, e, e_v, causal, backward)
+    problem: tuple[Any, ...] = ()
 
 
 Formula = Callable[..., Cost]
@@ -197,11 +201,12 @@ def attention_cost(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal:
     """
     bh, lq, lk, e, ev = _attention_dims(q, k, v)
     pairs = bh * (causal_pairs(lq, lk) if is_causal else lq * lk)
+    problem = ("attn", bh, lq, lk, e, ev, bool(is_causal), bool(backward))
     if backward:
         macs = pairs * 2 * (e + ev)
-        return Cost(2 * macs + 4 * pairs, macs, "matrix")
+        return Cost(2 * macs + 4 * pairs, macs, "matrix", problem)
     macs = pairs * (e + ev)
-    return Cost(2 * macs + 5 * pairs, macs, "matrix")
+    return Cost(2 * macs + 5 * pairs, macs, "matrix", problem)
 
 
 def _sdpa(backward: bool, offset: int) -> Formula:
@@ -254,6 +259,37 @@ def _torch_flops(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: An
     return int(_torch_flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
 
 
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape) if isinstance(x, torch.Tensor) else ()
+
+
+def matrix_problem(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The problem a matmul or convolution kernel solves (see :class:`Cost`), from its operands."""
+    name = func._overloadpacket.__name__
+    a = named_args(func, args, kwargs)
+    if name in ("mm", "addmm", "bmm", "baddbmm"):
+        x, y = (args[0], args[1]) if name in ("mm", "bmm") else (a.get("mat1", a.get("batch1")),
+                                                                    a.get("mat2", a.get("batch2")))
+        sx, sy = _shape(x), _shape(y)
+        if len(sx) < 2 or len(sy) < 2:
+            return ()
+        return ("gemm", math.prod(sx[:-2]), sx[-2], sy[-1], sx[-1])
+    if "convolution" in name or name == "_slow_conv2d_forward":
+        backward = name == "convolution_backward"
+        x, w = (args[1], args[2]) if backward else (args[0], args[1])
+        sx, sw = _shape(x), _shape(w)
+        if len(sx) < 3 or len(sw) < 3:
+            return ()
+        groups = int(a.get("groups", 1) or 1)
+        transposed = bool(a.get("transposed", False))
+        c_out = sw[1] * groups if transposed else sw[0]
+        spatial_out = math.prod(_shape(args[0])[2:]) if backward else 0
+        mask = tuple(bool(m) for m in a.get("output_mask", ())) if backward else ()
+        return ("conv", sx[0], sx[1], c_out, spatial_out, math.prod(sw[2:]), groups,
+                "backward" + "".join("dw"[i] for i, m in enumerate(mask[:2]) if m) if backward else "forward")
+    return ()
+
+
 def torch_matrix(bias: str | None = None) -> Formula:
     """torch's formula; plus 1 vector FLOP per output element when argument ``bias`` is a tensor."""
 
@@ -262,7 +298,11 @@ def torch_matrix(bias: str | None = None) -> Formula:
         extra = 0
         if bias is not None and isinstance(named_args(func, args, kwargs).get(bias), torch.Tensor):
             extra = _out_numel(out)
-        return Cost(2 * macs + extra, macs, "matrix")
+        problem = matrix_problem(func, args, kwargs)
+        if problem and problem[0] == "conv" and not problem[4]:  # the forward's output positions
+            first = _first_tensor(out)
+            problem = (*problem[:4], math.prod(first.shape[2:]) if first is not None else 0, *problem[5:])
+        return Cost(2 * macs + extra, macs, "matrix", problem)
 
     return formula
 
@@ -274,12 +314,24 @@ register(*_ops("convolution", "_convolution", "convolution_overrideable", "_slow
 
 @register(*_ops("convolution_backward"))
 def _conv_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
-    """torch's formula for the input and weight gradients; the bias gradient
-    (``output_mask[2]``) is a reduction over grad_output: 1 FLOP per element."""
+    """torch's formula for the input and weight gradients, but for a grouped convolution's
+    weight gradient, which torch's counts as if the convolution were not grouped (every input
+    channel against every output channel: ``groups`` times too many; a depthwise convolution's
+    weight gradient came out hundreds of times too large). Each weight element sums its
+    products over the batch's output positions: C_out x C_in / groups x kernel x N x positions
+    MACs, as many as the forward's. The bias gradient (``output_mask[2]``) is a reduction over
+    grad_output: 1 FLOP per element."""
     macs = _torch_flops(func, args, kwargs, out) // 2
-    mask = named_args(func, args, kwargs).get("output_mask")
+    a = named_args(func, args, kwargs)
+    mask = a.get("output_mask")
+    groups = int(a.get("groups", 1) or 1)
+    if groups > 1 and mask is not None and mask[1] and not a.get("transposed", False):
+        grad_out, x, w = args[0], args[1], args[2]
+        n, c_out, positions = grad_out.shape[0], grad_out.shape[1], math.prod(grad_out.shape[2:])
+        counted = math.prod(w.shape[2:]) * positions * x.shape[1] * c_out * n  # torch's, ungrouped
+        macs += counted // groups - counted
     extra = _numel(args[0]) if mask is not None and len(mask) > 2 and mask[2] else 0
-    return Cost(2 * macs + extra, macs, "matrix")
+    return Cost(2 * macs + extra, macs, "matrix", matrix_problem(func, args, kwargs))
 
 
 @register(*_ops("bmm"))
@@ -291,7 +343,7 @@ def _bmm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Co
     if _CAUSAL:
         visible, total = _CAUSAL[-1]
         macs = macs * visible // total
-    return Cost(2 * macs, macs, "matrix")
+    return Cost(2 * macs, macs, "matrix", matrix_problem(func, args, kwargs))
 
 
 @register(*_ops("_grouped_mm", "_scaled_grouped_mm", "_scaled_grouped_mm_v2"))

@@ -184,5 +184,6 @@ class Recorder(TorchDispatchMode):
             scratch=scratch,
             weights=weights,
             transposed=cost.kind == "matrix" and _right_transposed(func, args),
+            problem=list(cost.problem),
         ))
         return out

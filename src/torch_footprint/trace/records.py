@@ -38,6 +38,9 @@ class OpEvent:
     # a matmul whose right operand is stored transposed (column-major), as nn.Linear passes its
     # weight: a one-row product then reads it a row at a time, at a rate of its own on CPUs
     transposed: bool = False
+    # a matrix op's problem for kernel-time models (trace/formulas.py's Cost.problem): e.g.
+    # ["gemm", batch, m, n, k]; empty for other ops
+    problem: list[Any] = field(default_factory=list)
 
     @property
     def matrix_flops(self) -> int:

@@ -36,6 +36,9 @@ class Ceilings:
     # matvec_bandwidth)
     matvec_by_k: dict[str, dict[int, list[list[float]]]] = field(default_factory=dict)
     overlap: bool = False  # host and device clocks (calibrated GPUs and SoCs; module docstring)
+    # per-kernel mechanisms (estimate/kernels/matrix.py, bandwidth.py) on a GPU priced from its
+    # datasheet: "kernels"; "flat": the datasheet peaks times fixed efficiencies
+    model: str = "flat"
 
     def matvec_rate(self, k: float, transposed: bool, rows: int = 1) -> float:
         """Bytes/s a product of ``rows`` rows streams its matrix at: by layout, rows (in log

@@ -58,12 +58,20 @@ from ...dtypes import RATE_KEYS, rate_key
 from ...errors import FootprintError
 from ...hardware.db import Accelerator
 from ...trace.records import Trace
+from . import constants as fitted
+from .bandwidth import bandwidth_share
 from .gpu import LAYOUTS, batch_norm_layout_factor, batch_norm_pass_bytes, is_state_init, layout_transpose_bytes
+from .matrix import is_depthwise, matrix_share, problem_use
 from .prediction import Ceilings, OpTime, Prediction
 
 EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
 MATVEC_ROWS = 4  # matmuls of this few rows read their matrix at the calibrated matvec bandwidth
 LAUNCH_OVERHEAD_S = {"gpu": 10e-6, "soc": 15e-6, "cpu": 5e-6}
+# eager PyTorch's host time per operator on a GPU (Python, dispatcher, launch) and per view,
+# overlapped with the device's (two clocks): GPT-2's decode step on an H100 host spent 8.6 ms
+# on 235 kernels and 211 views (benchmarks/results/decode-profile-h100.txt)
+HOST_OP_S = 30e-6
+HOST_VIEW_S = 6e-6
 
 def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
              overhead_s: float | None = None, calibrated: bool = True) -> Ceilings:
@@ -100,6 +108,14 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
                         overlap=acc.kind != "cpu")
     if acc.bandwidth is None:
         raise FootprintError(f"'{acc.id}' has no memory bandwidth figure: run `footprint calibrate` on it first")
+    if acc.kind == "gpu" and not efficiency:  # per-kernel mechanisms, their constants fitted
+        c = fitted.current()
+        matrix = {k: peak * matrix_share(acc, k, c) for k in acc.tflops if (peak := acc.peak(k)) is not None}
+        return Ceilings(matrix=matrix, conv=dict(matrix), vector=acc.vector_peak * eff["vector"],
+                        bandwidth=acc.bandwidth * bandwidth_share(acc, c),
+                        overhead=overhead_s if overhead_s is not None else HOST_OP_S,
+                        source="datasheet, per-kernel model", efficiency={}, model="kernels", overlap=True,
+                        view_overhead=HOST_VIEW_S if overhead_s is None else 0.0)
     matrix = {k: peak * eff["matrix"] for k in acc.tflops if (peak := acc.peak(k)) is not None}
     return Ceilings(matrix=matrix, conv=dict(matrix), vector=acc.vector_peak * eff["vector"],
                     bandwidth=acc.bandwidth * eff["memory"],
@@ -144,6 +160,9 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     conv_tf32 = tf32 if tf32 is not None else acc.vendor == "nvidia"
     gpu = acc.kind == "gpu"
     training = bool(trace.settings.get("training")) and bool(trace.settings.get("backward"))
+    kernels = c.model == "kernels"
+    k_const = fitted.current()
+    floor = k_const.kernel_floor_s if kernels else 0.0
     total_flops = 0
     for i, e in enumerate(trace.events):
         dkey = _dtype_key(e.out_dtypes)
@@ -183,6 +202,10 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                     missing.add(key)
                     rate = rates.get("fp32") or c.matrix["fp32"]
                 vec = e.flops - e.matrix_flops  # a bias add or scaling inside the op
+                if kernels and is_depthwise(e.problem):  # a memory-bound kernel of its own
+                    rate = c.vector
+                elif kernels:  # waves of tiles, short reductions, fused attention
+                    rate *= problem_use(acc, e.problem, k_const)
                 compute = e.matrix_flops / rate + max(vec, 0) / c.vector
                 flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops
             else:
@@ -193,6 +216,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
             if acc.vendor == "nvidia":
                 slowdown = batch_norm_layout_factor(e, training, layout)
         memory = (nbytes + extra) / bandwidth * slowdown
+        if nbytes or e.flops:  # a kernel's least time on the device: its own, compute or memory bound
+            compute, memory = compute + floor, memory + floor
         ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, c.overhead,
                           transposes / c.bandwidth))
     for key in sorted(missing):

@@ -1,0 +1,251 @@
+"""Fit the kernel-time model's constants to published kernel measurements, and check them
+leaving each GPU out.
+
+Reads benchmarks/published/kernels.toml: cuBLAS GEMM throughputs (best shapes, square sizes,
+few-row products), FlashAttention-2's forward and backward throughputs by sequence length,
+head dimension and mask, and streaming-kernel bandwidths. Each family's constants are fitted
+to its rows (least squares on the log of the time), then refitted without each GPU's rows
+to predict that GPU's: the errors printed are those leave-one-GPU-out fits', by family and by
+GPU, beside the in-sample ones. ``--write`` saves the fit on every row to
+src/torch_footprint/estimate/kernels/fitted.toml (what the tool prices with).
+
+Rows left out, with why: kernels PyTorch does not run (DeepGEMM, llama.cpp's, Triton's
+tutorial kernels), GPUs the database does not list, working sets that fit the L2 cache
+(its bandwidth is not modelled), throughputs timed on the host.
+
+    python benchmarks/fit_kernels.py [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from torch_footprint.estimate.kernels.bandwidth import bandwidth_share  # noqa: E402
+from torch_footprint.estimate.kernels.constants import KernelConstants  # noqa: E402
+from torch_footprint.estimate.kernels.matrix import attention_share, gemm_use, matrix_share, tile_use  # noqa: E402
+from torch_footprint.hardware import get  # noqa: E402
+from torch_footprint.hardware.db import Accelerator  # noqa: E402
+
+FITTED = ROOT / "src" / "torch_footprint" / "estimate" / "kernels" / "fitted.toml"
+DTYPE = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "tf32": "tf32", "fp8": "fp8"}
+L2_SAFE_BYTES = 256 * 2**20  # working sets above every database GPU's L2 cache
+
+
+def gpu(name: str) -> Accelerator | None:
+    try:
+        return get(name)
+    except Exception:
+        return None
+
+
+@dataclasses.dataclass
+class Row:
+    family: str
+    gpu: Accelerator
+    measured_s: float
+    predict: Callable[[KernelConstants], float]
+    label: str
+
+
+def gemm_rows(data: dict[str, Any]) -> list[Row]:
+    rows = []
+    for r in data["gemm"]:
+        acc = gpu(r["gpu"])
+        if acc is None or r.get("library") not in ("cublas", "cublasLt", "hipblaslt") or r["dtype"] not in DTYPE:
+            continue
+        m, n, k, b = int(r["m"]), int(r["n"]), int(r["k"]), int(r.get("batch") or 1)
+        flops = 2 * m * n * k * b
+        measured = r["time_us"] * 1e-6 if r.get("time_us") else flops / (r["tflops"] * 1e12)
+        key = DTYPE[r["dtype"]]
+        elem = 1 if key == "fp8" else 4 if key == "fp32" else 2
+        nbytes = (m * k + k * n + m * n) * b * elem
+
+        def predict(c: KernelConstants, acc: Accelerator = acc, key: str = key, shape: tuple = (b, m, n, k),
+                    flops: int = flops, nbytes: int = nbytes) -> float:
+            peak = acc.peak(key) or 0.0
+            compute = flops / (peak * matrix_share(acc, key, c) * gemm_use(acc, *shape, c))
+            memory = nbytes / (acc.bandwidth * bandwidth_share(acc, c))
+            return max(compute, memory) + c.kernel_floor_s
+
+        rows.append(Row("gemm", acc, measured, predict, f"{r['dtype']} {m}x{n}x{k}"))
+    return rows
+
+
+def attention_rows(data: dict[str, Any]) -> list[Row]:
+    rows = []
+    for r in data["attention"]:
+        acc = gpu(r["gpu"])
+        if acc is None or r["kernel"] != "flash2":
+            continue
+        b, h, s, d, causal = int(r["batch"]), int(r["heads"]), int(r["seqlen"]), int(r["head_dim"]), bool(r["causal"])
+        fwd = 4 * b * h * s * s * d / (2 if causal else 1)  # FlashAttention's own FLOP count
+        published = {"fwd": fwd, "bwd": 2.5 * fwd, "fwd_bwd": 3.5 * fwd}[r["direction"]]
+        measured = published / (r["tflops"] * 1e12)
+        ours = fwd  # footprint's count: the visible pairs x 2 (E + Ev); the backward twice that
+
+        def predict(c: KernelConstants, acc: Accelerator = acc, direction: str = r["direction"], ours: float = ours,
+                    s: int = s, causal: bool = causal, bh: int = b * h, key: str = DTYPE[r["dtype"]]) -> float:
+            rate = (acc.peak(key) or 0.0) * matrix_share(acc, key, c) * tile_use(acc.units, bh, s, 128)
+            t = 0.0
+            if direction in ("fwd", "fwd_bwd"):
+                t += ours / (rate * attention_share(s, causal, False, c, acc.architecture)) + c.kernel_floor_s
+            if direction in ("bwd", "fwd_bwd"):
+                t += 2 * ours / (rate * attention_share(s, causal, True, c, acc.architecture)) + c.kernel_floor_s
+            return t
+
+        rows.append(Row("attention", acc, measured, predict,
+                        f"{r['direction']} s{s} d{d}{' causal' if causal else ''}"))
+    return rows
+
+
+def bandwidth_rows(data: dict[str, Any]) -> list[Row]:
+    rows = []
+    for r in data["bandwidth"]:
+        acc = gpu(r["gpu"])
+        if acc is None or "chsasank" in r["source"]:  # timed on the host, working set not stated
+            continue
+        nbytes = int(r["bytes"])
+        if nbytes < L2_SAFE_BYTES:  # L2-resident, or a latency the source's harness sets: not modelled
+            continue
+        measured = nbytes / (r["gbs"] * 1e9)
+
+        def predict(c: KernelConstants, acc: Accelerator = acc, nbytes: int = nbytes) -> float:
+            return nbytes / (acc.bandwidth * bandwidth_share(acc, c)) + c.kernel_floor_s
+
+        rows.append(Row("bandwidth", acc, measured, predict, f"{r['kind']} {nbytes / 2**20:.0f} MiB"))
+    return rows
+
+
+FAMILIES = {  # the constants each family fits (its own; the others as fitted before it)
+    "bandwidth": ("hbm", "gddr", "other_memory"),
+    "gemm": ("matrix_a", "matrix_b", "k_half", "kernel_floor_s", "amd"),
+    "attention": ("attn", "attn_s_half", "attn_backward", "attn_causal"),
+}
+BOUNDS = {"hbm": (0.5, 1.0), "gddr": (0.5, 1.0), "other_memory": (0.3, 1.0), "matrix_a": (0.3, 1.2),
+          "matrix_b": (-0.3, 0.3), "k_half": (0.0, 2048.0), "kernel_floor_s": (0.0, 3e-5), "amd": (0.2, 1.2),
+          "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5), "attn_causal": (0.3, 1.5)}
+
+
+def loss(rows: Sequence[Row], c: KernelConstants) -> float:
+    return float(np.mean([math.log(r.predict(c) / r.measured_s) ** 2 for r in rows])) if rows else 0.0
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, steps: np.ndarray, iters: int = 600) -> np.ndarray:
+    """A plain Nelder-Mead minimisation (reflection, expansion, contraction, shrink)."""
+    pts = [x0] + [x0 + np.eye(len(x0))[i] * steps[i] for i in range(len(x0))]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        centre = np.mean(pts[:-1], axis=0)
+        refl = centre + (centre - pts[-1])
+        fr = f(refl)
+        if fr < vals[0]:
+            exp = centre + 2 * (centre - pts[-1])
+            fe = f(exp)
+            pts[-1], vals[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = refl, fr
+        else:
+            con = centre + 0.5 * (pts[-1] - centre)
+            fc = f(con)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = con, fc
+            else:
+                pts = [pts[0] + 0.5 * (p - pts[0]) for p in pts]
+                vals = [f(p) for p in pts]
+    return pts[int(np.argmin(vals))]
+
+
+def fit(rows_by_family: dict[str, list[Row]], start: KernelConstants) -> KernelConstants:
+    c = start
+    for family, names in FAMILIES.items():
+        rows = rows_by_family[family]
+        if not rows:
+            continue
+        present = [n for n in names if n != "amd" or any(r.gpu.vendor == "amd" for r in rows)]
+        x0 = np.array([getattr(c, n) for n in present], dtype=float)
+
+        def clamp(x: np.ndarray, present: list[str] = present) -> dict[str, float]:
+            return {n: float(min(max(v, BOUNDS[n][0]), BOUNDS[n][1])) for n, v in zip(present, x, strict=True)}
+
+        def f(x: np.ndarray, rows: list[Row] = rows, clamp: Callable = clamp, c: KernelConstants = c) -> float:
+            return loss(rows, c.replace(**clamp(x)))
+
+        best = nelder_mead(f, x0, np.maximum(np.abs(x0) * 0.2, 1e-7))
+        c = c.replace(**clamp(best))
+    return c
+
+
+def errors(rows: Sequence[Row], c: KernelConstants) -> list[float]:
+    return [r.predict(c) / r.measured_s - 1 for r in rows]
+
+
+def summary(errs: Sequence[float]) -> str:
+    a = sorted(abs(e) for e in errs)
+    if not a:
+        return "-"
+    p90 = a[min(len(a) - 1, round(0.9 * (len(a) - 1)))]
+    return f"median {100 * statistics.median(a):5.1f}%, p90 {100 * p90:5.1f}%, worst {100 * a[-1]:6.1f}% (n={len(a)})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--write", action="store_true", help="save the fit on every row as the shipped constants")
+    args = ap.parse_args()
+    data = tomllib.loads((ROOT / "benchmarks" / "published" / "kernels.toml").read_text())
+    families = {"bandwidth": bandwidth_rows(data), "gemm": gemm_rows(data), "attention": attention_rows(data)}
+    start = KernelConstants()
+    full = fit(families, start)
+    print("constants fitted on every row:")
+    for name in (n for names in FAMILIES.values() for n in names):
+        print(f"  {name:16s} {getattr(full, name):.4g}")
+    gpus = sorted({r.gpu.id for rows in families.values() for r in rows})
+    print(f"\n{'family':10s} {'in-sample':48s} leave-one-GPU-out")
+    logo: dict[str, list[float]] = {f: [] for f in families}
+    by_gpu: dict[str, list[float]] = {}
+    for g in gpus:
+        held = {f: [r for r in rows if r.gpu.id != g] for f, rows in families.items()}
+        c = fit(held, start)
+        for f, rows in families.items():
+            errs = errors([r for r in rows if r.gpu.id == g], c)
+            logo[f] += errs
+            by_gpu.setdefault(g, []).extend(errs)
+    for f, rows in families.items():
+        print(f"{f:10s} {summary(errors(rows, full)):48s} {summary(logo[f])}")
+    allerr = [e for v in logo.values() for e in v]
+    print(f"{'all':10s} {summary([e for f, rows in families.items() for e in errors(rows, full)]):48s} "
+          f"{summary(allerr)}")
+    print("\nleave-one-GPU-out, by GPU:")
+    for g in gpus:
+        print(f"  {g:16s} {summary(by_gpu[g])}")
+    if args.write:
+        lines = ["# The kernel-time model's constants, fitted by benchmarks/fit_kernels.py to the published",
+                 "# kernel measurements of benchmarks/published/kernels.toml (every row it keeps); the script",
+                 "# prints the errors of fits that leave each GPU out.",
+                 "# Regenerate: python benchmarks/fit_kernels.py --write",
+                 f"# fitted {date.today().isoformat()}: {sum(len(v) for v in families.values())} rows over "
+                 f"{len(gpus)} GPUs; leave-one-GPU-out median |error| "
+                 f"{100 * statistics.median(abs(e) for e in allerr):.1f}%",
+                 "", "[constants]"]
+        lines += [f"{n} = {getattr(full, n):.6g}" for n in (f.name for f in dataclasses.fields(full))]
+        FITTED.write_text("\n".join(lines) + "\n")
+        print(f"\nwrote {FITTED.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The fitted constants of the kernel-time mechanisms, and where they came from.
+
+Each mechanism (``matrix.py``, ``bandwidth.py``) is a small function with its source; only
+where a mechanism needs a number that no datasheet gives is one fitted, to published kernel
+measurements (``benchmarks/published/kernels.toml``), never to the whole-model measurements
+the predictions are checked against. ``benchmarks/fit_kernels.py`` fits them, writes
+``fitted.toml`` beside this module and prints the error leaving each GPU out of the fit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+@dataclass(frozen=True)
+class KernelConstants:
+    """Every fitted constant of the kernel-time model (see each field's mechanism)."""
+
+    # matrix units' best sustained share of the dense peak: a + b x (board watts per dense
+    # TFLOP/s), within [low, high] (matrix.py: power-limited clocks); AMD's libraries reach
+    # `amd` of that
+    matrix_a: float = 0.74
+    matrix_b: float = 0.08
+    matrix_low: float = 0.35
+    matrix_high: float = 0.97
+    amd: float = 0.70
+    # a GEMM's reduction length K fills its pipeline: K / (K + k_half)
+    k_half: float = 48.0
+    # the least time a kernel takes on the device (launch latency, a wave's ramp), seconds
+    kernel_floor_s: float = 4e-6
+    # achievable share of the datasheet bandwidth by memory kind (bandwidth.py)
+    hbm: float = 0.88
+    gddr: float = 0.85
+    other_memory: float = 0.80
+    # flash attention (FlashAttention-2, as torch's flash SDPA backend runs it): its share of
+    # the matrix units' best rate at sequence length S: attn x S / (S + attn_s_half); the
+    # backward reaches attn_backward of the forward's, a causal mask attn_causal
+    attn: float = 0.75
+    attn_s_half: float = 256.0
+    attn_backward: float = 0.75
+    attn_causal: float = 0.85
+
+    def replace(self, **kw: float) -> KernelConstants:
+        return dataclasses.replace(self, **kw)
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(KernelConstants))
+_OVERRIDE: list[KernelConstants] = []
+
+
+@cache
+def shipped() -> KernelConstants:
+    """The constants fitted to the published kernel measurements (``fitted.toml``)."""
+    path = Path(__file__).with_name("fitted.toml")
+    if not path.exists():
+        return KernelConstants()
+    raw = tomllib.loads(path.read_text())
+    return KernelConstants(**{k: float(v) for k, v in raw.get("constants", {}).items() if k in FIELDS})
+
+
+def current() -> KernelConstants:
+    """The constants in force: the shipped ones, or those of an enclosing :func:`using`."""
+    return _OVERRIDE[-1] if _OVERRIDE else shipped()
+
+
+@contextlib.contextmanager
+def using(constants: KernelConstants) -> Iterator[None]:
+    """Price with ``constants`` inside the block (a fit leaving one GPU out, say)."""
+    _OVERRIDE.append(constants)
+    try:
+        yield
+    finally:
+        _OVERRIDE.pop()

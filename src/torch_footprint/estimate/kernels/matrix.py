@@ -1,0 +1,139 @@
+"""Matrix kernels on a GPU: what makes a GEMM, a convolution or a fused attention slower than
+the dense peak. One function per mechanism, each with its source; the constants they need
+are fitted to published kernel measurements (:mod:`.constants`).
+
+* **Power-limited clocks** (:func:`matrix_share`): a GPU's dense peak is quoted at its boost
+  clock, which the tensor cores cannot hold at full load within the board's power. The best
+  sustained share of the peak grows with the watts the board has per dense TFLOP/s:
+  measured best-shape matmuls reach 78% of the peak on a B200 (0.44 W per TFLOP/s), 80% on
+  an H100 SXM (0.71), 87% on an A100 SXM (1.28) and 94% on an RTX 4090 (2.7)
+  (``published/kernels.toml``: Stas Bekman's maximum-achievable-matmul tables, the PyTorch
+  issue of RTX 4090 bf16 GEMMs). A line in the watts per TFLOP/s, fitted, capped below the
+  peak; AMD's libraries reach a fitted share of that.
+* **Waves of tiles** (:func:`tile_use`): a GEMM's output is computed in tiles, one thread
+  block per streaming multiprocessor at a time; the last wave leaves units idle (NVIDIA's
+  "Matrix Multiplication Background" user guide, "Wave quantization"). The library picks the
+  tile that wastes least (128 x 256 down to 64 x 64, smaller tiles at a lower rate).
+* **Short reductions** (:func:`reduction_use`): a GEMM whose reduction length K is short
+  spends its time loading tiles rather than multiplying: K / (K + k_half), fitted.
+* **A kernel's least time** (``kernel_floor_s``): launch latency and the ramp of one wave,
+  fitted to the smallest published GEMMs and copies.
+* **Fused attention** (:func:`attention_share`): FlashAttention-2's share of the matrix
+  units' best rate grows with the sequence length (more work per tile of queries), lower in
+  its backward and under a causal mask (Dao 2023, arXiv:2307.08691, figures 4-7, as
+  measured in ``published/kernels.toml``), fitted. On Hopper and Blackwell it runs the
+  Ampere-style ``mma.sync`` instructions, which reach about two thirds of those chips'
+  peak (Shah et al. 2024, arXiv:2407.08608, section 1: FlashAttention-2 "achieves only 35%"
+  of an H100's peak, mma.sync "only about 2/3 of the peak throughput").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ...hardware.db import Accelerator
+from .constants import KernelConstants
+
+# (rows, columns, rate) of the output tiles a GEMM library picks among: CUTLASS's and cuBLAS's
+# common tensor-core tiles; a smaller tile fills more units at a lower rate per unit
+TILES = ((128, 256, 1.0), (128, 128, 1.0), (64, 128, 0.85), (64, 64, 0.7), (32, 32, 0.4), (16, 16, 0.2))
+DEPTHWISE_CHANNELS = 4  # a convolution with this few channels per group runs as a memory-bound kernel
+MMA_SYNC_SHARE = 2 / 3  # mma.sync's share of Hopper's and Blackwell's tensor-core peak (arXiv:2407.08608)
+WARPGROUP_ARCHITECTURES = ("hopper", "blackwell")
+
+
+def matrix_share(acc: Accelerator, key: str, c: KernelConstants) -> float:
+    """The matrix units' best sustained share of ``acc``'s dense ``key`` peak (power-limited clocks)."""
+    peak = acc.peak(key)
+    if not peak or not acc.tdp_w:
+        share = c.matrix_a
+    else:
+        watts_per_tflops = acc.tdp_w / (peak / 1e12)
+        share = c.matrix_a + c.matrix_b * watts_per_tflops
+    share = min(max(share, c.matrix_low), c.matrix_high)
+    return share * (c.amd if acc.vendor == "amd" else 1.0)
+
+
+def tile_use(units: int | None, batch: int, m: int, n: int) -> float:
+    """The share of the units' time a GEMM of ``batch`` x (``m`` x ``n``) outputs keeps busy
+    over its waves of tiles, with the tile the library would pick."""
+    if not units or m <= 0 or n <= 0:
+        return 1.0
+    best = 0.0
+    for tm, tn, rate in TILES:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * max(batch, 1)
+        waves = math.ceil(tiles / units)
+        # a tile larger than the matrix computes padding
+        fill = (m / (math.ceil(m / tm) * tm)) * (n / (math.ceil(n / tn) * tn))
+        best = max(best, tiles / (waves * units) * fill * rate)
+    return best
+
+
+def reduction_use(k: int, c: KernelConstants) -> float:
+    return k / (k + c.k_half) if k > 0 else 1.0
+
+
+def gemm_use(acc: Accelerator, batch: int, m: int, n: int, k: int, c: KernelConstants) -> float:
+    """The share of the best rate a GEMM of these sizes reaches (waves of tiles, reduction length)."""
+    return tile_use(acc.units, batch, m, n) * reduction_use(k, c)
+
+
+def conv_gemms(problem: Sequence[Any]) -> list[tuple[int, int, int, int, float]]:
+    """The GEMMs an implicit-GEMM convolution runs (batch, m, n, k, share of the FLOPs) for a
+    traced ``["conv", n, c_in, c_out, spatial_out, kernel, groups, pass]`` problem: the
+    forward (outputs x output channels, reducing over input channels x kernel), or the
+    backward's data gradient and weight gradient."""
+    _, n, c_in, c_out, spatial, kernel, groups, which = problem[:8]
+    g = max(int(groups), 1)
+    ci, co = max(int(c_in) // g, 1), max(int(c_out) // g, 1)
+    rows = int(n) * int(spatial)
+    forward = (g, rows, co, ci * int(kernel))
+    if which == "forward":
+        return [(*forward, 1.0)]
+    parts = []
+    if "d" in which:  # dX = dY W^T: as many FLOPs as the forward
+        parts.append((g, rows, ci, co * int(kernel)))
+    if "w" in which:  # dW = X^T dY: reduces over the batch's positions
+        parts.append((g, co, ci * int(kernel), rows))
+    return [(*p, 1.0 / len(parts)) for p in parts] or [(*forward, 1.0)]
+
+
+def is_depthwise(problem: Sequence[Any]) -> bool:
+    """A convolution of a few channels per group (depthwise): a memory-bound kernel of its own."""
+    if not problem or problem[0] != "conv":
+        return False
+    g = max(int(problem[6]), 1)
+    return int(problem[2]) // g <= DEPTHWISE_CHANNELS and int(problem[3]) // g <= DEPTHWISE_CHANNELS
+
+
+def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants) -> float:
+    """The share of the best rate a traced matrix problem reaches (1.0 where none is known)."""
+    if not problem:
+        return 1.0
+    kind = problem[0]
+    if kind == "gemm":
+        _, batch, m, n, k = problem[:5]
+        return gemm_use(acc, int(batch), int(m), int(n), int(k), c)
+    if kind == "conv":
+        parts = conv_gemms(problem)
+        # harmonic: the parts run one after another, each FLOP share at its own rate
+        return 1.0 / sum(share / max(gemm_use(acc, b, m, n, k, c), 1e-6) for b, m, n, k, share in parts)
+    if kind == "attn":
+        _, bh, lq, lk, _e, _ev, causal, backward = problem[:8]
+        return attention_share(int(max(lq, lk)), bool(causal), bool(backward), c, acc.architecture) * tile_use(
+            acc.units, int(bh), int(lq), 128)
+    return 1.0
+
+
+def attention_share(seq: int, causal: bool, backward: bool, c: KernelConstants, architecture: str = "") -> float:
+    """FlashAttention-2's share of the matrix units' best rate at sequence length ``seq``."""
+    share = c.attn * seq / (seq + c.attn_s_half)
+    if architecture in WARPGROUP_ARCHITECTURES:
+        share *= MMA_SYNC_SHARE
+    if backward:
+        share *= c.attn_backward
+    if causal:
+        share *= c.attn_causal
+    return share

@@ -1,0 +1,109 @@
+"""The per-kernel mechanisms of GPU time, worked by hand, and the problems the trace records
+for them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from torch import nn
+
+import torch_footprint as tfp
+from torch_footprint.estimate.kernels import constants
+from torch_footprint.estimate.kernels.bandwidth import bandwidth_share, transfer_s
+from torch_footprint.estimate.kernels.constants import KernelConstants
+from torch_footprint.estimate.kernels.matrix import (
+    MMA_SYNC_SHARE,
+    attention_share,
+    conv_gemms,
+    is_depthwise,
+    matrix_share,
+    problem_use,
+    tile_use,
+)
+from torch_footprint.estimate.kernels.roofline import HOST_OP_S, HOST_VIEW_S, estimate_latency
+from torch_footprint.hardware.db import Accelerator
+
+C = KernelConstants(matrix_a=0.7, matrix_b=0.1, matrix_low=0.35, matrix_high=0.97, amd=0.5, k_half=0.0,
+                    kernel_floor_s=5e-6, hbm=0.9, gddr=0.8, other_memory=0.7, attn=0.8, attn_s_half=512.0,
+                    attn_backward=0.75, attn_causal=0.5)
+GPU = Accelerator(id="g", name="G", vendor="nvidia", kind="gpu", memory_gb=16, bandwidth_gbs=1000,
+                  tflops={"fp32": 20.0, "fp16": 200.0}, source="https://example.com/g", tdp_w=400.0, units=100,
+                  memory_type="HBM3", architecture="ampere")
+
+
+def test_the_trace_records_each_matrix_kernels_problem() -> None:
+    lin = tfp.profile(nn.Linear(64, 32), "8,64").trace
+    [mm] = [e for e in lin.events if e.kind == "matrix"]
+    assert mm.problem == ["gemm", 1, 8, 32, 64]  # addmm: 8 rows, 32 columns, reducing over 64
+    conv = tfp.profile(nn.Conv2d(6, 12, 3, stride=2, padding=1, groups=3), "2,6,10,10", train=True).trace
+    fwd, bwd = (e for e in conv.events if e.kind == "matrix")
+    # 2 images, 6 -> 12 channels in 3 groups, a 5 x 5 output, 3 x 3 kernel; the backward's
+    # weight gradient only (the input needs none)
+    assert fwd.problem == ["conv", 2, 6, 12, 25, 9, 3, "forward"]
+    assert bwd.problem == ["conv", 2, 6, 12, 25, 9, 3, "backwardw"]
+
+
+def test_power_limited_share_by_hand() -> None:
+    # 400 W over 200 dense TFLOP/s = 2 W per TFLOP/s: 0.7 + 0.1 x 2 = 0.9 of the fp16 peak;
+    # fp32 (20 TFLOP/s): 20 W per TFLOP/s, capped at 0.97; an AMD part reaches half of that
+    assert matrix_share(GPU, "fp16", C) == pytest.approx(0.9)
+    assert matrix_share(GPU, "fp32", C) == pytest.approx(0.97)
+    from dataclasses import replace
+
+    assert matrix_share(replace(GPU, vendor="amd"), "fp16", C) == pytest.approx(0.45)
+
+
+def test_waves_of_tiles_by_hand() -> None:
+    # 1024 x 1024 in 128 x 128 tiles: 64 tiles on 100 units, one wave: 64% busy; 64 x 128
+    # tiles: 128 tiles, 2 waves of 100, 64% busy at 0.85; 64 x 64: 256 tiles, 3 waves, 85.3%
+    # at 0.7 = 59.7%; 32 x 32: 1024 tiles, 11 waves, 93.1% at 0.4: the 128 x 128 tile wins
+    assert tile_use(100, 1, 1024, 1024) == pytest.approx(0.64)
+    # 1280 x 1280: 100 tiles of 128 x 128, exactly one wave
+    assert tile_use(100, 1, 1280, 1280) == pytest.approx(1.0)
+    # 100 x 100: one 128 x 128 tile, 1% of the units, 61% of its area; best is 16 x 16:
+    # 49 tiles, 49% busy, 100/112 filled each way, at 0.2
+    assert tile_use(100, 1, 100, 100) == pytest.approx(max(0.01 * (100 / 128) ** 2, 0.49 * (100 / 112) ** 2 * 0.2))
+
+
+def test_convolutions_as_implicit_gemms_by_hand() -> None:
+    # N 2, 6 -> 12 channels in 3 groups, 25 output positions, 3 x 3 kernel: per group 2 x 4
+    # channels; forward (3 groups, 50 rows, 4 columns, K 2 x 9); backward: the data gradient
+    # (50 x 2, K 4 x 9) and the weight gradient (4 x 18, K 50), half the FLOPs each
+    assert conv_gemms(["conv", 2, 6, 12, 25, 9, 3, "forward"]) == [(3, 50, 4, 18, 1.0)]
+    assert conv_gemms(["conv", 2, 6, 12, 25, 9, 3, "backwarddw"]) == [(3, 50, 2, 36, 0.5), (3, 4, 18, 50, 0.5)]
+    assert is_depthwise(["conv", 2, 32, 32, 25, 9, 32, "forward"])
+    assert not is_depthwise(["conv", 2, 64, 64, 25, 9, 4, "forward"])
+
+
+def test_flash_attention_share_by_hand() -> None:
+    # 0.8 x 4096 / (4096 + 512) = 0.7111; backward x 0.75, causal x 0.5; on Hopper x 2/3
+    assert attention_share(4096, False, False, C) == pytest.approx(0.8 * 4096 / 4608)
+    assert attention_share(4096, True, True, C) == pytest.approx(0.8 * 4096 / 4608 * 0.75 * 0.5)
+    assert attention_share(4096, False, False, C, "hopper") == pytest.approx(0.8 * 4096 / 4608 * MMA_SYNC_SHARE)
+    # the trace's problem reaches it through problem_use (64 heads x 4096 queries: 2,048 tiles, 21 waves)
+    use = problem_use(GPU, ["attn", 64, 4096, 4096, 128, 128, False, False], C)
+    assert use == pytest.approx(attention_share(4096, False, False, C) * tile_use(100, 64, 4096, 128))
+
+
+def test_bandwidth_by_the_memorys_kind_by_hand() -> None:
+    assert bandwidth_share(GPU, C) == 0.9
+    assert transfer_s(GPU, 9e9, C) == pytest.approx(9e9 / (1000e9 * 0.9))
+
+
+def test_a_matmul_priced_by_the_kernel_model_by_hand() -> None:
+    # x[4096, 4096] @ W.T in fp16: 2 x 4096^3 FLOPs at 200e12 x 0.9 (power) x 1.0 (32 x 32
+    # tiles of 128 x 128 = 1,024 tiles, 11 waves on 100 units: 93.1% at 128 x 128... the best
+    # tile) plus the 5 us floor; the host's 30 us overlap it (two clocks)
+    lin = nn.Linear(4096, 4096, bias=False).half()
+    trace = tfp.profile(lin, "4096,4096:float16").trace
+    with constants.using(C):
+        pred = estimate_latency(trace, GPU)
+    [mm] = [o for o in pred.ops if o.op == "aten.mm.default"]
+    use = tile_use(100, 1, 4096, 4096)
+    assert use == pytest.approx(1024 / 1100)
+    assert mm.compute_s == pytest.approx(2 * 4096**3 / (200e12 * 0.9 * use) + 5e-6)
+    assert mm.overhead_s == HOST_OP_S and pred.ceilings.overlap
+    # the host dispatches the weight's transpose (a view) and the matmul, then the device runs it
+    assert pred.time_s == pytest.approx(HOST_VIEW_S + HOST_OP_S + mm.compute_s, rel=1e-6)
+    assert math.isclose(pred.effective[-1] + sum(pred.effective[:-1]), pred.time_s)
