@@ -14,7 +14,10 @@ refits them without the kernel rows of each row's GPU (``benchmarks/validate_ker
 Rows measured under torch.compile are priced as eager and reported apart (footprint does
 not model the compiler's fusions there). Rows whose published figure implies more FLOP/s
 than the GPU's datasheet peak are impossible as stated (a misread table or a different
-workload) and are listed apart, with that reason.
+workload) and are listed apart, with that reason. Batch-1 latencies are the host's: an eager
+model at batch 1 waits on the CPU that dispatches it (the sources name neither the CPU nor
+what their latency includes), so they are reported apart from the device-bound rows, whose
+figures make the headline.
 """
 
 from __future__ import annotations
@@ -139,6 +142,8 @@ def main() -> None:
                     "impossible": impossible})
         if impossible:
             by["impossible as published (FLOP/s above the peak)"].append(err)
+        elif row["batch"] == 1:
+            by["batch 1: the host's time (reported apart)"].append(err)
         elif not compiled:
             by["all"].append(err)
             by[f"GPU {row['gpu']}"].append(err)

@@ -68,10 +68,13 @@ EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
 MATVEC_ROWS = 4  # matmuls of this few rows read their matrix at the calibrated matvec bandwidth
 LAUNCH_OVERHEAD_S = {"gpu": 10e-6, "soc": 15e-6, "cpu": 5e-6}
 # eager PyTorch's host time per operator on a GPU (Python, dispatcher, launch) and per view,
-# overlapped with the device's (two clocks): GPT-2's decode step on an H100 host spent 8.6 ms
-# on 235 kernels and 211 views (benchmarks/results/decode-profile-h100.txt)
-HOST_OP_S = 30e-6
-HOST_VIEW_S = 6e-6
+# overlapped with the device's (two clocks): torchvision models at batch 1 on an H100 host,
+# where the device waits on the host, took 16-24 us per operator (resnet50 3.69 ms for 227
+# operators, resnet18 1.74 ms for 88, mobilenet_v2 4.98 ms for 203, vit_b_16 3.53 ms for 137
+# and 377 views: benchmarks/results/gpu-validate-h100-2.txt); a host of its own can be
+# measured with `footprint calibrate --device cuda`
+HOST_OP_S = 18e-6
+HOST_VIEW_S = 3.5e-6
 
 def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
              overhead_s: float | None = None, calibrated: bool = True) -> Ceilings:
