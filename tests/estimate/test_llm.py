@@ -68,6 +68,7 @@ def _int4(out: int, inp: int, g_idx: bool) -> int:
     ("fp8", 0, 4 * Q + 3 * MLP + 7 * 8 + 2 * 4096 * 2),
     ("int8", 0, 4 * Q + 3 * MLP + 2 * (4 * 4096 + 2 * 11008 + 4096) + 2 * 4096 * 2),
     ("bf16", 0, 2 * (4 * Q + 3 * MLP) + 2 * 4096 * 2),
+    ("fp32", 0, 4 * (4 * Q + 3 * MLP) + 2 * 4096 * 4),  # a CPU runs it so: every tensor at 4 bytes
 ])
 def test_one_layer_of_llama2_per_scheme(llama2, scheme: str, index: int, expected: int) -> None:
     assert _layer(llama2, scheme, index) == expected

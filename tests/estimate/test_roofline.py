@@ -115,7 +115,7 @@ def test_matmul_rate_by_rows_interpolates_in_log_rows() -> None:
     from torch_footprint.estimate.kernels.prediction import Ceilings
 
     c = Ceilings(matrix={"fp32": 1e10}, conv={}, vector=1e9, bandwidth=1e10, overhead=1e-6, source="calibrated",
-                 matmul_by_k=[[64, 4e9], [4096, 8e9]], matmul_by_rows={1: [[64, 1e9], [4096, 2e9]]})
+                 matmul_by_rows={"fp32": {1: [[64, 1e9], [4096, 2e9]], 512: [[64, 4e9], [4096, 8e9]]}})
     assert c.matmul_rate(64, 1) == 1e9 and c.matmul_rate(64, 512) == 4e9 and c.matmul_rate(64, 4096) == 4e9
     # halfway in log rows (sqrt(512) rows) and in log K (K = 512): the means of the four corners
     assert abs(c.matmul_rate(512, round(512 ** 0.5)) - 3.75e9) < 0.02e9

@@ -8,10 +8,17 @@ Calibration measures, on the device at hand:
   one output element: 9 for a 3x3 depthwise convolution, C_in for a 1x1 one, 9 x C_in for
   a 3x3 one, the inner dimension of a matmul): small-K kernels run far below the peak, and
   on CPUs convolutions go through a different library than matmuls;
+* depthwise convolutions (3x3, 5x5, 7x7) on their own: a kernel of a different kind, far
+  below the rate of a dense convolution of the same K;
 * copy bandwidth, counting bytes read plus bytes written, from a buffer far larger than
   the caches (and, on CPU, one that fits in them);
+* on CPUs, few-row matmuls in fp32 and bf16 (a decode step's and a prompt's) and the rate
+  they stream their weight matrices at: a CPU's bf16 products stream at about the bytes per
+  second of its fp32 ones, not twice the elements;
 * the cost of one operator of an eager model beyond its arithmetic (module call, dispatch,
-  allocation, and on a GPU the launch), from a model of 100 tiny kernels.
+  allocation, and on a GPU the launch), from a model of 100 tiny kernels; and what a tiny
+  call of each kind of operator costs beyond that (a convolution through oneDNN, a batch
+  norm or a pooling that starts the thread pool cost several times an addition).
 
 Each figure is the median of several timed calls after a warm-up.
 """
@@ -96,25 +103,44 @@ def _conv_by_k(device: str, batch: int, reps: int) -> list[list[float]]:
     return sorted(out)
 
 
+# depthwise convolutions (channels, kernel, spatial): MobileNet's 3x3, EfficientNet's 5x5, ConvNeXt's 7x7
+_DEPTHWISE_GRID = [(96, 3, 56), (96, 5, 56), (96, 7, 56)]
+
+
+def _depthwise_by_k(device: str, batch: int, reps: int) -> list[list[float]]:
+    """[K, TFLOP/s] for the depthwise convolutions of _DEPTHWISE_GRID at ``batch`` (K = k x k)."""
+    out = []
+    with torch.no_grad():
+        for c, k, s in _DEPTHWISE_GRID:
+            x = torch.randn(batch, c, s, s, device=device)
+            w = torch.randn(c, 1, k, k, device=device)
+            flops = 2 * batch * c * k * k * s * s
+            t = _time(functools.partial(torch.nn.functional.conv2d, x, w, padding=k // 2, groups=c), device, reps)
+            out.append([float(k * k), flops / t / 1e12])
+    return out
+
+
 MATMUL_ROWS = (1, 4, 16, 64)  # rows of the few-row matmuls timed on CPUs (512 is matmul_fp32_by_k's)
 
 
-def _matmul_by_k(device: str, m: int, reps: int, n: int | None = None) -> list[list[float]]:
+def _matmul_by_k(device: str, m: int, reps: int, n: int | None = None,
+                 dtype: torch.dtype = torch.float32) -> list[list[float]]:
     """[K, TFLOP/s] for (m x K) @ (K x n) matmuls (n = m unless given)."""
     n = m if n is None else n
     out = []
     for k in _MATMUL_K:
-        a = torch.randn(m, k, device=device)
-        b = torch.randn(k, n, device=device)
+        a = torch.randn(m, k, device=device).to(dtype)
+        b = torch.randn(k, n, device=device).to(dtype)
         t = _time(functools.partial(torch.matmul, a, b), device, reps)
         out.append([float(k), 2 * m * n * k / t / 1e12])
     return out
 
 
-def _matmul_by_rows(device: str, n: int, reps: int) -> dict[str, list[list[float]]]:
+def _matmul_by_rows(device: str, n: int, reps: int, rows: tuple[int, ...] = MATMUL_ROWS,
+                    dtype: torch.dtype = torch.float32) -> dict[str, list[list[float]]]:
     """{M: [[K, TFLOP/s], ...]} for (M x K) @ (K x n) matmuls with few rows M: a decode step's
     and a short prompt's matmuls, which a CPU runs far below its square-matmul rate."""
-    return {str(m): _matmul_by_k(device, m, reps, n) for m in MATMUL_ROWS}
+    return {str(m): _matmul_by_k(device, m, reps, n, dtype) for m in rows}
 
 
 def _stream_matvec(device: str, nbytes: int, reps: int) -> float:
@@ -132,7 +158,8 @@ MATVEC_TABLE_ROWS = (1, 2, 4)  # their rows: a decode step's batch
 MATVEC_MATRIX_BYTES = 8 * 2**20  # each weight matrix: a decode step streams many of about this size
 
 
-def _matvec_by_k(device: str, nbytes: int, reps: int) -> dict[str, dict[str, list[list[float]]]]:
+def _matvec_by_k(device: str, nbytes: int, reps: int, dtype: torch.dtype = torch.float32,
+                 layouts: tuple[str, ...] = ("n", "t")) -> dict[str, dict[str, list[list[float]]]]:
     """{layout: {rows: [[K, GB/s], ...]}}: the rate few-row products stream weight matrices at,
     as a decode step does (many matrices of MATVEC_MATRIX_BYTES in turn, ``nbytes`` in all,
     beyond the caches), by layout, rows and reduction length K. Layout "t" is ``x @ W.t()``
@@ -140,21 +167,22 @@ def _matvec_by_k(device: str, nbytes: int, reps: int) -> dict[str, dict[str, lis
     (K, N) (GPT-2's Conv1D). On this 2-core EPYC: one row 10.8 GB/s in "t" at K = 768 and
     15.4 in "n", and 2 rows half that, 4 rows a third: the BLAS packs the matrix once rows
     are more than one, so a decode step at batch 4 is far slower than at batch 1."""
-    out: dict[str, dict[str, list[list[float]]]] = {"n": {}, "t": {}}
+    out: dict[str, dict[str, list[list[float]]]] = {lay: {} for lay in layouts}
+    elem = torch.empty((), dtype=dtype).element_size()
     count = max(2, nbytes // MATVEC_MATRIX_BYTES)
     for k in MATVEC_K:
-        n = max(MATVEC_MATRIX_BYTES // (4 * k), 1)
-        for layout in ("n", "t"):
-            ws = [torch.randn(k, n, device=device) if layout == "n" else torch.randn(n, k, device=device).t()
-                  for _ in range(count)]
+        n = max(MATVEC_MATRIX_BYTES // (elem * k), 1)
+        for layout in layouts:
+            ws = [torch.randn(k, n, device=device).to(dtype) if layout == "n"
+                  else torch.randn(n, k, device=device).to(dtype).t() for _ in range(count)]
             for rows in MATVEC_TABLE_ROWS:
-                x = torch.randn(rows, k, device=device)
+                x = torch.randn(rows, k, device=device).to(dtype)
 
                 def run(ws: list[torch.Tensor] = ws, x: torch.Tensor = x) -> None:
                     for w in ws:
                         x @ w
 
-                rate = count * k * n * 4 / _time(run, device, reps) / 1e9
+                rate = count * k * n * elem / _time(run, device, reps) / 1e9
                 out[layout].setdefault(str(rows), []).append([float(k), rate])
             del ws
     return out
@@ -203,6 +231,22 @@ def _overhead(device: str, view_s: float = 0.0) -> float:
     return max(_time(run, device, 7, OVERHEAD_SECONDS, OVERHEAD_WARMUP) / 10 - blocks * view_s, 0.0) / (2 * blocks)
 
 
+def _tiny_calls(device: str) -> dict[str, float]:
+    """Microseconds per tiny call of each kind of operator (estimate/kernels/cpu.py), 20 calls
+    a sample, the median over at least a tenth of a second each."""
+    from ..estimate.kernels.cpu import tiny_kinds
+
+    out = {}
+    with torch.inference_mode():
+        for kind, call in tiny_kinds().items():
+            def run(call: Callable[[], object] = call) -> None:
+                for _ in range(20):
+                    call()
+
+            out[kind] = round(_time(run, device, 7, 0.1, OVERHEAD_WARMUP) / 20 * 1e6, 3)
+    return out
+
+
 def calibrate(device: str = "cpu", quick: bool = False,
               on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Measure this device's ceilings (see the module docstring); returns a plain dict."""
@@ -233,6 +277,8 @@ def calibrate(device: str = "cpu", quick: bool = False,
     # two batch sizes: on CPUs the rate of one shape moves with the size of its tensors
     conv_k = {str(b): _conv_by_k(device, b, reps if b == 1 else max(3, reps // 2))
               for b in ((1, 4 if quick else 16) if device == "cpu" else (1, 64))}
+    dw_k = {str(b): _depthwise_by_k(device, b, reps if b == 1 else max(3, reps // 2))
+            for b in ((1, 4 if quick else 16) if device == "cpu" else (1, 64))}
     matmul_k = _matmul_by_k(device, 512 if device == "cpu" else 8192, reps)
     by_rows = _matmul_by_rows(device, 512, reps) if device == "cpu" else {}
     step(f"copy {big // 2**20} MiB")
@@ -249,7 +295,12 @@ def calibrate(device: str = "cpu", quick: bool = False,
         "conv_fp32_by_batch_k": conv_k,
         "matmul_fp32_by_k": matmul_k,
         "matmul_fp32_by_rows_k": by_rows,
+        "depthwise_fp32_by_batch_k": dw_k,
     }
+    if device == "cpu" and "bf16" in matmul:
+        step("bf16 matmuls by rows and reduction length")
+        result["matmul_bf16_by_rows_k"] = _matmul_by_rows(device, 512, max(3, reps - 2), (16, 64, 512),
+                                                          torch.bfloat16)
     if small:
         step(f"copy {small // 2**20} MiB (cache)")
         result["cache_copy_gbs"] = _copy(device, small, reps * 4) / 1e9
@@ -257,10 +308,17 @@ def calibrate(device: str = "cpu", quick: bool = False,
         result["matvec_gbs"] = _stream_matvec(device, big, reps) / 1e9
         step("few-row products by layout, rows and reduction length")
         result["matvec_gbs_by_k"] = _matvec_by_k(device, big // 2, max(3, reps - 2))
+        if "bf16" in matmul:
+            step("few-row bf16 products (nn.Linear's layout)")
+            result["matvec_bf16_gbs_by_k"] = _matvec_by_k(device, big // 2, max(3, reps - 2), torch.bfloat16,
+                                                          ("t",))
     step("small operator overhead")
     view_s = _view_overhead(device)
     result["view_overhead_us"] = view_s * 1e6
     result["op_overhead_us"] = _overhead(device, view_s) * 1e6
+    if device == "cpu":
+        step("tiny calls by kind of operator")
+        result["tiny_call_us"] = _tiny_calls(device)
     result["seconds"] = round(time.perf_counter() - t_start, 2)
     result["contention"] = contention.between(before, contention.sample(), torch.get_num_threads()).to_dict()
     return result

@@ -77,7 +77,10 @@ class BenchResult:
             pred = latency.get(pt.batch)
             if pred is not None and accelerator is not None:
                 pt.predicted_s = pred.time_s
-                pt.peak_flops = accelerator.peak(pred.main_dtype) or accelerator.peak("fp32")
+                # the main dtype's own peak; none where the row has none for it (a CPU's theoretical
+                # peak is fp32's: its bf16 units can run above it, and a share over 100% is wrong)
+                pt.peak_flops = accelerator.peak(pred.main_dtype) or (
+                    accelerator.peak("fp32") if pred.main_dtype == "fp32" or accelerator.kind != "cpu" else None)
         if accelerator is not None:
             self.notes.append(f"predicted: roofline on '{accelerator.id}' ("
                               f"{'calibrated' if accelerator.calibrated else 'datasheet'} ceilings); % of peak: "

@@ -31,9 +31,9 @@ Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "a
                     "adamw-foreach", "adamw-fused"]
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
 Grads = Literal["none", "zero"]
-Quant = Literal["bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "q4_0",
+Quant = Literal["fp32", "bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "q4_0",
                 "q8_0", "q4_k_m", "q5_k_m", "q6_k"]
-KvCache = Literal["bf16", "fp16", "fp8", "int8"]
+KvCache = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
 Engine = Literal["vllm"]
 
 # other spellings people type, per vocabulary (normalised before the check)
@@ -41,7 +41,8 @@ PRECISION_ALIASES = {"float32": "fp32", "float": "fp32", "f32": "fp32", "float16
                      "f16": "fp16", "bfloat16": "bf16", "float64": "fp64", "double": "fp64"}
 QUANT_ALIASES = {"int4-g128-gptq": "int4-g128", "gptq": "int4-g128", "awq": "int4-g128-awq", "int4": "int4-g128",
                  "gguf-q4_0": "q4_0", "gguf-q8_0": "q8_0", "gguf-q4_k_m": "q4_k_m", "gguf-q5_k_m": "q5_k_m",
-                 "gguf-q6_k": "q6_k", "nf4-dq": "nf4", "bfloat16": "bf16", "float16": "fp16", "fp8-e4m3": "fp8"}
+                 "gguf-q6_k": "q6_k", "nf4-dq": "nf4", "bfloat16": "bf16", "float16": "fp16", "fp8-e4m3": "fp8",
+                 "float32": "fp32"}
 
 
 # --------------------------------------------------------------------------- the records
@@ -237,10 +238,10 @@ class Serving(Record):
     """generated tokens per request"""
     quant: Quant | None = opt(metavar="SCHEME", deprecated={"--weights": None}, aliases_of_values=QUANT_ALIASES,
                               what="weight scheme")
-    """weights stored as bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4, q4_0, q8_0,
+    """weights stored as fp32, bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4, q4_0, q8_0,
     q4_k_m, q5_k_m, q6_k (default: as the checkpoint stores them)"""
     kv: KvCache | None = opt(metavar="DTYPE", what="KV-cache scheme")
-    """KV cache: bf16, fp16, fp8, int8 (default: the activations')"""
+    """KV cache: fp32, bf16, fp16, fp8, int8 (default: the activations')"""
     engine: Engine | None = opt(metavar="NAME", what="engine")
     """add the engine's cache sizing (vllm: 90% of memory, 16-token blocks)"""
     chunk: int | None = opt(metavar="TOKENS")

@@ -23,41 +23,64 @@ class Ceilings:
     overhead: float
     source: str  # "datasheet" or "calibrated"
     efficiency: dict[str, float] = field(default_factory=dict)
-    # calibrated fp32 rates against the reduction length K: [[K, FLOP/s], ...] sorted by K
-    conv_by_k: dict[int, list[list[float]]] = field(default_factory=dict)  # per batch size
-    matmul_by_k: list[list[float]] = field(default_factory=list)
+    # calibrated fp32 convolution rates against the reduction length K: {batch: [[K, FLOP/s], ...]}
+    conv_by_k: dict[int, list[list[float]]] = field(default_factory=dict)
+    # the same for depthwise convolutions (K = kernel area), a kernel of their own
+    depthwise_by_k: dict[int, list[list[float]]] = field(default_factory=dict)
     view_overhead: float = 0.0  # seconds per view operator (calibrated eager devices; 0: views are free)
-    # calibrated fp32 matmul rates by rows M (few-row matmuls), each against K
-    matmul_by_rows: dict[int, list[list[float]]] = field(default_factory=dict)
-    # bytes/s a one-row matmul streams its matrix at (calibrated CPUs; None: the bandwidth)
+    # calibrated matmul rates by dtype and rows M: {dtype: {M: [[K, FLOP/s], ...]}}
+    matmul_by_rows: dict[str, dict[int, list[list[float]]]] = field(default_factory=dict)
+    # bytes/s a one-row fp32 matmul streams its matrix at (calibrated CPUs; None: the bandwidth)
     matvec_bandwidth: float | None = None
-    # few-row products' streaming rate by layout ("n", "t": the right operand transposed, as
-    # nn.Linear's), rows and K: {layout: {rows: [[K, bytes/s], ...]}} (calibrated CPUs; empty:
-    # matvec_bandwidth)
-    matvec_by_k: dict[str, dict[int, list[list[float]]]] = field(default_factory=dict)
+    # few-row products' streaming rate by dtype, layout ("n", "t": the right operand transposed,
+    # as nn.Linear's), rows and K: {dtype: {layout: {rows: [[K, bytes/s], ...]}}} (calibrated
+    # CPUs; empty: matvec_bandwidth)
+    matvec_by_k: dict[str, dict[str, dict[int, list[list[float]]]]] = field(default_factory=dict)
+    # seconds a call of each kind of operator costs beyond ``overhead`` (calibrated CPUs:
+    # estimate/kernels/cpu.py)
+    extra_overhead: dict[str, float] = field(default_factory=dict)
     overlap: bool = False  # host and device clocks (calibrated GPUs and SoCs; module docstring)
     # per-kernel mechanisms (estimate/kernels/matrix.py, bandwidth.py) on a GPU priced from its
     # datasheet: "kernels"; "flat": the datasheet peaks times fixed efficiencies
     model: str = "flat"
 
-    def matvec_rate(self, k: float, transposed: bool, rows: int = 1) -> float:
-        """Bytes/s a product of ``rows`` rows streams its matrix at: by layout, rows (in log
-        rows between the calibrated ones) and K where calibrated, else the one calibrated
-        one-row figure, else the bandwidth."""
-        tables = self.matvec_by_k.get("t" if transposed else "n")
+    def matvec_rate(self, k: float, transposed: bool, rows: int = 1, key: str = "fp32") -> float:
+        """Bytes/s a product of ``rows`` rows streams its matrix at: by dtype (fp32's table of
+        the layout where ``key`` has none: a CPU streams bytes, whatever their type), layout,
+        rows (in log rows between the calibrated ones) and K where calibrated, else the one
+        calibrated one-row figure, else the bandwidth."""
+        layout = "t" if transposed else "n"
+        tables = (self.matvec_by_k.get(key, {}).get(layout) or self.matvec_by_k.get("fp32", {}).get(layout))
         if tables:
             return self._by_size(tables, k, rows)
         return self.matvec_bandwidth or self.bandwidth
 
-    def conv_rate(self, k: float, batch: int) -> float:
-        """Calibrated convolution rate at reduction length ``k``, interpolated in log batch."""
-        return self._by_size(self.conv_by_k, k, batch)
+    def conv_rate(self, k: float, batch: int, depthwise: bool = False) -> float:
+        """Calibrated convolution rate at reduction length ``k``, interpolated in log batch
+        (a depthwise convolution's from its own table, where measured)."""
+        return self._by_size(self.depthwise_by_k if depthwise and self.depthwise_by_k else self.conv_by_k, k, batch)
 
-    def matmul_rate(self, k: float, rows: int) -> float:
-        """Calibrated matmul rate at reduction length ``k`` and ``rows`` output rows,
-        interpolated in log rows between the few-row tables and the 512-row one."""
-        tables = {**self.matmul_by_rows, 512: self.matmul_by_k} if self.matmul_by_rows else {512: self.matmul_by_k}
-        return self._by_size(tables, k, rows)
+    def matmul_rate(self, k: float, rows: int, key: str = "fp32") -> float | None:
+        """Calibrated ``key`` matmul rate at reduction length ``k`` and ``rows`` output rows,
+        interpolated in log rows between the tables (None: none measured for ``key``)."""
+        tables = self.matmul_by_rows.get(key)
+        return self._by_size(tables, k, rows) if tables else None
+
+    def highest(self, key: str) -> float:
+        """The highest ``key`` rate this prediction may use for matrix work (FLOP/s): no operator
+        is timed faster, so a utilisation against it is at most 100%."""
+        rates = [r for r in (self.matrix.get(key), self.conv.get(key)) if r]
+        for tables in (self.matmul_by_rows.get(key, {}), self.conv_by_k if key == "fp32" else {},
+                       self.depthwise_by_k if key == "fp32" else {}):
+            rates += [r for table in tables.values() for _, r in table]
+        return max(rates, default=0.0)
+
+    def highest_bandwidth(self) -> float:
+        """The highest rate this prediction may read memory at (bytes/s): the copy's, a matvec's."""
+        rates = [self.bandwidth, self.matvec_bandwidth or 0.0]
+        rates += [r for by_layout in self.matvec_by_k.values() for tables in by_layout.values()
+                  for table in tables.values() for _, r in table]
+        return max(rates)
 
     def _by_size(self, tables: dict[int, list[list[float]]], k: float, size: int) -> float:
         """A by-K rate interpolated in log size between tables measured at sizes (flat beyond)."""

@@ -60,6 +60,7 @@ from ...hardware.db import Accelerator
 from ...trace.records import Trace
 from . import constants as fitted
 from .bandwidth import bandwidth_share
+from .cpu import extra_costs, op_kind
 from .gpu import LAYOUTS, batch_norm_layout_factor, batch_norm_pass_bytes, is_state_init, layout_transpose_bytes
 from .matrix import is_depthwise, matrix_share, problem_use
 from .prediction import Ceilings, OpTime, Prediction
@@ -96,15 +97,17 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
         return Ceilings(matrix=matrix, conv=conv, vector=vector, bandwidth=cal["copy_gbs"] * 1e9,
                         overhead=overhead_s if overhead_s is not None else cal["op_overhead_us"] * 1e-6,
                         source=f"calibrated {cal.get('when', '')}".strip(), efficiency={},
-                        conv_by_k={int(b): [[k, r * 1e12] for k, r in t]
-                                   for b, t in cal.get("conv_fp32_by_batch_k", {}).items()},
-                        matmul_by_k=[[k, r * 1e12] for k, r in cal.get("matmul_fp32_by_k", [])],
-                        matmul_by_rows={int(m): [[k, r * 1e12] for k, r in t]
-                                        for m, t in cal.get("matmul_fp32_by_rows_k", {}).items()},
+                        conv_by_k=_by_size(cal.get("conv_fp32_by_batch_k"), 1e12),
+                        depthwise_by_k=_by_size(cal.get("depthwise_fp32_by_batch_k"), 1e12),
+                        matmul_by_rows=_matmul_tables(cal),
                         matvec_bandwidth=cal["matvec_gbs"] * 1e9 if cal.get("matvec_gbs") else None,
-                        matvec_by_k={lay: {int(m): [[k, r * 1e9] for k, r in t] for m, t in by_rows.items()}
-                                     for lay, by_rows in cal.get("matvec_gbs_by_k", {}).items()
-                                     if isinstance(by_rows, dict) and by_rows},
+                        matvec_by_k={key: {lay: _by_size(by_rows, 1e9) for lay, by_rows in tables.items()
+                                           if isinstance(by_rows, dict) and by_rows}
+                                     for key, tables in (("fp32", cal.get("matvec_gbs_by_k") or {}),
+                                                         ("bf16", cal.get("matvec_bf16_gbs_by_k") or {}))
+                                     if tables},
+                        extra_overhead={k: v * 1e-6 for k, v in extra_costs(cal.get("tiny_call_us") or {}).items()}
+                        if overhead_s is None else {},
                         # a view's dispatch is host time: in line with the kernels on a CPU,
                         # overlapped with the device's on a GPU (the two clocks)
                         view_overhead=cal.get("view_overhead_us", 0.0) * 1e-6 if overhead_s is None else 0.0,
@@ -124,6 +127,25 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
                     bandwidth=acc.bandwidth * eff["memory"],
                     overhead=overhead_s if overhead_s is not None else LAUNCH_OVERHEAD_S[acc.kind],
                     source="datasheet", efficiency=eff)
+
+
+def _by_size(tables: Mapping[str, list[list[float]]] | None, unit: float) -> dict[int, list[list[float]]]:
+    """A calibration's {size: [[K, rate], ...]} with integer sizes and rates in base units."""
+    return {int(b): [[k, r * unit] for k, r in t] for b, t in (tables or {}).items()}
+
+
+def _matmul_tables(cal: Mapping[str, object]) -> dict[str, dict[int, list[list[float]]]]:
+    """{dtype: {rows: [[K, FLOP/s], ...]}}: fp32's few-row tables and its 512-row one, bf16's."""
+    out: dict[str, dict[int, list[list[float]]]] = {}
+    fp32 = _by_size(cal.get("matmul_fp32_by_rows_k"), 1e12)  # type: ignore[arg-type]
+    if cal.get("matmul_fp32_by_k"):
+        fp32[512] = [[k, r * 1e12] for k, r in cal["matmul_fp32_by_k"]]  # type: ignore[attr-defined]
+    if fp32:
+        out["fp32"] = fp32
+    bf16 = _by_size(cal.get("matmul_bf16_by_rows_k"), 1e12)  # type: ignore[arg-type]
+    if bf16:
+        out["bf16"] = bf16
+    return out
 
 
 def _dtype_key(names: list[str]) -> str:
@@ -191,16 +213,15 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 if gpu and acc.vendor == "nvidia":
                     transposes = layout_transpose_bytes(e, key, layout)
                 rate = rates.get(key) or c.matrix.get(key)
-                if key == "fp32" and e.out_shapes and (c.conv_by_k if is_conv else c.matmul_by_k):
-                    outs = sum(math.prod(s) for s in e.out_shapes)
-                    if outs and is_conv:
-                        batch = e.out_shapes[0][0] if e.out_shapes[0] else 1
-                        rate = c.conv_rate(e.macs / outs, max(1, batch))
-                    elif outs:
-                        rows = outs // max(e.out_shapes[0][-1], 1) if e.out_shapes[0] else 1
-                        rate = c.matmul_rate(e.macs / outs, max(1, rows))
-                        if rows <= MATVEC_ROWS:  # its matrix streams as a matvec's
-                            bandwidth = min(bandwidth, c.matvec_rate(e.macs / outs, e.transposed, max(1, rows)))
+                outs = sum(math.prod(s) for s in e.out_shapes) if e.out_shapes else 0
+                if outs and is_conv and key == "fp32" and c.conv_by_k:
+                    batch = e.out_shapes[0][0] if e.out_shapes[0] else 1
+                    rate = c.conv_rate(e.macs / outs, max(1, batch), is_depthwise(e.problem))
+                elif outs and not is_conv and c.matmul_by_rows:
+                    rows = outs // max(e.out_shapes[0][-1], 1) if e.out_shapes[0] else 1
+                    rate = c.matmul_rate(e.macs / outs, max(1, rows), key) or rate
+                    if rows <= MATVEC_ROWS:  # its matrix streams as a matvec's
+                        bandwidth = min(bandwidth, c.matvec_rate(e.macs / outs, e.transposed, max(1, rows), key))
                 if rate is None:
                     missing.add(key)
                     rate = rates.get("fp32") or c.matrix["fp32"]
@@ -221,7 +242,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         memory = (nbytes + extra) / bandwidth * slowdown
         if nbytes or e.flops:  # a kernel's least time on the device: its own, compute or memory bound
             compute, memory = compute + floor, memory + floor
-        ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, c.overhead,
+        overhead = c.overhead + c.extra_overhead.get(op_kind(e.op, e.problem), 0.0) if c.extra_overhead else c.overhead
+        ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, overhead,
                           transposes / c.bandwidth))
     for key in sorted(missing):
         notes.append(f"{acc.name} has no published {key} rate: its fp32 rate is used for {key} matrix work")

@@ -38,7 +38,7 @@ from ...errors import FootprintError
 from ...hardware.db import Accelerator
 from ...search import largest_true
 from ...trace.records import OpEvent, Trace
-from ..kernels.roofline import estimate_latency
+from ..kernels.roofline import ceilings, estimate_latency
 from ..layouts.comm import LINK_EFFICIENCY, Link, all_reduce_s, link_of, nccl_link
 from ..memory import CUDA_OVERHEADS
 from .quantization import Param, Scheme
@@ -328,9 +328,14 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         tpot_mean = tpot[mid]
         mb = max(max_batch, 1)
         t_mb = time_of(decode_at_batch(mb, engine)) + tp_comm(mb)
-        peak = acc.peak(compute or _rate(st.dtype)) or acc.peak("fp32") or 0.0
+        key = compute or _rate(st.dtype)
+        # against the highest rate the prefill was priced at, where that is above the datasheet's
+        # (a calibrated CPU's bf16 rate over its theoretical fp32 peak): never above 100%
+        rates = ceilings(acc, eff, overhead_s)
+        peak = max(acc.peak(key) or acc.peak("fp32") or 0.0, rates.highest(key), rates.vector)
         mfu = prefill_flops / tp / ttft / peak if ttft and peak else 0.0
-        mbu = dec_g[mid].bytes_read / tpot_mean / acc.bandwidth if tpot_mean and acc.bandwidth else 0.0
+        bandwidth = max(acc.bandwidth or 0.0, rates.highest_bandwidth())
+        mbu = dec_g[mid].bytes_read / tpot_mean / bandwidth if tpot_mean and bandwidth else 0.0
         vllm = _vllm(mem, cap, s) if s.engine == "vllm" else None
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]

@@ -9,6 +9,9 @@ A scheme prices one parameter of the traced model from its shape and its role:
 * ``embedding`` / ``head``: the input embeddings and the output head (tied: one tensor);
 * ``vector``: norms and biases (one dimension), never quantized.
 
+The plain schemes (fp32, bf16, fp16) store every tensor at that width: a model run as the
+checkpoint's dtype would not be (CPUs often run language models in fp32).
+
 Sources, one per scheme (``Scheme.source``), and the storage each prices:
 
 * GPTQ int4 g128 (AutoGPTQ ``QuantLinear``): ``qweight`` int32 [in/8, out], ``qzeros``
@@ -180,6 +183,7 @@ _CT = ("https://github.com/neuralmagic/compressed-tensors/blob/main/src/compress
        "quant_scheme.py")
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (
+    Scheme("fp32", "float32", "https://pytorch.org/docs/stable/tensor_attributes.html", _plain(4), sixteen="fp32"),
     Scheme("bf16", "bfloat16", "https://pytorch.org/docs/stable/tensor_attributes.html", _plain(2)),
     Scheme("fp16", "float16", "https://pytorch.org/docs/stable/tensor_attributes.html", _plain(2), sixteen="fp16"),
     Scheme("fp8", "fp8 e4m3, per-tensor scales (W8A8)", _CT, _keep16(_fp8), compute="fp8"),
@@ -201,7 +205,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
 ALIASES = QUANT_ALIASES  # what people type for a scheme (settings.py holds the vocabulary)
 
 # KV cache: bytes per element (fp8 and int8 caches keep a per-tensor scale: negligible)
-KV_SCHEMES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+KV_SCHEMES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 
 def weight_scheme(name: str) -> Scheme:
@@ -213,11 +217,11 @@ def weight_scheme(name: str) -> Scheme:
 
 
 def activation_dtype(scheme: Scheme | None) -> str | None:
-    """The activations' dtype under a weight scheme: a 16-bit scheme's own, a quantized one's
-    16-bit type (None: as the model is built)."""
+    """The activations' dtype under a weight scheme: a plain scheme's own (fp32, bf16, fp16), a
+    quantized one's 16-bit type (None: as the model is built)."""
     if scheme is None:
         return None
-    return scheme.name if scheme.name in ("bf16", "fp16") else scheme.sixteen
+    return scheme.name if scheme.name in ("fp32", "bf16", "fp16") else scheme.sixteen
 
 
 def kv_scheme(name: str) -> int:

@@ -1,0 +1,87 @@
+"""Operators on a calibrated CPU: what a call costs beyond its arithmetic, by kind.
+
+An eager model's operator runs in line on the CPU: the Python module call, the dispatcher,
+the output's allocation, then the kernel. ``footprint calibrate`` measures the generic part
+from a model of tiny linears and ReLUs. Kinds of operator that reach a library or the
+thread pool pay more before any arithmetic: a convolution goes through oneDNN (a primitive
+looked up, its weights' layout checked), a batch norm, a pooling or a softmax splits its
+work over the threads. On a model at batch 1, where most operators are small, that fixed
+cost is most of the time.
+
+``calibrate`` times one tiny call of each kind of :func:`tiny_kinds` (functional calls on a
+tensor of 1 x 16 x 8 x 8, no arithmetic to speak of) and keeps, per kind, what it costs
+beyond the mean of a tiny linear's and a tiny ReLU's (the calls the generic figure was
+measured on). A prediction adds that to every operator of the kind.
+
+Measured, not fitted: nothing here is a constant tuned to models; the kinds are the
+operators' families, and every figure comes from the machine the prediction is for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .matrix import is_depthwise
+
+# kind of operator -> words of the aten names it covers (first match wins; order matters)
+_KIND_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("convolution", ("convolution", "conv2d", "conv1d", "conv3d")),
+    ("batch_norm", ("batch_norm",)),
+    ("norm", ("layer_norm", "group_norm", "rms_norm")),
+    ("pool", ("pool",)),
+    ("softmax", ("softmax",)),
+    ("reduction", ("mean", "sum", "amax", "amin", "var", "std", "norm")),
+    ("matmul", ("addmm", "bmm", ".mm", "matmul", "linear", "baddbmm")),
+    ("activation", ("gelu", "silu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "erf", "exp", "mish")),
+    ("copy", ("clone", "cat", "copy", "contiguous", "_to_copy", "stack", "index", "gather", "pad")),
+)
+BASELINE = ("matmul", "elementwise")  # the generic figure's calls: a tiny linear and a tiny ReLU
+
+
+def op_kind(op: str, problem: Sequence[Any] = ()) -> str:
+    """The kind of an aten operator for its fixed cost: a key of :func:`tiny_kinds`."""
+    name = op.lower()
+    for kind, words in _KIND_WORDS:
+        if any(w in name for w in words):
+            if kind == "convolution" and is_depthwise(problem):
+                return "depthwise"
+            return kind
+    return "elementwise"
+
+
+def tiny_kinds() -> dict[str, Callable[[], object]]:
+    """One tiny functional call per kind (made on the CPU, run under inference mode)."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    x = torch.randn(1, 16, 8, 8)
+    w3 = torch.randn(16, 16, 3, 3)
+    wd = torch.randn(16, 1, 3, 3)
+    a = torch.randn(1, 16)
+    lin = torch.randn(16, 16)
+    b = torch.randn(16)
+    ones = torch.ones(16)
+    rows = torch.randn(1, 8, 16)
+    return {
+        "convolution": lambda: F.conv2d(x, w3, padding=1),
+        "depthwise": lambda: F.conv2d(x, wd, padding=1, groups=16),
+        "batch_norm": lambda: F.batch_norm(x, b, ones, ones, b, False),
+        "norm": lambda: F.layer_norm(rows, (16,)),
+        "pool": lambda: F.max_pool2d(x, 3, 2, 1),
+        "softmax": lambda: F.softmax(rows, -1),
+        "reduction": lambda: x.mean((2, 3), keepdim=True),
+        "matmul": lambda: F.linear(a, lin, b),
+        "activation": lambda: F.gelu(x),
+        "copy": lambda: torch.cat([x, x], 1),
+        "elementwise": lambda: F.relu(x),
+    }
+
+
+def extra_costs(tiny_us: dict[str, float]) -> dict[str, float]:
+    """Microseconds each kind's tiny call costs beyond the generic figure's calls (never below 0)."""
+    base = [tiny_us[k] for k in BASELINE if k in tiny_us]
+    if not base:
+        return {}
+    floor = sum(base) / len(base)
+    return {k: round(max(v - floor, 0.0), 3) for k, v in tiny_us.items()}

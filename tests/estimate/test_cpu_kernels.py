@@ -1,0 +1,108 @@
+"""A calibrated CPU's operators, worked by hand: each kind of operator pays its tiny call's
+cost beyond the generic per-operator figure, a depthwise convolution runs at its own table's
+rate, a bf16 decode product streams at the bf16 table's bytes per second, and no utilisation
+printed goes over 100%."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+import torch_footprint as tfp
+from torch_footprint.estimate.kernels.cpu import extra_costs, op_kind
+from torch_footprint.estimate.kernels.roofline import estimate_latency as predict
+from torch_footprint.hardware.db import Accelerator
+
+TINY = str(Path(__file__).parents[1] / "configs" / "llama-tiny")
+CPU = Accelerator(id="cpu", name="CPU", vendor="local", kind="cpu", memory_gb=16, bandwidth_gbs=20,
+                  tflops={"fp32": 0.2}, source="https://example.com/cpu")
+BASE = {"matmul_tflops": {"fp32": 0.1}, "conv_tflops": {"fp32": 0.1}, "copy_gbs": 20.0, "op_overhead_us": 5.0,
+        "matmul_fp32_by_k": [[64, 0.1], [4096, 0.1]]}
+
+
+def _cpu(**cal: object) -> Accelerator:
+    return replace(CPU, calibrated={**BASE, **cal})
+
+
+@pytest.mark.parametrize("op, problem, kind", [
+    ("aten.convolution.default", ("conv", 1, 64, 64, 3, 3, 1), "convolution"),
+    ("aten.convolution.default", ("conv", 1, 96, 96, 3, 3, 96), "depthwise"),
+    ("aten.native_batch_norm.default", (), "batch_norm"),
+    ("aten._native_batch_norm_legit_no_training.default", (), "batch_norm"),
+    ("aten.native_layer_norm.default", (), "norm"),
+    ("aten.max_pool2d_with_indices.default", (), "pool"),
+    ("aten._softmax.default", (), "softmax"),
+    ("aten.mean.dim", (), "reduction"),
+    ("aten.addmm.default", (), "matmul"),
+    ("aten.mm.default", (), "matmul"),
+    ("aten.gelu.default", (), "activation"),
+    ("aten.cat.default", (), "copy"),
+    ("aten.relu_.default", (), "elementwise"),
+    ("aten.add.Tensor", (), "elementwise"),
+])
+def test_operators_fall_in_their_kind(op: str, problem: tuple, kind: str) -> None:
+    assert op_kind(op, problem) == kind
+
+
+def test_extra_cost_is_beyond_the_generic_calls() -> None:
+    # the generic figure comes from tiny linears and ReLUs: 6 and 2 us, mean 4 us
+    assert extra_costs({"matmul": 6.0, "elementwise": 2.0, "convolution": 30.0, "copy": 1.0}) == {
+        "matmul": 2.0, "elementwise": 0.0, "convolution": 26.0, "copy": 0.0}
+
+
+def test_a_convolution_pays_its_kinds_cost_and_a_relu_does_not() -> None:
+    cpu = _cpu(tiny_call_us={"matmul": 6.0, "elementwise": 2.0, "convolution": 30.0, "batch_norm": 12.0})
+    model = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    ops = {o.op: o for o in predict(tfp.profile(model, "1,8,8,8").trace, cpu).ops if o.kind != "view"}
+    assert ops["aten.convolution.default"].overhead_s == pytest.approx((5.0 + 26.0) * 1e-6)
+    assert ops["aten.relu.default"].overhead_s == pytest.approx(5.0e-6)
+    [bn] = [o for name, o in ops.items() if "batch_norm" in name]
+    assert bn.overhead_s == pytest.approx((5.0 + 8.0) * 1e-6)
+
+
+def test_a_depthwise_convolution_runs_at_its_own_tables_rate() -> None:
+    # 96 channels, 3x3 depthwise at 56x56, batch 1: 2 x 96 x 9 x 56^2 FLOPs at 5 GFLOP/s (K = 9),
+    # not the dense table's 100 GFLOP/s
+    cpu = _cpu(conv_fp32_by_batch_k={"1": [[9, 0.1], [576, 0.1]]},
+               depthwise_fp32_by_batch_k={"1": [[9, 0.005], [49, 0.01]]})
+    conv = nn.Conv2d(96, 96, 3, padding=1, groups=96, bias=False)
+    [o] = [o for o in predict(tfp.profile(conv, "1,96,56,56").trace, cpu).ops if o.kind == "matrix"]
+    assert o.compute_s == pytest.approx(2 * 96 * 9 * 56 * 56 / 5e9)
+    dense = nn.Conv2d(96, 96, 3, padding=1, bias=False)
+    [o] = [o for o in predict(tfp.profile(dense, "1,96,56,56").trace, cpu).ops if o.kind == "matrix"]
+    assert o.compute_s == pytest.approx(2 * 96 * 96 * 9 * 56 * 56 / 1e11)
+
+
+def test_a_bf16_decode_product_streams_at_the_bf16_tables_bytes_per_second() -> None:
+    # Linear(4096 -> 1024) in bf16 at one row: 8 MiB of weights at 6 GB/s (the bf16 table), where the
+    # fp32 table says 12 GB/s: a CPU's bf16 product is not twice as fast as its fp32 one
+    cpu = _cpu(matvec_gbs_by_k={"t": {"1": [[512, 12.0], [8192, 12.0]]}},
+               matvec_bf16_gbs_by_k={"t": {"1": [[512, 6.0], [8192, 6.0]]}},
+               matmul_tflops={"fp32": 0.1, "bf16": 0.2})
+    trace = tfp.profile(nn.Linear(4096, 1024, bias=False), "1,4096", precision="bf16").trace
+    [mm] = [o for o in predict(trace, cpu).ops if o.kind == "matrix"]
+    assert mm.bytes == 2 * (4096 * 1024 + 4096 + 1024)
+    assert mm.memory_s == pytest.approx(mm.bytes / 6e9)
+    # without a bf16 table (an older calibration), fp32's bytes per second, not the copy's
+    cpu = _cpu(matvec_gbs_by_k={"t": {"1": [[512, 12.0], [8192, 12.0]]}}, matmul_tflops={"fp32": 0.1, "bf16": 0.2})
+    [mm] = [o for o in predict(trace, cpu).ops if o.kind == "matrix"]
+    assert mm.memory_s == pytest.approx(mm.bytes / 12e9)
+
+
+def test_model_flops_utilisation_is_never_above_100_percent() -> None:
+    # a calibrated bf16 rate five times the CPU's theoretical fp32 peak: the prefill is timed at it,
+    # and its MFU is taken against it, not against the fp32 peak
+    from torch_footprint.estimate.llm.pricing import Priced, serve
+    from torch_footprint.estimate.llm.quantization import weight_scheme
+    from torch_footprint.estimate.llm.trace import trace_serving
+
+    cpu = _cpu(matmul_tflops={"fp32": 0.1, "bf16": 1.0}, matmul_bf16_by_rows_k={"16": [[64, 1.0], [3072, 1.0]]},
+               op_overhead_us=0.0, copy_gbs=1000.0)  # no per-operator cost: the prefill is compute-bound
+    st = trace_serving(TINY, batch=1, prompt=256, dtype="bf16")
+    res = serve(st, Priced(batch=1, prompt=256, output=8, weights=weight_scheme("bf16")), [cpu], max_context=None)
+    [row] = res.rows
+    assert res.prefill_flops / row.ttft_s > 4 * 0.2e12  # four times the theoretical fp32 peak
+    assert 0.5 < row.mfu <= 1.0 and 0 < row.mbu <= 1.0
