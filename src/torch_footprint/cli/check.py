@@ -15,7 +15,7 @@ from .report import EXAMPLES
 
 
 def _own(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", required=True, metavar="FILE.toml", help="the caps (see README: budgets)")
+    p.add_argument("--budget", required=True, metavar="FILE.toml", help="the caps: a TOML file of metric = limit")
 
 
 def run(args: argparse.Namespace, r: dict[type, Any]) -> int:
