@@ -22,12 +22,12 @@ test: $(VENV)/.installed-all,dev,docs
 	$(VENV)/bin/ruff check src tests benchmarks docs
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(PY) -m pytest -q
 
 docs: $(VENV)/.installed-all,dev,docs
 	$(PY) docs/regenerate.py
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: $(VENV)/.installed-all,dev,bench
 	$(PY) benchmarks/peers.py

@@ -25,7 +25,7 @@ SHOTS = {
     "llm-one-gpu": "footprint llm hf:meta-llama/Llama-3.1-8B --gpu l4 --html llm.html",
     "llm-every-gpu": "footprint llm hf:meta-llama/Llama-3.1-8B --html llm.html",
 }
-HEIGHT = {"report-resnet50": 1400, "report-llama-70b-fit": 1500, "llm-one-gpu": 1100, "llm-every-gpu": 1300}
+HEIGHT = {"report-resnet50": 1400, "report-llama-70b-fit": 1500, "llm-one-gpu": 1180, "llm-every-gpu": 1300}
 
 
 def result(name: str) -> object:

@@ -59,6 +59,9 @@ def pages() -> dict[str, Any]:
     small = tfp.make_report(str(TINY_GPT2), {"input_ids": "2,64:int64"}, train=True, optimizer="adamw",
                             precision="bf16-mixed", gpu="l4", fit=True)
     out["fit"] = envelope("report", small.to_dict())
+    big = tfp.make_report("hf:meta-llama/Llama-3.1-70B", {"input_ids": "1,128:int64"}, precision="bf16",
+                          gpu="h200-sxm", fit=True)
+    out["fit-70b"] = envelope("report", big.to_dict())
     out["llm-one"] = page_of(tfp.llm("hf:meta-llama/Llama-3.1-8B", gpu="l4"))
     out["llm-all"] = page_of(tfp.llm("hf:meta-llama/Llama-3.1-8B"))
     job = [sys.executable, "-c", "import time; b = bytearray(64 << 20); time.sleep(0.6)"]

@@ -53,7 +53,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, A
     return out
 
 
-NAMES = ["cnn-training", "fit", "llm-one", "llm-all", "watch"]
+NAMES = ["cnn-training", "fit", "fit-70b", "llm-one", "llm-all", "watch"]
 
 
 @pytest.mark.parametrize("width", [1400, 800])
@@ -100,6 +100,16 @@ def test_a_fit_page_names_what_fits_and_gives_no_speed_to_what_does_not(browser:
     assert page.locator("svg.fit rect.bar:not(.alt)").count() == len(rows) + sum(
         1 for r in rows if r["fits"] and r["latency_s"] is not None)
     assert page.locator("svg.fit text.nofit").count() == len(rows) - fitting
+    page.close()
+
+
+def test_a_70b_model_on_an_h200_fits_with_less_headroom_than_asked(browser: Any, written: dict[str, Any]) -> None:
+    page, _, _ = open_page(browser, written["fit-70b"][0], 1400)
+    verdict = page.locator(".verdict").inner_text()
+    # 70.6 G parameters x 2 bytes = 131.5 GiB: under the H200's 141 GiB, over 80% of it (112.8 GiB)
+    assert verdict.startswith("Fits on NVIDIA H200 SXM 141GB, with less headroom than asked: it needs 13")
+    assert "at 80% utilisation it asks to provision 16" in verdict
+    assert page.locator("svg.timeline line.cap").count() == 1  # the capacity line, inside the scale
     page.close()
 
 

@@ -27,7 +27,7 @@ def _memory_chart(res: dict[str, Any], shown: list[dict[str, Any]]) -> tuple[str
     caps = sorted({r["memory_bytes"] for r in shown})
     top = max(need_hi, caps[0]) * 1.1  # the curve and at least the smallest capacity; larger ones named below
     ys = Linear(0, top, H - B, T)
-    parts = [open_svg(W, H, "memory needed against the context", "llm-memory"),
+    parts = [open_svg(W, H, "memory against context", "llm-memory"),
              f'<text class="pt" x="{L}" y="14">memory needed against the context, at batch {res.get("batch")}</text>',
              y_axis(ys, L, W - R, binary, "memory needed", ticks=byte_ticks(0, top))]
     curves: dict[tuple[Any, ...], list[str]] = {}  # identical curves drawn once, named together
@@ -65,7 +65,7 @@ def _tokens_chart(shown: list[dict[str, Any]]) -> str:
     tmax = max(t for r in tps for _, t in r["tokens_by_batch"])
     xb = Log(1, max(bmax, 2), L, W - R)
     yt = Log(max(tmin * 0.8, 1e-3), tmax * 1.25, H - B, T)
-    parts = [open_svg(W, H, "tokens per second against the batch", "llm-batch"),
+    parts = [open_svg(W, H, "tokens per second against batch", "llm-batch"),
              f'<text class="pt" x="{L}" y="14">tokens per second (all requests) against the batch, up to the largest '
              "that fits</text>",
              y_axis(yt, L, W - R, lambda v: f"{v:,.0f}" if v >= 1 else f"{v:.2g}", "tokens/s (all requests)")]
