@@ -1,12 +1,14 @@
 # make run   - create .venv if missing, install, profile the default model (resnet50)
-# make test  - create .venv if missing, install with the test extras: ruff, mypy, the layer contract, the tests
+# make test  - create .venv if missing, install with the test extras: ruff, mypy, the layer contract, the docs
+#              built strict (their pasted outputs checked by a test), the tests
+# make docs  - regenerate every pasted output of the docs (docs/regenerate.py), then build the site
 # make bench - every benchmark script (tens of minutes; gpu_validate.py only where CUDA is)
 VENV   ?= .venv
 PYTHON ?= python3
 PY     := $(VENV)/bin/python
 MODEL  ?= resnet50
 
-.PHONY: run test lint bench clean
+.PHONY: run test docs lint bench clean
 
 $(VENV)/.installed-%: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,11 +18,16 @@ $(VENV)/.installed-%: pyproject.toml
 run: $(VENV)/.installed-all
 	$(VENV)/bin/footprint profile $(MODEL)
 
-test: $(VENV)/.installed-all,dev
-	$(VENV)/bin/ruff check src tests benchmarks
+test: $(VENV)/.installed-all,dev,docs
+	$(VENV)/bin/ruff check src tests benchmarks docs
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(PY) -m pytest -q
+
+docs: $(VENV)/.installed-all,dev,docs
+	$(PY) docs/regenerate.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: $(VENV)/.installed-all,dev,bench
 	$(PY) benchmarks/peers.py
@@ -44,8 +51,6 @@ bench: $(VENV)/.installed-all,dev,bench
 		$(PY) benchmarks/gpu_validate.py && $(PY) benchmarks/train_kernels.py && \
 		$(PY) benchmarks/decode_profile.py --device cuda; \
 	else echo "gpu_validate.py, train_kernels.py, decode_profile.py: no CUDA device here, not run"; fi
-	@if command -v chromium >/dev/null; then $(PY) benchmarks/report_browser.py; \
-	else echo "report_browser.py: no chromium here, not run"; fi
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) build dist site src/*.egg-info

@@ -1,7 +1,7 @@
 """torch-footprint: what a PyTorch model costs and what hardware it needs.
 
 The verbs (``profile``, ``memory``, ``bench``, ``predict``, ``fit``, ``llm``, ``make_report``,
-``diff``, ``check``, ``gpus``, ``calibrate``) and the setting records they take
+``diff``, ``check``, ``gpus``, ``calibrate``, ``watch``) and the setting records they take
 (``Workload``, ``Training``, ``Parallel``, ``Target``, ``Memory``, ``Serving``,
 ``Measurement``, ``Sections``, ``Calibration``) load lazily, so ``import torch_footprint``
 and the command line start fast.
@@ -12,8 +12,19 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
-_VERBS = ("profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "llm", "diff", "check")
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml is its one source)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch-footprint")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _version()
+_VERBS = ("profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "llm", "diff", "check", "watch")
 _RECORDS = ("Workload", "Training", "Parallel", "Target", "Memory", "Serving", "Measurement", "Sections",
             "Calibration")
 _HOMES = {**dict.fromkeys(_VERBS, ".api"), **dict.fromkeys(_RECORDS, ".settings"), "Profile": ".analysis",

@@ -57,6 +57,7 @@ FILES = {
     "saved-bad-trace.json": json.dumps({"trace": {"format": "torch-footprint-trace/1", "model": "m"}}),
     "saved-other-format.json": json.dumps({"trace": {"format": "something-else/9"}}),
     "saved-empty.json": "",
+    "bad-config/config.json": '{"model_type": "gpt2", "n_layer": 2,',
 }
 
 LLAMA = str(Path(__file__).resolve().parents[1] / "configs" / "llama-tiny")
@@ -151,6 +152,18 @@ CASES = [
     (["fit", "resnet18", "--latency", "10parsecs"], "cannot read the latency '10parsecs'"),
     (["fit", "resnet18", "--latency=-5ms"], "positive time"),
     (["fit", "resnet18", "--latency", "ms"], "cannot read the latency"),
+    # a bare number where the unit matters: refused, naming the units to add
+    (["fit", "resnet18", "--latency", "10"], "the latency '10' has no unit: write 10ms or 10s"),
+    (["memory", "resnet18", "--max-batch", "24"], "the --max-batch budget '24' has no unit: write 24GiB"),
+    (["memory", "resnet18", "--device", "cuda", "--overhead", "cuda_context=300"], "'300' has no unit"),
+    (["bench", "resnet18", "--max-memory", "16"], "the --max-memory budget '16' has no unit"),
+    (["fit", "resnet18", "--gpu", "A100"], "'A100' could be 4 accelerators: a100-pcie-40gb, a100-sxm-40gb"),
+    (["llm", "hf:gpt2", "--prompt", "128", "--gpu", "h100"], "'h100' could be 3 accelerators"),
+    # a batch that the predicted peak says will not fit is not run
+    (["bench", "resnet18", "--batch", "4096", "--max-memory", "1GiB"], "batch 4096 needs about"),
+    (["bench", "resnet50", "--batch", "100000"], "over this machine's budget"),
+    # a malformed file is named as such, not as a bug
+    (["profile", "FILE:bad-config"], "bad-config/config.json': It looks like the config file"),
     (["fit", "resnet18", "--efficiency", "matrix"], "KIND=FRACTION"),
     (["fit", "resnet18", "--efficiency", "matrix=high"], "KIND=FRACTION"),
     (["fit", "resnet18", "--gpus", "x"], "invalid int value: 'x'"),
@@ -184,6 +197,7 @@ CASES = [
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("bad-input")
     for name, text in FILES.items():
+        (d / name).parent.mkdir(exist_ok=True)
         (d / name).write_text(text)
     return d
 

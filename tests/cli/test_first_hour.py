@@ -17,7 +17,7 @@ GPT2_TINY = Path(__file__).parents[1] / "configs" / "gpt2-tiny"
 def test_repr_of_a_profile_is_a_summary() -> None:
     p = tfp.profile(nn.Linear(8, 4), "2,8")
     # 2 x 8 x 4 = 64 MACs = 128 matrix FLOPs, + 2 x 4 bias adds; the trace: the weight's transpose and addmm
-    assert repr(p) == "Profile(model='Linear', params=36, flops=136, macs=64, events=2)"
+    assert repr(p) == "Profile(model='Linear', params=36, flops=136, macs=64, trace.events=<2>)"
 
 
 def test_the_verbs_are_listed_for_tab_completion() -> None:

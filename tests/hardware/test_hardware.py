@@ -81,7 +81,7 @@ def test_sxm_and_pcie_are_kept_apart():
 def test_get_by_alias_and_close_names():
     assert tfp.hardware.get("NVIDIA H100 80GB HBM3").id == "h100-sxm"
     with pytest.raises(FootprintError, match="h100-sxm"):
-        tfp.hardware.get("h100-sx")
+        tfp.hardware.get("h100-sxn")
 
 
 def test_memory_is_read_in_binary_units():

@@ -334,7 +334,7 @@ def test_a_profile_renders_as_html_and_in_a_notebook(capsys: pytest.CaptureFixtu
     assert "body{" not in frag  # a notebook page keeps its own body style
     prof = torch_footprint.profile(nn.Linear(4, 3), "2,4")
     # addmm of 2x4 by 4x3: 24 MACs = 48 FLOPs, plus 2x3 bias adds
-    assert repr(prof) == "Profile(model='Linear', params=15, flops=54, macs=24, events=2)"
+    assert repr(prof) == "Profile(model='Linear', params=15, flops=54, macs=24, trace.events=<2>)"
     assert "<svg" in render_html(prof, fragment=True) and "15" in render_html(prof, fragment=True)
 
 
@@ -498,8 +498,8 @@ def test_every_result_renders_itself_in_a_notebook(written: dict[str, Path]) -> 
     # the total is the steady-state step's, at its weight-gradient matmul: weights 60, momentum
     # buffers 60 (from the step before), input 32, output 24, the weight's gradient 48, the loss
     # and its gradient 4 + 4, and the copy of the expanded output gradient BLAS needs 24 = 256
-    assert repr(est) == ("MemoryEstimate(model='Linear', peak_bytes=212, phase='optimizer', total_bytes=256, "
-                         "provision_bytes=320)")  # 256 / 0.8 = 320
+    assert repr(est) == ("MemoryEstimate(model='Linear', total=256, provision=320, peak.peak_bytes=212, "
+                         "peak.phase='optimizer', steady.peak_bytes=256)")  # 256 / 0.8 = 320
     assert "212 B" in render_html(est, fragment=True)
     pred = torch_footprint.predict(nn.Linear(4, 3), "l4", "2,4")
     assert repr(pred).startswith("Prediction(accelerator='l4', time_s=") and repr(pred).endswith("ops=2)")

@@ -115,7 +115,7 @@ class Profile:
     def __repr__(self) -> str:  # the trace would fill a screen: the headline figures instead
         back = f", backward_flops={self.backward_flops}" if self.trace.settings.get("backward") else ""
         return (f"Profile(model={self.trace.model!r}, params={self.params}, flops={self.flops}, "
-                f"macs={self.macs}{back}, events={len(self.trace.events)})")
+                f"macs={self.macs}{back}, trace.events=<{len(self.trace.events)}>)")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Profile:

@@ -15,13 +15,15 @@ from .report import EXAMPLES
 
 
 def _own(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", required=True, metavar="FILE.toml", help="the caps (see README: budgets)")
+    p.add_argument("--budget", required=True, metavar="FILE.toml", help="the caps: a TOML file of metric = limit")
 
 
 def run(args: argparse.Namespace, r: dict[type, Any]) -> int:
+    from ..report.progress import progress
     from ..report.verdicts import render_check
 
-    res = api.check(args.target, args.budget, trust_remote_code=r[Workload].trust_remote_code)
+    with progress(f"check {args.target} against {args.budget}"):  # a model is traced and priced: seconds
+        res = api.check(args.target, args.budget, trust_remote_code=r[Workload].trust_remote_code)
     show(render_check, res)
     save_json(r[View].json, "check", res.to_dict())
     return ExitCode.ANSWER if res.passed else ExitCode.VERDICT_FAILED

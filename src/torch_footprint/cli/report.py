@@ -38,11 +38,12 @@ def run(args: argparse.Namespace, r: dict[type, Any]) -> int:
         raise FootprintError("say where the report goes: -o FILE.html (and/or --json FILE.json)")
     if args.chrome_trace and not r[Target].gpu:
         raise FootprintError("--chrome-trace times the operators on an accelerator: add --gpu ID")
-    with progress(f"report {w.model}: tracing"):
+    with progress(f"report {w.model}: tracing") as update:
         rep = api.report(w.model, **settings_of(r))
-    doc = envelope("report", rep.to_dict())  # one envelope: the HTML and the JSON carry the same time
-    save_html(args.output, doc, view.depth)
-    save_doc(view.json, doc)
+        update(f"report {w.model}: drawing")
+        doc = envelope("report", rep.to_dict())  # one envelope: the HTML and the JSON carry the same time
+        save_html(args.output, doc, view.depth)
+        save_doc(view.json, doc)
     if args.chrome_trace:
         from ..files import write_json
         from ..report.chrome_trace import chrome_trace

@@ -76,9 +76,10 @@ class MemoryEstimate:
         """What to provision: the total divided by the utilisation (the seed's /0.8)."""
         return math.ceil(self.total / self.utilisation)
 
-    def __repr__(self) -> str:
-        return (f"MemoryEstimate(model={self.settings.get('model')!r}, peak_bytes={self.peak.peak_bytes}, "
-                f"phase={self.peak.phase!r}, total_bytes={self.total}, provision_bytes={self.provision})")
+    def __repr__(self) -> str:  # the attributes named are the ones to read (total: the figure the CLI prints)
+        steady = f", steady.peak_bytes={self.steady.peak_bytes}" if self.steady is not None else ""
+        return (f"MemoryEstimate(model={self.settings.get('model')!r}, total={self.total}, provision={self.provision}, "
+                f"peak.peak_bytes={self.peak.peak_bytes}, peak.phase={self.peak.phase!r}{steady})")
 
     def to_dict(self) -> dict[str, Any]:
         d = {"peak": self.peak.to_dict(), "settings": self.settings, "overheads": self.overheads,

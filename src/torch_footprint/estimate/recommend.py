@@ -80,7 +80,7 @@ class FitResult:
 
     def __repr__(self) -> str:
         return (f"FitResult(model={self.settings.get('model')!r}, pick={self.pick!r}, "
-                f"fits={[r.accelerator.id for r in self.rows if r.fits]})")
+                f"rows=<{len(self.rows)} accelerators, {sum(1 for r in self.rows if r.fits)} fit>)")
 
     def to_dict(self) -> dict[str, Any]:
         return {"pick": self.pick, "why": self.why, "batch_per_rank": self.batch, "gpus": self.gpus, "tp": self.tp,

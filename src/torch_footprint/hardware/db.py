@@ -203,12 +203,57 @@ def builtin() -> tuple[Accelerator, ...]:
     return tuple(load_file(BUILTIN))
 
 
+# words that name a maker or a product line, not a device: "NVIDIA GeForce RTX 4090" is the 4090
+_NOISE = frozenset({"nvidia", "amd", "geforce", "tesla", "instinct", "rtx", "gtx", "apple", "gpu", "hgx", "graphics",
+                    "card", "per", "the"})
+
+
+def _words(text: str) -> set[str]:
+    """The words of a device's name as people write it: lower case, "80 GB" as "80gb", makers dropped."""
+    t = re.sub(r"(\d+)\s*gb\b", r"\1gb", text.lower())
+    return {w for w in re.split(r"[^a-z0-9]+", t) if w and w not in _NOISE}
+
+
+def _compact(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", text.lower())
+
+
+def _matches(rows: list[Accelerator], key: str) -> list[Accelerator]:
+    """The rows every word of ``key`` names (a word equal to one of the row's; failing that, the
+    start of one: "mi300" for mi300x); of several, the one whose id says no more than ``key``
+    ("3090" is rtx-3090, not rtx-3090-ti; "m2" the M2, not the M2 Max)."""
+    want = _words(key)
+    if not want:
+        return []
+    words = {a.id: _words(" ".join((a.id, a.name, *a.aliases))) for a in rows}
+    hits = [a for a in rows if want <= words[a.id]]
+    if not hits:
+        hits = [a for a in rows if all(any(w.startswith(q) for w in words[a.id]) for q in want)]
+    if len(hits) > 1:
+        plain = [a for a in hits if _words(a.id) <= want]
+        if len(plain) == 1:
+            return plain
+    return hits
+
+
 def find(rows: list[Accelerator], name: str) -> Accelerator:
-    """One accelerator of ``rows`` by id, alias or name (case-insensitive); close names are suggested."""
+    """One accelerator of ``rows`` by id, alias or name (case-insensitive), or by the words people
+    write ("A100 80GB", "H100 SXM", "4090", "RTX 4090"). A name that fits several rows is refused
+    with all of them; an unknown one with the closest ids."""
     key = name.strip().lower()
     for a in rows:
         if key == a.id or key == a.name.lower() or key in (x.lower() for x in a.aliases):
             return a
+    compact = _compact(key)
+    for a in rows:
+        if compact and compact in (_compact(a.id), *(_compact(x) for x in a.aliases)):
+            return a
+    hits = _matches(rows, key)
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise FootprintError(f"'{name}' could be {len(hits)} accelerators: {', '.join(a.id for a in hits)}; "
+                             "give one of these ids")
     import difflib
 
     close = difflib.get_close_matches(key, [a.id for a in rows], n=4, cutoff=0.5)

@@ -218,6 +218,10 @@ class RanksBench:
     notes: list[str] = field(default_factory=list)
     contention: Any = None  # measure.contention.Contention over the ranks' run (CPU), their threads together
 
+    def __repr__(self) -> str:
+        return (f"RanksBench(model={self.model!r}, strategy={self.strategy!r}, nproc={self.nproc}, "
+                f"device={self.device!r}, ranks=<{len(self.ranks)}>)")
+
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "strategy": self.strategy, "nproc": self.nproc, "device": self.device,
                 "settings": self.settings, "ranks": [r.__dict__ for r in self.ranks],

@@ -314,6 +314,7 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
                     raise FootprintError("not even the smallest batch fits in memory")
                 concrete.append(result.search.batch)
             else:
+                _refuse_over_budget(int(b), None if cuda else budget, predicted_peak)
                 concrete.append(int(b))
 
         for b in concrete:
@@ -371,6 +372,18 @@ def run_bench(model: nn.Module, make_inputs: Callable[[int], tuple[tuple[Any, ..
         result.unfinished = [b for b in [*concrete, *batches[len(concrete):]] if b not in done] or ["profiler table"]
         raise Interrupted(result) from None
     return result
+
+
+def _refuse_over_budget(batch: int, budget: int | None, predicted_peak: Callable[[int], int] | None) -> None:
+    """A batch asked for whose predicted peak is over this machine's budget is refused before
+    anything is allocated (on a CPU an allocation that large swaps or is killed, not caught)."""
+    if budget is None or predicted_peak is None:
+        return
+    need = predicted_peak(batch)
+    if need > budget:
+        raise FootprintError(f"batch {batch} needs about {need / 2**30:.1f} GiB (its predicted peak), over this "
+                             f"machine's budget of {budget / 2**30:.1f} GiB: not run (--max-memory sets the budget; "
+                             "--batch auto finds the largest that fits)")
 
 
 def _timing(progress: Callable[[str, float | None], None] | None, batch: int) -> Callable[[float], None] | None:

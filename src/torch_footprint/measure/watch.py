@@ -55,6 +55,10 @@ class WatchResult:
     monotonic_origin: float = 0.0  # time.monotonic() at t = 0 (to line the samples up with the job's own log)
     torch_stats_pids: list[int] | None = None  # with torch_stats: the job's processes that reported
 
+    def __repr__(self) -> str:  # the samples would fill a screen
+        return (f"WatchResult(command={self.command!r}, pid={self.pid}, ended={self.ended!r}, "
+                f"exit_code={self.exit_code}, duration_s={self.duration_s:.3g}, samples=<{len(self.samples)}>)")
+
     @property
     def interrupted(self) -> bool:
         return self.ended == "interrupted"

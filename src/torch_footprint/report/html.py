@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .headline import verdict
 from .sections import SECTIONS, Section, cards, module_bars, workload_line
 from .svg import esc
 
@@ -55,6 +56,11 @@ details.m.leaf>summary>span:first-child::before{content:"· "}details.m>summary:
 .mh{display:grid;grid-template-columns:minmax(260px,2.4fr) 1fr 1fr 1fr 1fr 1fr;gap:6px;font-weight:600}
 .num{text-align:right}.note{color:var(--muted);font-size:12px}
 .grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:8px}
+.verdict{margin:12px 0;font-size:15px}.verdict p{margin:4px 0;padding:6px 12px;border-left:4px solid var(--muted);
+background:var(--card);border-radius:0 6px 6px 0}.verdict .v-yes{border-color:#1a7f37}
+.verdict .v-no{border-color:#d1242f}.verdict .v-tight{border-color:#bf8700}
+svg text.halo{paint-order:stroke;stroke:var(--bg);stroke-width:3px;stroke-linejoin:round}
+td.no{color:#d1242f}svg text.nofit{fill:#d1242f}
 button{background:var(--card);color:var(--fg);border:1px solid var(--line);border-radius:6px;padding:3px 9px}
 """
 
@@ -104,7 +110,7 @@ def render_html(result: Any, *, depth: int | None = None, fragment: bool = False
     title = f"{doc.get('model')} · torch-footprint"
     body = [f'<h1>{esc(doc.get("model"))}</h1><p class="sub">{esc(workload_line(doc))} · {esc(doc.get("tool"))} '
             f'{esc(doc.get("tool_version"))} · schema {doc.get("schema_version")} · {esc(doc.get("created"))} · '
-            f'fingerprint {esc(doc["fingerprint"]["sha256"])}</p>', cards(doc)]
+            f'fingerprint {esc(doc["fingerprint"]["sha256"])}</p>', verdict(doc), cards(doc)]
     for heading, key, fn in SECTIONS:
         if not doc.get(key):
             continue

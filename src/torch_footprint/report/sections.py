@@ -7,7 +7,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .svg import Linear, Log, esc, hbars, legend, num, open_svg, polyline_points, x_axis, y_axis
+from .serving import serving
+from .svg import (
+    Linear,
+    Log,
+    byte_ticks,
+    esc,
+    hbars,
+    legend,
+    log_byte_ticks,
+    num,
+    open_svg,
+    polyline_points,
+    x_axis,
+    y_axis,
+)
 from .units import binary, count, duration, percent, si
 
 # torch.profiler's memory timeline colours (torch/profiler/_memory_profiler.py, _CATEGORY_TO_COLORS)
@@ -102,7 +116,7 @@ def timeline(doc: dict[str, Any]) -> str:
         parts.append(f'<rect class="ph{k % 2}" x="{num(x0)}" y="{T}" width="{num(x1 - x0)}" height="{H - B - T}" '
                      f'data-tip="{esc(phase)}: operators {a} to {b}"/>'
                      f'<text class="tl" x="{num((x0 + x1) / 2)}" y="{T - 6}" text-anchor="middle">{esc(phase)}</text>')
-    parts.append(y_axis(ys, L, W - R, binary, "live bytes"))
+    parts.append(y_axis(ys, L, W - R, binary, "live bytes", ticks=byte_ticks(0, top)))
     idx = tl["index"]
     px = [xs(i) for i in idx]
     cats = [c for c in tl["categories"] if any(tl["series"][c])]
@@ -121,14 +135,15 @@ def timeline(doc: dict[str, Any]) -> str:
     parts.append(f'<line class="peak" x1="{L}" x2="{W - R}" y1="{num(py)}" y2="{num(py)}"/>'
                  f'<circle class="pt peakpt" cx="{num(at)}" cy="{num(py)}" r="4" '
                  f'data-tip="peak {esc(binary(peak))} after operator {tl["peak_event"]}"/>'
-                 f'<text class="tl" x="{num(min(at + 6, W - R - 120))}" y="{num(py - 6)}">peak '
+                 f'<text class="tl halo" x="{num(min(at + 6, W - R - 120))}" y="{num(py - 6)}">peak '
                  f'{esc(binary(peak))}</text>')
     off_scale = ""
     if cap is not None:
         if cap_shown:
             yc = ys(cap)
             parts.append(f'<line class="cap" x1="{L}" x2="{W - R}" y1="{num(yc)}" y2="{num(yc)}"/>'
-                         f'<text class="tl" x="{W - R - 4}" y="{num(yc - 5)}" text-anchor="end">{esc(acc["name"])} '
+                         f'<text class="tl halo" x="{W - R - 4}" y="{num(yc - 5)}" text-anchor="end">'
+                         f'{esc(acc["name"])} '
                          f'capacity {esc(binary(cap))}</text>')
         else:
             off_scale = f"; {acc['name']}'s capacity, {binary(cap)}, is above this scale"
@@ -152,7 +167,7 @@ def breakdown(doc: dict[str, Any]) -> str:
     rows += [(name.replace("_", " "), float(v), f"fixed overhead: {binary(v)}") for name, v in mem["overheads"].items()]
     where = f"after {pk['op']} in {pk['module'] or '<root>'} ({pk['phase']})"
     return hbars(rows, binary, f"at the peak, {binary(pk['peak_bytes'])} {where}", "breakdown", width=1000,
-                 label_w=220)
+                 label_w=260)
 
 
 def roofline(doc: dict[str, Any]) -> str:
@@ -173,13 +188,13 @@ def roofline(doc: dict[str, Any]) -> str:
     parts = [open_svg(W, H, "roofline", "roofline"),
              y_axis(ys, L, W - R, lambda v: si(v, "FLOP/s"), "attainable FLOP/s"),
              x_axis(xs, H - B, lambda v: f"{v:g}", "arithmetic intensity (FLOP per byte)")]
-    for rate, label in ((matrix, f"matrix {pred['main_dtype']} {si(matrix, 'FLOP/s')}"),
-                        (vector, f"vector {si(vector, 'FLOP/s')}")):
+    for rate, label, dy in ((matrix, f"matrix {pred['main_dtype']} {si(matrix, 'FLOP/s')}", -5),
+                            (vector, f"vector {si(vector, 'FLOP/s')}", 14)):  # matrix above its line, vector below
         ridge = rate / bw
         x0 = xs(max(ridge, ilo))
         parts.append(f'<path class="ceil" d="M{num(xs(ilo))} {num(ys(bw * ilo))}L{num(x0)} {num(ys(rate))}'
-                     f'L{num(xs(ihi))} {num(ys(rate))}"/><text class="tl" x="{W - R - 4}" y="{num(ys(rate) - 5)}" '
-                     f'text-anchor="end">{esc(label)}</text>')
+                     f'L{num(xs(ihi))} {num(ys(rate))}"/><text class="tl halo" x="{W - R - 4}" '
+                     f'y="{num(ys(rate) + dy)}" text-anchor="end">{esc(label)}</text>')
     im = (ilo * matrix / bw) ** 0.5  # halfway (in log) along the bandwidth slope
     parts.append(f'<text class="tl" x="{num(xs(im) - 4)}" y="{num(ys(bw * im) - 6)}" text-anchor="end">'
                  f'memory {esc(si(bw, "B/s"))}</text>')
@@ -230,35 +245,42 @@ def module_bars(doc: dict[str, Any], depth: int | None = None, top: int = 24) ->
 
 def fit_plot(doc: dict[str, Any]) -> str:
     """The accelerator comparison of ``fit``: memory needed against capacity, predicted
-    latency, throughput at the largest batch."""
+    latency, throughput at the largest batch; each bar with its value, an accelerator that
+    does not fit said so and given no speed."""
     fit = doc.get("fit")
     if not fit or not fit.get("rows"):
         return ""
     rows = fit["rows"]
-    W, L, bar_h, gap, top = 1000, 180, 14, 6, 40
+    W, L, bar_h, gap, top = 1000, 150, 14, 6, 40
     H = top + len(rows) * (bar_h + gap) + 30
-    col = [(L, 450), (470, 730), (750, 990)]
+    col = [(L, 400), (480, 700), (780, 930)]
     cap_hi = max(max(r["capacity_bytes"], r["need_bytes"]) for r in rows)
-    lats = [r["latency_s"] for r in rows if r["latency_s"]] or [1.0]
+    lats = [r["latency_s"] for r in rows if r["latency_s"] and r["fits"]] or [1.0]
     thr_hi = max((r["throughput_samples_per_s"] or 0) for r in rows) or 1
     mem = Log(max(min(r["need_bytes"] for r in rows) / 2, 2**20), cap_hi * 1.2, col[0][0], col[0][1])
-    lat = Log(min(lats) / 1.5, max(lats) * 1.1, col[1][0], col[1][1] - 50)  # latencies span decades
+    lat = Log(min(lats) / 1.5, max(lats) * 1.1, col[1][0], col[1][1])  # latencies span decades
     thr = Linear(0, thr_hi, col[2][0], col[2][1])
     parts = [open_svg(W, H, "accelerator comparison", "fit"),
              f'<text class="pt" x="{L}" y="14">memory needed per rank (bar), capacity (tick)</text>'
              f'<text class="pt" x="{col[1][0]}" y="14">predicted latency, batch {fit["batch_per_rank"]} (log)</text>'
-             f'<text class="pt" x="{col[2][0]}" y="14">throughput at the largest batch</text>']
+             f'<text class="pt" x="{col[2][0]}" y="14">samples/s at the largest batch</text>']
     for i, r in enumerate(rows):
         y = top + i * (bar_h + gap)
         name = r["accelerator"] + (" ✓" if r["accelerator"] == fit["pick"] else "")
         parts.append(f'<text class="tl" x="{L - 6}" y="{num(y + 11)}" text-anchor="end">{esc(name)}</text>')
-        xn = mem(max(r["need_bytes"], mem_lo := 10 ** mem.l0))
+        mem_lo = 10 ** mem.l0
+        xn = mem(max(r["need_bytes"], mem_lo))
+        xc = mem(max(r["capacity_bytes"], mem_lo))
         parts.append(f'<rect class="bar{"" if r["fits"] else " over"}" x="{col[0][0]}" y="{num(y)}" '
                      f'width="{num(max(xn - col[0][0], 1))}" height="{bar_h}" data-tip="{esc(r["name"])}: needs '
                      f'{esc(binary(r["need_bytes"]))} of {esc(binary(r["capacity_bytes"]))}'
-                     f'{"" if r["fits"] else " (does not fit)"}"/>')
-        xc = mem(max(r["capacity_bytes"], mem_lo))
-        parts.append(f'<line class="cap" x1="{num(xc)}" x2="{num(xc)}" y1="{num(y - 2)}" y2="{num(y + bar_h + 2)}"/>')
+                     f'{"" if r["fits"] else " (does not fit)"}"/>'
+                     f'<line class="cap" x1="{num(xc)}" x2="{num(xc)}" y1="{num(y - 2)}" y2="{num(y + bar_h + 2)}"/>'
+                     f'<text class="tl" x="{num(max(xn, xc) + 5)}" y="{num(y + 11)}">{esc(binary(r["need_bytes"]))}'
+                     f' of {esc(binary(r["capacity_bytes"]))}</text>')
+        if not r["fits"]:
+            parts.append(f'<text class="tl nofit" x="{col[1][0]}" y="{num(y + 11)}">does not fit</text>')
+            continue
         if r["latency_s"] is not None:
             w = lat(r["latency_s"]) - col[1][0]
             parts.append(f'<rect class="bar" x="{col[1][0]}" y="{num(y)}" width="{num(max(w, 1))}" height="{bar_h}" '
@@ -269,8 +291,11 @@ def fit_plot(doc: dict[str, Any]) -> str:
             w = thr(r["throughput_samples_per_s"]) - col[2][0]
             parts.append(f'<rect class="bar alt" x="{col[2][0]}" y="{num(y)}" width="{num(max(w, 1))}" '
                          f'height="{bar_h}" data-tip="{esc(r["name"])}: {r["throughput_samples_per_s"]:,.1f} '
-                         f'samples/s at batch {r["throughput_batch"]}"/>')
-    parts.append(x_axis(mem, H - 24, binary, ""))
+                         f'samples/s at batch {r["throughput_batch"]}"/>'
+                         f'<text class="tl" x="{num(col[2][0] + w + 4)}" y="{num(y + 11)}">'
+                         f'{r["throughput_samples_per_s"]:,.3g}</text>')
+    lo_tick = 10 ** mem.l0
+    parts.append(x_axis(mem, H - 24, binary, "", ticks=log_byte_ticks(lo_tick, 10 ** mem.l1, 5)))
     parts.append("</svg>")
     return "".join(parts) + f'<p class="note">pick: {esc(fit["pick"] or "none")} — {esc(fit["why"])}</p>'
 
@@ -339,63 +364,6 @@ def notes(doc: dict[str, Any]) -> str:
             if n not in seen:
                 seen.append(n)
     return "<ul>" + "".join(f'<li class="note">{esc(n)}</li>' for n in seen) + "</ul>" if seen else ""
-
-
-def serving(doc: dict[str, Any]) -> str:
-    """A language model served (``footprint llm``): memory needed against the context, beside
-    each accelerator's capacity, and tokens per second against the batch, per accelerator."""
-    res = doc.get("llm") or {}
-    rows = [r for r in res.get("accelerators") or [] if r.get("memory_by_context")]
-    if not rows:
-        return ""
-    shown = sorted(rows, key=lambda r: -(r.get("max_batch_tokens_per_s") or 0))[:8]
-    W, H, L, R, T, B = 1000, 340, 100, 150, 30, 50
-    ctx = [c for c, _ in shown[0]["memory_by_context"]]
-    xs = Log(max(ctx[0], 1), max(ctx[-1], 2), L, W - R)
-    top = max(max(b for _, b in r["memory_by_context"]) for r in shown)
-    top = max(top, max(r["memory_bytes"] for r in shown)) * 1.05
-    ys = Linear(0, top, H - B, T)
-    parts = [open_svg(W, H, "memory against context", "llm-memory"), y_axis(ys, L, W - R, binary, "memory needed")]
-    for r in shown:
-        pts = r["memory_by_context"]
-        path = polyline_points([xs(c) for c, _ in pts], [ys(b) for _, b in pts])
-        parts.append(f'<path class="ceil" d="{path}" '
-                     f'data-tip="{esc(r["accelerator"])}: memory at batch {res.get("batch")}"/>')
-        yc = ys(r["memory_bytes"])
-        parts.append(f'<line class="cap" x1="{L}" x2="{W - R}" y1="{num(yc)}" y2="{num(yc)}" '
-                     f'data-tip="{esc(r["accelerator"])} capacity {esc(binary(r["memory_bytes"]))}"/>'
-                     f'<text class="tl" x="{W - R + 4}" y="{num(yc + 4)}">{esc(r["accelerator"])}</text>')
-    parts.append(x_axis(xs, H - B, lambda v: f"{int(v):,}", f"context (tokens) at batch {res.get('batch')}"))
-    parts.append("</svg>")
-    tps = [r for r in shown if r.get("tokens_by_batch")]
-    if tps:
-        bmax = max(b for r in tps for b, _ in r["tokens_by_batch"])
-        tmin = min(t for r in tps for _, t in r["tokens_by_batch"])
-        tmax = max(t for r in tps for _, t in r["tokens_by_batch"])
-        xb = Log(1, max(bmax, 2), L, W - R)
-        yt = Log(max(tmin * 0.8, 1e-3), tmax * 1.25, H - B, T)
-        parts += [open_svg(W, H, "tokens per second against batch", "llm-batch"),
-                  y_axis(yt, L, W - R, lambda v: f"{v:,.0f}", "tokens/s (all requests)")]
-        for r in tps:
-            pts = r["tokens_by_batch"]
-            path = polyline_points([xb(b) for b, _ in pts], [yt(t) for _, t in pts])
-            parts.append(f'<path class="ceil" d="{path}" '
-                         f'data-tip="{esc(r["accelerator"])}: up to batch {pts[-1][0]:,}, '
-                         f'{pts[-1][1]:,.0f} tokens/s"/>'
-                         f'<text class="tl" x="{num(xb(pts[-1][0]) + 4)}" y="{num(yt(pts[-1][1]) + 4)}">'
-                         f'{esc(r["accelerator"])}</text>')
-        parts.append(x_axis(xb, H - B, lambda v: f"{int(v):,}", "batch (concurrent requests)"))
-        parts.append("</svg>")
-    rows_html = "".join(
-        f"<tr><td>{esc(r['accelerator'])}</td><td>{esc(binary(r['total_bytes']))}</td><td>{r['max_batch']:,}</td>"
-        f"<td>{r['max_context']:,}</td><td>{esc(duration(r['ttft_s']))}</td><td>{esc(duration(r['tpot_s']))}</td>"
-        f"<td>{(r.get('tokens_per_s') or 0):,.1f}</td></tr>" for r in rows)
-    table = ("<table><thead><tr><th>accelerator</th><th>needs</th><th>max batch</th><th>max context</th>"
-             f"<th>TTFT</th><th>per token</th><th>tokens/s</th></tr></thead><tbody>{rows_html}</tbody></table>")
-    note = ('<p class="note">Memory: weights + runtime + the larger of (KV cache at the prompt + the prefill\'s '
-            "activations) and (KV cache at the full context), per rank; the eight accelerators with the highest "
-            "throughput at their largest batch are drawn.</p>")
-    return "".join(parts) + table + note
 
 
 SECTIONS: list[tuple[str, str, Section]] = [

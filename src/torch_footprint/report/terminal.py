@@ -19,7 +19,8 @@ from .watch import sampling_lines
 CONVENTIONS = (
     "1 MAC = 2 FLOPs. MACs count matrix ops only (matmul, convolution, attention): the figure thop, "
     "fvcore and torchvision's \"GFLOPS\" report. FLOPs = matrix FLOPs (2 x MACs, tensor-core work) + "
-    "vector FLOPs (elementwise, reductions, norms, softmax, bias adds; see README for the per-op convention)."
+    "vector FLOPs (elementwise, reductions, norms, softmax, bias adds; the per-operator convention: the docs' "
+    "page on FLOPs and MACs)."
 )
 
 

@@ -238,6 +238,11 @@ class CheckResult:
     def passed(self) -> bool:
         return all(o.passed for o in self.outcomes)
 
+    def __repr__(self) -> str:
+        failed = sum(1 for o in self.outcomes if not o.passed)
+        return (f"CheckResult(budget={self.budget!r}, passed={self.passed}, "
+                f"outcomes=<{len(self.outcomes)} caps, {failed} failed>)")
+
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "budget": self.budget, "results": [o.to_dict() for o in self.outcomes],
                 "notes": self.notes,

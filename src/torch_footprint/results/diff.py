@@ -55,6 +55,10 @@ class Diff:
     modules: list[Change]
     notes: list[str]
 
+    def __repr__(self) -> str:
+        return (f"Diff(before={self.before.get('model')!r}, after={self.after.get('model')!r}, "
+                f"metrics=<{len(self.metrics)} changes>, modules=<{len(self.modules)} changes>)")
+
     def to_dict(self) -> dict[str, Any]:
         return {"before": self.before, "after": self.after, "metrics": [c.to_dict() for c in self.metrics],
                 "modules": [c.to_dict() for c in self.modules], "notes": self.notes,

@@ -70,8 +70,8 @@ class Overview:
 
     def __repr__(self) -> str:
         sections = [k for k in ("prediction", "fit", "bench") if getattr(self, k) is not None]
-        return (f"Overview(model={self.profile.trace.model!r}, params={self.profile.params}, "
-                f"peak_bytes={self.memory.peak.peak_bytes}, sections={['profile', 'memory', *sections]})")
+        return (f"Overview(model={self.profile.trace.model!r}, profile.params={self.profile.params}, "
+                f"memory.total={self.memory.total}, <{', '.join(['profile', 'memory', *sections])}>)")
 
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from ..errors import FootprintError
+from ..quantities import parse_bytes, parse_seconds
 from .fields import Record, field_docs, field_types, gather, literal_choices, opt, signature_of, verb_records
 
 __all__ = ["RECORDS", "Calibration", "Measurement", "Memory", "Parallel", "Record", "Sections", "Serving", "Target",
@@ -173,7 +174,8 @@ class Target(Record):
     utilisation: float = opt(0.8, metavar="F")
     """usable fraction of memory"""
     latency: float | str | None = opt(metavar="TIME")
-    """latency target, e.g. 10ms: pick the lowest-power accelerator that meets it"""
+    """latency target with its unit, e.g. 10ms or 0.5s (a Python number: seconds): pick the lowest-power
+    accelerator that meets it"""
     tf32: Literal["on", "off"] | None = opt(metavar="on|off", aliases_of_values={"true": "on", "false": "off"},
                                             what="TF32 setting")
     """fp32 matmuls and convolutions as TF32 (default: PyTorch's, convolutions only)"""
@@ -186,6 +188,8 @@ class Target(Record):
     def check(self) -> None:
         if not 0 < self.utilisation <= 1:
             raise FootprintError(f"utilisation must be in (0, 1], got {self.utilisation}")
+        if self.latency is not None:
+            parse_seconds(self.latency)  # a unit given, read before any work
 
     @property
     def tf32_flag(self) -> bool | None:
@@ -211,11 +215,18 @@ class Memory(Record):
     """What ``memory`` adds to the traced peak: fixed overheads, and the batch scaling."""
 
     max_batch: int | str | None = opt(metavar="BUDGET")
-    """the largest batch whose provisioned memory fits this budget, e.g. 24GiB"""
+    """the largest batch whose provisioned memory fits this budget, with its unit: 24GiB or 24GB (a Python int:
+    bytes)"""
     scaling: bool = opt(False)
     """fit peak = a + b x batch from three traces"""
     overhead: tuple[str, ...] = opt((), metavar="NAME=SIZE")
     """set a fixed overhead, e.g. cuda_context=300MiB (0 removes it); repeatable"""
+
+    def check(self) -> None:  # sizes need their unit: read them before any work
+        if self.max_batch is not None:
+            parse_bytes(self.max_batch, "--max-batch budget")
+        for name, size in self.overheads.items():
+            parse_bytes(size, f"overhead {name}")
 
     @property
     def overheads(self) -> dict[str, str]:
@@ -274,7 +285,8 @@ class Measurement(Record):
     profile: bool = opt(False)
     """add torch.profiler's operator table"""
     max_memory: int | str | None = opt(metavar="SIZE")
-    """CPU budget for the batch search (default 80% of free RAM)"""
+    """CPU memory budget with its unit, e.g. 16GiB: batches predicted above it are not run (default 80% of free
+    RAM)"""
     min_reps: int = opt(30, metavar="N")
     """timed calls at least"""
     min_time: float = opt(2.0, metavar="SECONDS")
@@ -303,6 +315,8 @@ class Measurement(Record):
             raise FootprintError(f"--sample-interval cannot be negative, got {self.sample_interval}")
         if self.threads is not None and self.threads < 1:
             raise FootprintError(f"--threads must be at least 1, got {self.threads}")
+        if self.max_memory is not None:
+            parse_bytes(self.max_memory, "--max-memory budget")
 
 
 @dataclass(frozen=True)

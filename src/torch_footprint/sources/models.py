@@ -274,8 +274,8 @@ def _load_hf_config(ident: str, trust_remote_code: bool) -> tuple[Any, str]:
             with _quiet_hf():
                 config = transformers.AutoConfig.from_pretrained(ident, trust_remote_code=trust_remote_code)
             return config, f"config from {ident}/config.json"
-        except ValueError as e:
-            raise FootprintError(f"could not read the config in '{ident}': {e}") from e
+        except (ValueError, OSError) as e:  # OSError: a config.json that is not JSON
+            raise FootprintError(f"could not read '{ident}/config.json': {' '.join(str(e).split())}") from e
     bundled = _bundled_config(ident)
     if bundled is not None:
         data = json.loads(bundled.read_text())

@@ -98,6 +98,11 @@ class LlmResult:
     notes: list[str] = field(default_factory=list)
     measured: dict[str, Any] | None = None
 
+    def __repr__(self) -> str:  # the rows and layers would fill a screen: the headline figures
+        return (f"LlmResult(model={self.model!r}, params={self.params}, weights_bytes={self.weights_bytes}, "
+                f"kv_bytes_per_token={self.kv_bytes_per_token}, "
+                f"rows=<{len(self.rows)} accelerators, {sum(1 for r in self.rows if r.fits)} fit>)")
+
     def row(self, accelerator_id: str) -> LlmRow:
         return next(r for r in self.rows if r.accelerator.id == accelerator_id)
 
