@@ -418,21 +418,24 @@ def _ultralytics() -> Any:
 
 
 def ultralytics_names() -> list[str]:
-    """The model names the shipped YAML files stand for: ``yolo11.yaml`` is ``yolo11n.yaml`` to
-    ``yolo11x.yaml`` (``yolov5.yaml``: ``yolov5nu.yaml``, Ultralytics' anchor-free v5)."""
+    """The model names the shipped YAML files stand for: a file with scales, ``yolo11.yaml``,
+    is ``yolo11n.yaml`` to ``yolo11x.yaml`` (``yolo11n-seg.yaml`` for ``yolo11-seg.yaml``;
+    ``yolov5nu.yaml`` too, Ultralytics' name for its anchor-free v5)."""
     _ultralytics()
     import re
 
     root = Path(importlib.util.find_spec("ultralytics").origin).parent / "cfg" / "models"  # type: ignore[arg-type]
     names = set()
     for path in root.rglob("*.yaml"):
-        stem = path.stem
         names.add(path.name)
-        m = re.match(r"^(.*?\d+)(.*)$", stem)
-        if m and not re.match(r".*\d+[nslmxbtce]$", m.group(1)):
-            suffix = "u" if m.group(1) in ("yolov5", "yolov3") else ""
-            for scale in "nslmx":
-                names.add(f"{m.group(1)}{scale}{suffix}{m.group(2)}.yaml")
+        m = re.match(r"^(.*?\d+)(.*)$", path.stem)
+        if not m or "scales:" not in path.read_text(errors="replace"):
+            continue
+        head, rest = m.groups()
+        for scale in "nslmx":
+            names.add(f"{head}{scale}{rest}.yaml")
+            if head == "yolov5" and not rest:
+                names.add(f"{head}{scale}u.yaml")
     return sorted(names)
 
 
