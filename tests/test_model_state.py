@@ -168,8 +168,8 @@ def test_trace_model_leaves_generated_modules_as_found(blocks: list[frozenset[st
     try:
         trace_model(model, lambda device: ((torch.randn(4, 8, device=device),), {}), tensors=tensors,
                     backward=True)
-    except tfp.FootprintError:
-        assert tensors in ("meta", "fake") and any("value_branch" in b for b in blocks)
+    except tfp.FootprintError:  # a forced kind may not run it (values read; a real cached tensor on meta)
+        assert tensors in ("meta", "fake")
     assert same_rng(before, rng_state())
     assert state_differences(model, ref) == []
 

@@ -44,45 +44,50 @@ class ModelState:
     """Everything of a module tree that a run may change (see the module's docstring)."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.modules: list[tuple[nn.Module, type, dict[str, Any], list[tuple[Any, Any]]]] = []
+        self.modules: list[tuple[nn.Module, type, dict[str, Any]]] = []
+        self.filled: list[tuple[Any, Any]] = []  # containers with contents, and a copy of them
+        self.empty: list[Any] = []  # containers that were empty (most hook tables)
+        self.tensors: list[tuple[torch.Tensor, bool, torch.Tensor | None]] = []
+        seen: set[int] = set()
         for mod in model.modules():
             attrs = mod.__dict__
-            inner = [(v, _copy(v)) for v in attrs.values() if type(v) in _CONTAINERS]
-            self.modules.append((mod, type(mod), attrs.copy(), inner))
-        self.tensors = [(t, t.requires_grad, t.grad) for t in _tensors(model)]
+            for v in attrs.values():
+                if type(v) in _CONTAINERS:
+                    if v:
+                        self.filled.append((v, _copy(v)))
+                    else:
+                        self.empty.append(v)
+            self.modules.append((mod, type(mod), attrs.copy()))
+            for table in (mod._parameters, mod._buffers):
+                for t in table.values():
+                    if t is not None and id(t) not in seen:
+                        seen.add(id(t))
+                        self.tensors.append((t, t.requires_grad, t.grad))
         self.rng = _rng_state()
+        self.clean = True  # nothing ran since it was taken or restored
 
     def restore(self) -> None:
         """Put the model (and the random generators) back as they were when this was taken."""
-        for mod, cls, saved, inner in self.modules:
+        for mod, cls, saved in self.modules:
             if type(mod) is not cls:  # a lazy module that became its class-to-be
                 mod.__class__ = cls
             attrs = mod.__dict__
-            for name in [n for n in attrs if n not in saved]:
-                del attrs[name]
-            for name, value in saved.items():
-                if attrs.get(name, attrs) is not value:
-                    attrs[name] = value
-            for target, contents in inner:
-                _refill(target, contents)
+            if attrs.keys() != saved.keys():
+                for name in [n for n in attrs if n not in saved]:
+                    del attrs[name]
+            attrs.update(saved)
+        for target, contents in self.filled:
+            _refill(target, contents)
+        for target in self.empty:
+            if target:
+                target.clear()
         for t, requires_grad, grad in self.tensors:
             if t.grad is not grad:
                 t.grad = grad
             if t.requires_grad != requires_grad:
                 t.requires_grad_(requires_grad)
         _set_rng_state(self.rng)
-
-
-def _tensors(model: nn.Module) -> list[torch.Tensor]:
-    seen: set[int] = set()
-    out = []
-    for mod in model.modules():
-        for table in (mod._parameters, mod._buffers):
-            for t in table.values():
-                if t is not None and id(t) not in seen:
-                    seen.add(id(t))
-                    out.append(t)
-    return out
+        self.clean = True
 
 
 def _rng_state() -> dict[str, Any]:

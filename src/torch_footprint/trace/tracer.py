@@ -65,16 +65,17 @@ def trace_model(
     (:class:`.state.ModelState`: every module's attributes, tables and class, and the random
     generators), after each attempt and at the end.
     """
-    state = ModelState(model)
+    restore, dense = dense_encoders(model)
     try:
-        restore, dense = dense_encoders(model)
+        state = ModelState(model)  # each attempt puts it back (_run); nothing else runs the model
         try:
             trace = _traced(model, make_inputs, tensors, real_fallback_limit, name=name, backward=backward,
                             device=device, inputs_meta=inputs_meta or [], step=step, state=state)
         finally:
-            restore()
+            if not state.clean:
+                state.restore()
     finally:
-        state.restore()
+        restore()
     if dense:
         trace.notes.append(NESTED_NOTE)
     return trace
@@ -287,6 +288,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     kernels: Any = (CpuKernels(reroute=tensors == "meta", host_tensor=rec.host_tensor) if device == "cpu"
                     else contextlib.nullcontext())
 
+    if state is not None:
+        state.clean = False
     try:
         with mode, kernels:
             if tensors == "real":
