@@ -517,6 +517,18 @@ def build_ultralytics(name: str) -> Built:
     return Built(model, f"ultralytics:{name}", "ultralytics", [InputSpec((1, channels, size, size))], notes)
 
 
+def ultralytics_default_input(model: nn.Module) -> list[InputSpec]:
+    """For an Ultralytics model given as a module: one image at the size Ultralytics uses by
+    default (640, 224 for classification), with the YAML's input channels; none for others."""
+    if not type(model).__module__.startswith("ultralytics."):
+        return []
+    cfg = getattr(model, "yaml", None)
+    cfg = cfg if isinstance(cfg, dict) else {}
+    channels = int(cfg.get("channels", cfg.get("ch", 3)) or 3)
+    classify = type(model).__name__ == "ClassificationModel"
+    return [InputSpec((1, channels, 224 if classify else 640, 224 if classify else 640))]
+
+
 # --------------------------------------------------------------------------- factories
 
 def _load_file(path: str) -> Any:

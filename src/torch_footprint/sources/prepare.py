@@ -14,7 +14,7 @@ from torch import nn
 from ..dtypes import parse_dtype
 from ..errors import FootprintError
 from .inputs import InputsLike, InputSpec, cast_floating, materializer, normalize_inputs, spec_list, with_batch
-from .models import Built, hf_meta_context, resolve
+from .models import Built, hf_meta_context, resolve, ultralytics_default_input
 
 
 @dataclass
@@ -67,7 +67,7 @@ def prepare(model: nn.Module | str, inputs: InputsLike = None, *, dtype: str | t
         # a transformers model passed as a module needs what one built from its name gets:
         # its packed-sequence check answered (else the trace builds a mask a real run skips)
         hf = type(model).__module__.startswith("transformers.")
-        built = Built(model, type(model).__name__, "module",
+        built = Built(model, type(model).__name__, "module", ultralytics_default_input(model),
                       trace_context=hf_meta_context if hf else contextlib.nullcontext)
     else:
         raise FootprintError(f"expected a model name or an nn.Module, got {type(model).__name__}")
