@@ -58,8 +58,9 @@ def trace_model(
     device) and under autocast;
     after a failure on meta, fake tensors on ``device`` (the same error from both is the
     model's own); where the forward depends on tensor values, or fake tensors fail for a
-    reason of their own, real tensors with random values if the parameters fit
-    ``real_fallback_limit``. Each fallback is stated in ``Trace.notes``. ``tensors`` forces
+    reason of their own, real tensors if the parameters fit ``real_fallback_limit`` (the
+    model's own weights, or random ones for a meta model; the inputs ``make_inputs`` gives,
+    which are the caller's as given). Each fallback is stated in ``Trace.notes``. ``tensors`` forces
     one kind ("meta", "fake" or "real") instead of that order ("auto"). The model's own
     tensors are swapped only for the run, and the model is left exactly as it was found
     (:class:`.state.ModelState`: every module's attributes, tables and class, and the random
