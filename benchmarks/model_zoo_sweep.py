@@ -11,6 +11,10 @@ every torchvision model (classification, detection, segmentation, video, optical
 * profile it with ``torch_footprint.profile(model, inputs)``: success, unknown operators,
   parameters against ``sum(p.numel() for p in model.parameters())``, MACs against
   FlopCounterMode's FLOPs / 2;
+* the state check: after profile, ``memory`` and ``predict``, the model against a copy made
+  before profiling (tests/fixtures/model_state.py: every module's attributes, parameters, buffers and
+  hooks, the output on the same input and seed) and the random generators against their
+  state before profiling;
 * time each step.
 
 Each model runs in its own process (forked from a server that has imported torch and the
@@ -584,6 +588,14 @@ def run_model(lib: str, name: str, send: Callable[[Record], None]) -> Record:
 
     rec["stage"] = "footprint"
     send(rec)
+    try:
+        import copy
+
+        reference = copy.deepcopy(model)  # never profiled: the state check compares with it
+    except Exception as e:
+        reference = None
+        rec["state_error"] = f"the model cannot be copied: {error_text(e)}"
+    rng_before = (torch.random.default_generator.get_state(), __import__("random").getstate())
     t = time.perf_counter()
     try:
         import torch_footprint as tfp
@@ -598,8 +610,51 @@ def run_model(lib: str, name: str, send: Callable[[Record], None]) -> Record:
         rec.update(fp_ok=False, fp_error=error_text(e), fp_where=error_where(e),
                    fp_internal=not isinstance(e, FootprintError))
     rec["fp_s"] = round(time.perf_counter() - t, 3)
+    if rec.get("fp_ok") and reference is not None:
+        rec["stage"] = "state"
+        send(rec)
+        t = time.perf_counter()
+        rec.update(state_check(model, reference, inputs, rng_before))
+        rec["state_s"] = round(time.perf_counter() - t, 3)
     rec["stage"] = "done"
     return rec
+
+
+def state_check(model: Any, reference: Any, inputs: Inputs, rng_before: Any) -> Record:
+    """After profile, memory and predict: is the model as a copy that was never profiled
+    (every module's attributes, parameters, buffers and hooks; its output on the sweep's input
+    with the same seed) and are the random generators where they were before profile?
+    (tests/fixtures/model_state.py compares.)"""
+    import torch
+
+    import torch_footprint as tfp
+
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+    from model_state import outputs_differ, rng_state, state_differences
+
+    out: Record = {}
+    for verb in ("memory", "predict"):
+        try:
+            if verb == "memory":
+                tfp.memory(model, inputs[1])
+            else:
+                tfp.predict(model, "h100-sxm", inputs[1])
+        except Exception as e:  # a verb that fails must leave the model as it found it all the same
+            out.setdefault("state_verb_errors", []).append(f"{verb}: {error_text(e)[:200]}")
+    after = rng_state()
+    rng_same = bool(torch.equal(rng_before[0], after[0]) and rng_before[1] == after[1])
+    try:
+        diffs = state_differences(model, reference)
+    except Exception as e:
+        diffs = [f"the comparison failed: {error_text(e)}"]
+    try:
+        output = outputs_differ(model, reference, lambda m: _call(m, inputs))
+    except Exception as e:  # the never-profiled copy fails too: nothing to compare
+        output = None
+        out["state_output_skipped"] = error_text(e)[:200]
+    out.update(state_ok=not diffs and output is None and rng_same, state_diffs=diffs[:5],
+               state_output=output, state_rng=rng_same)
+    return out
 
 
 def _child(lib: str, name: str, conn: Connection, max_gb: float,
@@ -774,6 +829,8 @@ def _mark_stage_failed(rec: Record, why: str) -> Record:
         rec.update(fc_ok=False, fc_error=why)
     elif stage == "footprint":
         rec.update(fp_ok=False, fp_error=why, fp_internal=False)
+    elif stage == "state":
+        rec.update(state_ok=False, state_diffs=[why])
     rec["stage"] = "done"
     return rec
 
@@ -786,6 +843,8 @@ def line(rec: Record) -> str:
          f"fc {mark(rec.get('fc_ok'))} fp {mark(rec.get('fp_ok'))}")
     if rec.get("fp_ok"):
         s += f" params {'=' if rec['fp_params'] == rec.get('params_model') else '!='}"
+        if "state_ok" in rec:
+            s += f" state {'ok' if rec['state_ok'] else 'ERR'}"
         if rec.get("fp_unknown"):
             s += f" unknown {','.join(rec['fp_unknown'])}"
     err = rec.get("fp_error") or rec.get("forward_error") or rec.get("build_error") or rec.get("crash")
@@ -828,6 +887,9 @@ def summarise(records: list[Record]) -> dict[str, Any]:
             "params_exact_of_forward": sum(exact(r) for r in fwd),
             "macs_agree_flopcounter": sum(macs_agree(r) for r in fwd),
             "footprint_where_forward_fails": sum(bool(r.get("fp_ok")) for r in rs if not r.get("forward_ok")),
+            "state_checked": sum("state_ok" in r for r in fp),
+            "state_ok": sum(bool(r.get("state_ok")) for r in fp),
+            "state_not_checked": [r["name"] for r in fp if "state_ok" not in r],
             "timeouts": sum(bool(r.get("timeout")) for r in rs),
             "configs_of_forward": dict(Counter(str(r.get("config")) for r in fwd)),
             "seconds": {k: round(sum(r.get(k) or 0 for r in rs), 1)
@@ -849,6 +911,9 @@ def summarise(records: list[Record]) -> dict[str, Any]:
             for op in r.get("fp_unknown") or {}:
                 unknown[op].append(r["name"])
         row["unknown_ops"] = dict(sorted(unknown.items(), key=lambda kv: -len(kv[1])))
+        row["state_failures"] = {r["name"]: {"diffs": r.get("state_diffs"), "output": r.get("state_output"),
+                                             "rng_same": r.get("state_rng"), "verb_errors": r.get("state_verb_errors")}
+                                 for r in fp if "state_ok" in r and not r["state_ok"]}
         row["params_mismatch"] = {r["name"]: {"model": r.get("params_model"), "footprint": r.get("fp_params")}
                                   for r in rs if r.get("fp_ok") and not exact(r)}
         build_fail: Counter[str] = Counter(normalise(r.get("build_error") or r.get("crash") or "?")
@@ -876,7 +941,9 @@ def headline(summary: dict[str, Any]) -> list[str]:
         n = s["forward_runs"]
         lines.append(f"{lib}: footprint profiles {_pct(s['footprint_of_forward'], n)} of the models whose real forward "
                      f"runs; FlopCounterMode {_pct(s['flopcounter_of_forward'], n)}; no unknown op "
-                     f"{_pct(s['no_unknown_of_forward'], n)}; params exact {_pct(s['params_exact_of_forward'], n)}")
+                     f"{_pct(s['no_unknown_of_forward'], n)}; params exact {_pct(s['params_exact_of_forward'], n)}"
+                     + (f"; model left as found after profile, memory and predict {_pct(s['state_ok'], s['footprint'])}"
+                        if "state_ok" in s else ""))
     return lines
 
 
@@ -884,14 +951,15 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     cols = [("models", "models"), ("built", "built"), ("forward_runs", "real forward runs"),
             ("flopcounter", "FlopCounterMode"), ("footprint", "footprint"),
             ("footprint_no_unknown", "footprint, no unknown op"), ("footprint_params_exact", "footprint, params exact"),
-            ("macs_agree_flopcounter", "2×MACs = FlopCounterMode (1%)"), ("timeouts", "timeouts")]
+            ("macs_agree_flopcounter", "2×MACs = FlopCounterMode (1%)"), ("state_ok", "left as found"),
+            ("timeouts", "timeouts")]
     out = ["# Model zoo sweep: footprint against the real forward and FlopCounterMode", ""]
     out += [f"- {k}: {v}" for k, v in meta.items()]
     out += ["", "## Headline", ""] + [f"- {h}" for h in headline(summary)]
     out += ["", "## Counts", "", "| library | " + " | ".join(c[1] for c in cols) + " |",
             "|---|" + "---:|" * len(cols)]
     for lib, s in summary.items():
-        out.append(f"| {lib} | " + " | ".join(str(s[c[0]]) for c in cols) + " |")
+        out.append(f"| {lib} | " + " | ".join(str(s.get(c[0], "-")) for c in cols) + " |")
     out += ["", "Among the models whose real forward runs:", "", "| library | forward runs | FlopCounterMode | "
             "footprint | no unknown op | params exact |", "|---|---:|---:|---:|---:|---:|"]
     for lib, s in summary.items():
@@ -915,6 +983,15 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         out += ["", "### unknown operators (models hitting each)", ""]
         out += [f"- `{op}`: {len(ms)} ({', '.join(ms[:8])}{', …' if len(ms) > 8 else ''})"
                 for op, ms in s["unknown_ops"].items()] or ["none"]
+        out += ["", "### state check: the model after profile, memory and predict against a never-profiled copy", ""]
+        if "state_ok" in s:
+            out.append(f"{s['state_ok']} of the {s['state_checked']} models checked are left as found (attributes "
+                       "of every module, parameters, buffers, hooks, the output on the sweep's input, the random "
+                       "generators)" + (f"; not checked: {', '.join(s['state_not_checked'])}"
+                                         if s["state_not_checked"] else ""))
+            out += [f"- {m}: {v}" for m, v in s["state_failures"].items()]
+        else:
+            out.append("not run")
         out += ["", "### parameter mismatches (model vs footprint)", ""]
         out += [f"- {m}: {v['model']} vs {v['footprint']}" for m, v in s["params_mismatch"].items()] or ["none"]
         out += ["", "### FlopCounterMode failures where the real forward runs", ""]
@@ -962,10 +1039,10 @@ def write_whole(path: Path, text: str) -> None:
 
 def print_report(summary: dict[str, Any]) -> None:
     keys = ["models", "built", "forward_runs", "flopcounter", "footprint", "footprint_no_unknown",
-            "footprint_params_exact", "timeouts"]
+            "footprint_params_exact", "state_ok", "timeouts"]
     print("\n" + f"{'':14s}" + "".join(f"{k[:18]:>20s}" for k in keys))
     for lib, s in summary.items():
-        print(f"{lib:14s}" + "".join(f"{s[k]:>20d}" for k in keys))
+        print(f"{lib:14s}" + "".join(f"{s.get(k, -1):>20d}" for k in keys))
     print()
     for h in headline(summary):
         print(h)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# helpers shared by tests of several stages (tests/fixtures/model_state.py: a never-profiled copy)
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 
 
 @pytest.fixture(autouse=True)

@@ -68,3 +68,14 @@ def test_bench_command_errors(capsys: pytest.CaptureFixture[str]) -> None:
     if not torch.cuda.is_available():
         assert main(["bench", "resnet18", "--device", "cuda"]) == 2
         assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_bench_times_a_copy_of_the_callers_module() -> None:
+    # a training step changes the weights it steps; the caller's module keeps its own, its flags and its device
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    bench(model, "4,8", train=True, optimizer="sgd", device="cpu", min_reps=2, min_time=0.0)
+    assert not model.training
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]) and p.grad is None

@@ -13,7 +13,7 @@ from ..errors import FootprintError
 from ..settings import Parallel, Training, Workload
 from ..sources import Workload as Prepared
 from ..sources import prepare
-from ..trace import StepOptions, Trace, setups, trace_model
+from ..trace import ModelState, StepOptions, Trace, setups, trace_model
 from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp
 
 DEFAULT_PRECISION = "fp32"
@@ -74,16 +74,17 @@ def at_batch(w: Workload, batch: int | None) -> Workload:
 
 def _trace(work: Prepared, *, train: bool, backward: bool, **options: Any) -> Trace:
     """Trace ``work``'s model in train or eval mode, inside its source's trace context; the
-    model's mode is put back afterwards."""
+    model is put back as it was afterwards (``train()`` may do more than set flags: timm's
+    empties a cache, and every module's own flag comes back, not the root's)."""
     m = work.model
-    was_training = m.training
+    state = ModelState(m)
     m.train(train)
     try:
         with work.built.trace_context():
             return trace_model(m, work.make_inputs(), name=work.built.name, backward=backward,
                                inputs_meta=work.inputs_meta(), **options)
     finally:
-        m.train(was_training)
+        state.restore()
 
 
 def first_batch(trace: Trace, batch: int | None) -> int:

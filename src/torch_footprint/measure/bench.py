@@ -4,6 +4,7 @@ process (:mod:`.runner`) or on N ranks under torchrun (:mod:`.distributed`)."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -54,7 +55,10 @@ def bench(w: Workload, t: Training, target: Target, m: Measurement, progress: Pr
     amp = parse_dtype(w.precision.removesuffix("-mixed")) if mixed and w.precision else None
     with threads(m.threads), real_weights():
         work = prepare(w.model, w.inputs, dtype=dtype, weights=w.weights, trust_remote_code=w.trust_remote_code)
-    model = work.model.to(dev)
+    model = work.model
+    if model is w.model:  # the caller's module: time a copy (moved, put in train mode, stepped), not it
+        model = copy.deepcopy(model)
+    model = model.to(dev)
     acc = local_accelerator(dev)
     source = w if isinstance(w.model, str) else dataclasses.replace(w, model=model)
     side = Alongside(source, t, lambda b: work.at_batch(b).specs, acc)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,29 +19,78 @@ InputsLike = Any  # None | Tensor | InputSpec | str | sequence of those | mappin
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One input tensor: its shape, dtype and, for keyword inputs, its name."""
+    """One input tensor: its shape, dtype and, for keyword inputs, its name; ``value`` is the
+    caller's own tensor where one was given (its values are what a real run reads)."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype = torch.float32
     name: str | None = None
+    value: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
-    def make(self, device: str | torch.device) -> torch.Tensor:
-        """An example tensor: empty on meta; elsewhere a normal sample (floating point), ones
-        (an integer mask) or zeros (other integers), so a real run never indexes out of range
-        nor reads uninitialised memory."""
+    def make(self, device: str | torch.device, label: str | None = None, fill: int | None = None,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+        """An example tensor on ``device``. The caller's tensor, as given: on meta its shape,
+        dtype and strides; elsewhere a copy of its values (its rows repeated where the batch
+        was changed). Otherwise one made as a real call's would be (see :meth:`made`):
+        ``label`` names a positional input, ``fill`` is a length input's value."""
+        given = self.given
         if torch.device(device).type == "meta":
-            return torch.empty(self.shape, dtype=self.dtype, device=device)
-        if self.dtype.is_floating_point:
-            return torch.randn(self.shape, dtype=self.dtype, device=device)
-        if self.is_integer_mask:  # an attention or feature mask: every position present
+            stride = given.stride() if given is not None and tuple(given.shape) == self.shape else None
+            if stride is None:
+                return torch.empty(self.shape, dtype=self.dtype, device=device)
+            return torch.empty_strided(self.shape, stride, dtype=self.dtype, device=device)
+        if given is not None:
+            v = given.detach()
+            if tuple(v.shape) != self.shape:  # another batch: the caller's rows, repeated
+                v = v[torch.arange(self.shape[0], device=v.device) % max(v.shape[0], 1)]
+            out = v.to(device=device, dtype=self.dtype, copy=True)
+            if given.requires_grad and out.is_floating_point():
+                out.requires_grad_(True)
+            return out
+        kind = self.made(label, fill)[0]
+        if kind == "random":
+            if self.dtype in _RANDN_DTYPES:
+                return torch.randn(self.shape, dtype=self.dtype, generator=generator).to(device)
+            return torch.randn(self.shape, generator=generator).to(device=device, dtype=self.dtype)
+        if kind == "ones":
             return torch.ones(self.shape, dtype=self.dtype, device=device)
+        if kind == "fill":
+            return torch.full(self.shape, fill or 0, dtype=self.dtype, device=device)
         return torch.zeros(self.shape, dtype=self.dtype, device=device)
+
+    @property
+    def given(self) -> torch.Tensor | None:
+        """The caller's tensor, where it has values (not a meta tensor)."""
+        v = self.value
+        return v if v is not None and v.device.type != "meta" else None
+
+    def made(self, label: str | None = None, fill: int | None = None) -> tuple[str, str]:
+        """How a real run's tensor is made when the caller gave none, as a real call's would
+        be: ``(kind, description)``. Floating point: a normal sample. A mask keeps every
+        position: an integer mask (``attention_mask``) and a boolean one named as Hugging Face
+        and diffusers name theirs (``encoder_attention_mask``: True keeps) all ones; PyTorch's
+        boolean masks (``key_padding_mask``, ``attn_mask``, ``src_mask``: True masks out) all
+        False. A length (``lengths``, ``seq_lens``) at its maximum, ``fill``. Other integers
+        (token ids, indices): zeros, which never index out of range."""
+        name = self.name or label or ""
+        if self.dtype.is_floating_point or self.dtype.is_complex:
+            return "random", "a normal sample"
+        if self.dtype == torch.bool:
+            if name.endswith("mask") and not _masks_out(name):
+                return "ones", "all True (every position kept)"
+            if name.endswith("mask"):
+                return "zeros", "all False (nothing masked out)"
+            return "zeros", "all False"
+        if name.endswith("mask"):
+            return "ones", "all ones (every position kept)"
+        if fill is not None and is_length(name):
+            return "fill", f"{fill} (the full length)"
+        return "zeros", "zeros"
 
     @property
     def is_integer_mask(self) -> bool:
         """An integer keyword input named as a mask (``attention_mask``, ``input_features_mask``):
-        1 marks a present position. Boolean masks stay False (PyTorch's ``key_padding_mask``:
-        True marks padding)."""
+        1 marks a present position."""
         return bool(self.name) and self.name.endswith("mask") and self.dtype != torch.bool
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,6 +103,22 @@ class InputSpec:
         dims = "x".join(str(s) for s in self.shape)
         prefix = f"{self.name}=" if self.name else ""
         return f"{prefix}{dims}:{name_of(self.dtype)}"
+
+
+_RANDN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)
+# PyTorch's boolean masks, where True marks a position left out (nn.MultiheadAttention,
+# nn.Transformer): all False keeps every position
+_TORCH_MASKS = ("mask", "attn_mask", "src_mask", "tgt_mask", "memory_mask")
+_LENGTH = re.compile(r"(^|_)(lengths?|lens?)$")
+
+
+def _masks_out(name: str) -> bool:
+    return name in _TORCH_MASKS or name.endswith("padding_mask")
+
+
+def is_length(name: str) -> bool:
+    """An input named as sequence lengths (``lengths``, ``input_lengths``, ``seq_lens``)."""
+    return bool(_LENGTH.search(name))
 
 
 def parse_shape(text: str, default_dtype: torch.dtype = torch.float32, name: str | None = None) -> InputSpec:
@@ -98,18 +164,19 @@ def parse_input_ids(text: str) -> InputSpec:
 
 def _spec_of(x: Any, name: str | None = None) -> Any:
     if isinstance(x, InputSpec):
-        return InputSpec(x.shape, x.dtype, name or x.name)
+        return InputSpec(x.shape, x.dtype, name or x.name, x.value)
     if isinstance(x, str):
         return parse_shape(x, name=name)
-    if isinstance(x, torch.Tensor):
-        return InputSpec(tuple(x.shape), x.dtype, name)
+    if isinstance(x, torch.Tensor):  # the caller's tensor: its values are kept for a real run
+        return InputSpec(tuple(x.shape), x.dtype, name, x)
     if isinstance(x, (tuple, list)) and x and all(isinstance(v, int) for v in x):
         return InputSpec(tuple(x), torch.float32, name)
     return x  # a non-tensor argument, passed as it is
 
 
 def normalize_inputs(inputs: InputsLike) -> tuple[list[Any], dict[str, Any]]:
-    """Positional and keyword inputs, tensors replaced by :class:`InputSpec` (values are not used)."""
+    """Positional and keyword inputs, tensors replaced by :class:`InputSpec` (each holding the
+    caller's tensor, whose values a real run reads)."""
     if inputs is None:
         return [], {}
     if isinstance(inputs, Mapping):
@@ -132,7 +199,7 @@ def normalize_inputs(inputs: InputsLike) -> tuple[list[Any], dict[str, Any]]:
 def cast_floating(x: Any, dtype: torch.dtype | None) -> Any:
     """A floating input spec in ``dtype`` (anything else unchanged)."""
     if dtype is not None and isinstance(x, InputSpec) and x.dtype.is_floating_point:
-        return InputSpec(x.shape, dtype, x.name)
+        return InputSpec(x.shape, dtype, x.name, x.value)
     return x
 
 
@@ -145,27 +212,122 @@ def with_batch(pos: list[Any], kw: dict[str, Any], batch: int | None) -> tuple[l
 
     def rebatch(x: Any) -> Any:
         if isinstance(x, InputSpec) and x.shape:
-            return InputSpec((batch, *x.shape[1:]), x.dtype, x.name)
+            return InputSpec((batch, *x.shape[1:]), x.dtype, x.name, x.value)
         return x
 
     return [rebatch(x) for x in pos], {k: rebatch(v) for k, v in kw.items()}
 
 
-def materializer(pos: list[Any], kw: dict[str, Any],
-                 images_as_list: bool = False) -> Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]]:
+class Materializer:
     """``make(device) -> (args, kwargs)``: the example inputs built on ``device``
-    (``images_as_list``: the first input as a list of images, as detection models take it)."""
+    (``images_as_list``: the first input as a list of images, as detection models take it).
 
-    def make(device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        args = tuple(x.make(device) if isinstance(x, InputSpec) else x for x in pos)
-        if images_as_list and args and isinstance(args[0], torch.Tensor):
+    The caller's tensors are used as given (see :meth:`InputSpec.make`), also inside lists,
+    tuples and dicts; on a real device each is a copy, so a model that writes into its
+    input leaves the caller's tensor alone. ``names`` are the forward's names of the
+    positional inputs (the rules for made tensors go by name). :meth:`describe` says which
+    tensors of a real run are the caller's and what was made for the others."""
+
+    def __init__(self, pos: list[Any], kw: dict[str, Any], images_as_list: bool = False,
+                 names: list[str] | None = None) -> None:
+        self.pos = pos
+        self.kw = kw
+        self.images_as_list = images_as_list
+        self.names = names or []
+        self.labels = {id(x): (self.names[i] if i < len(self.names) else f"input {i}")
+                       for i, x in enumerate(pos)} | {id(v): k for k, v in kw.items()}
+        self.fill = _full_length(pos, kw, self.labels)
+
+    def __call__(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        gen = torch.Generator().manual_seed(0)  # made values are the same on every call
+        args = tuple(self._make(x, device, gen) for x in self.pos)
+        if self.images_as_list and args and isinstance(args[0], torch.Tensor):
             first = args[0]
             images = list(first.unbind(0)) if first.dim() == 4 else [first]
             args = (images, *args[1:])
-        kwargs = {k: (v.make(device) if isinstance(v, InputSpec) else v) for k, v in kw.items()}
+        kwargs = {k: self._make(v, device, gen) for k, v in self.kw.items()}
         return args, kwargs
 
-    return make
+    def _make(self, x: Any, device: str, gen: torch.Generator) -> Any:
+        if isinstance(x, InputSpec):
+            return x.make(device, self.labels.get(id(x)), self.fill.get(id(x)), gen)
+        return _copy_tensors(x, device)
+
+    def describe(self) -> str:
+        """Where a real run's inputs come from: the caller's values, or what was made."""
+        given: list[str] = []
+        made: list[str] = []
+        for x in [*self.pos, *self.kw.values()]:
+            label = self.labels.get(id(x), "input")
+            if isinstance(x, InputSpec):
+                if x.given is not None:
+                    given.append(label)
+                else:
+                    made.append(f"{label} {x.made(label, self.fill.get(id(x)))[1]}")
+            elif _has_tensor(x):
+                given.append(label)
+        parts = []
+        if given:
+            parts.append("the caller's values for " + ", ".join(given))
+        if made:
+            parts.append("made: " + "; ".join(made))
+        return ", ".join(parts) if parts else "none"
+
+
+def materializer(pos: list[Any], kw: dict[str, Any], images_as_list: bool = False,
+                 names: list[str] | None = None) -> Materializer:
+    """``make(device) -> (args, kwargs)``: see :class:`Materializer`."""
+    return Materializer(pos, kw, images_as_list, names)
+
+
+def _full_length(pos: list[Any], kw: dict[str, Any], labels: dict[int, str]) -> dict[int, int]:
+    """The value of each made length input (``lengths`` of shape (B,)): the sequence length
+    of another input of that batch, dimension 1 of a batch-first one (or 0 of a
+    sequence-first one)."""
+    specs = [x for x in [*pos, *kw.values()] if isinstance(x, InputSpec)]
+    out: dict[int, int] = {}
+    for x in specs:
+        if x.given is not None or x.dtype.is_floating_point or x.dtype == torch.bool or len(x.shape) != 1:
+            continue
+        if not is_length(x.name or labels.get(id(x), "")):
+            continue
+        for other in specs:
+            if other is x or len(other.shape) < 2:
+                continue
+            if other.shape[0] == x.shape[0]:
+                out[id(x)] = other.shape[1]
+                break
+            if other.shape[1] == x.shape[0]:
+                out[id(x)] = other.shape[0]
+                break
+    return out
+
+
+def _copy_tensors(x: Any, device: str) -> Any:
+    """Tensors inside plain lists, tuples and dicts: on meta, meta tensors of their shape,
+    dtype and strides; elsewhere copies of the caller's tensors."""
+    if isinstance(x, torch.Tensor):
+        if torch.device(device).type == "meta":
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device)
+        if x.device.type == "meta":  # no values to copy: zeros of its kind
+            return torch.zeros(x.shape, dtype=x.dtype, device=device)
+        out = x.detach().to(device, copy=True)
+        return out.requires_grad_(True) if x.requires_grad and out.is_floating_point() else out
+    if type(x) in (list, tuple):
+        return type(x)(_copy_tensors(v, device) for v in x)
+    if type(x) is dict:
+        return {k: _copy_tensors(v, device) for k, v in x.items()}
+    return x
+
+
+def _has_tensor(x: Any) -> bool:
+    if isinstance(x, torch.Tensor):
+        return x.device.type != "meta"
+    if type(x) in (list, tuple):
+        return any(_has_tensor(v) for v in x)
+    if type(x) is dict:
+        return any(_has_tensor(v) for v in x.values())
+    return False
 
 
 def spec_list(pos: list[Any], kw: dict[str, Any]) -> list[InputSpec]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +14,7 @@ from torch import nn
 from ..dtypes import parse_dtype
 from ..errors import FootprintError
 from .inputs import InputsLike, InputSpec, cast_floating, materializer, normalize_inputs, spec_list, with_batch
-from .models import Built, hf_meta_context, resolve
+from .models import Built, hf_meta_context, resolve, ultralytics_default_input
 
 
 @dataclass
@@ -37,7 +39,7 @@ class Workload:
     def make_inputs(self, batch: int | None = None) -> Any:
         """``make(device) -> (args, kwargs)``, at ``batch`` when given."""
         pos, kw = with_batch(self.pos, self.kw, batch)
-        return materializer(pos, kw, self.built.images_as_list)
+        return materializer(pos, kw, self.built.images_as_list, positional_names(self.model))
 
     def at_batch(self, batch: int | None) -> Workload:
         """The same model with every input's first dimension set to ``batch``."""
@@ -65,7 +67,7 @@ def prepare(model: nn.Module | str, inputs: InputsLike = None, *, dtype: str | t
         # a transformers model passed as a module needs what one built from its name gets:
         # its packed-sequence check answered (else the trace builds a mask a real run skips)
         hf = type(model).__module__.startswith("transformers.")
-        built = Built(model, type(model).__name__, "module",
+        built = Built(model, type(model).__name__, "module", ultralytics_default_input(model),
                       trace_context=hf_meta_context if hf else contextlib.nullcontext)
     else:
         raise FootprintError(f"expected a model name or an nn.Module, got {type(model).__name__}")
@@ -93,6 +95,32 @@ def prepare(model: nn.Module | str, inputs: InputsLike = None, *, dtype: str | t
     if dt is not None:
         if not dt.is_floating_point:
             raise FootprintError(f"--dtype must be a floating-point type, got {dtype}")
-        built.model = built.model.to(dt)
+        # a module the caller gave is left as it is: a copy is cast
+        built.model = cast_copy(built.model, dt) if built.source == "module" else built.model.to(dt)
         work = work.cast(dt)
     return work
+
+
+def positional_names(model: nn.Module) -> list[str]:
+    """The names of the model's positional forward arguments (``input``, ``lengths``)."""
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def cast_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A copy of ``model`` with its floating-point parameters and buffers in ``dtype`` (as
+    ``model.to(dtype)`` would make them), sharing nothing with it."""
+    memo: dict[int, Any] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        if id(t) in memo:
+            continue
+        data = t.detach().to(dtype=dtype if t.is_floating_point() else t.dtype, copy=True)
+        memo[id(t)] = nn.Parameter(data, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else data
+    try:
+        return copy.deepcopy(model, memo)
+    except Exception as e:
+        raise FootprintError(f"could not copy the module to cast it to {dtype} ({type(e).__name__}: {e}): cast it "
+                             f"yourself (model.to({dtype})) and give no dtype") from e

@@ -34,15 +34,13 @@ def swap_tensors(model: nn.Module, make: Callable[[torch.Tensor], torch.Tensor])
             saved.append((mod._buffers, name, b))
             mod._buffers[name] = memo[id(b)]
 
-    # tensors a module keeps as plain attributes (caches such as torchvision's anchors) may be
-    # replaced during the run by tensors of the run's kind: put those back too
+    # a module may keep a parameter of another as a plain attribute (a tied weight): it
+    # follows the swap (the trace's ModelState puts every attribute back afterwards)
     for mod in model.modules():
         for name, value in list(vars(mod).items()):
-            if name.startswith("_"):
-                continue
-            if isinstance(value, torch.Tensor) or (
-                    isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value)):
+            if isinstance(value, torch.Tensor) and id(value) in memo and not name.startswith("_"):
                 saved.append((vars(mod), name, value))
+                vars(mod)[name] = memo[id(value)]
 
     def restore() -> None:
         for table, name, original in saved:
@@ -65,15 +63,21 @@ def param_infos(model: nn.Module) -> tuple[list[TensorInfo], list[TensorInfo]]:
     return params, buffers
 
 
-def materialize(model: nn.Module, device: str) -> Callable[[], None]:
-    """Give the model real storage (for the real fallback): parameters get small random
-    values; buffers keep their own values where they have any (buffers are state that a
-    forward may read: a convolution's stride kept as an int64 buffer, say), else zeros."""
+def materialize(model: nn.Module, device: str) -> tuple[Callable[[], None], bool]:
+    """Give the model real storage (for the real fallback): copies of its own values where it
+    has any (a model on a real device), else small random values for the parameters and
+    zeros for the buffers (a batch norm's running variance ones); tensors kept as plain
+    attributes are copied too (zeros for meta ones), so a forward that writes into them
+    leaves the model's alone.
+    Returns the function that puts the originals back, and whether every parameter kept
+    its own values."""
     gen = torch.Generator().manual_seed(0)
-    buffers = {id(b) for b in model.buffers()}
+    own = all(p.device.type != "meta" for p in model.parameters())
+    fresh_var = {id(m) for m in model.modules() if isinstance(m, nn.modules.batchnorm._NormBase)
+                 and m.running_var is not None and m.running_var.device.type == "meta"}
 
     def make(t: torch.Tensor) -> torch.Tensor:
-        if id(t) in buffers and t.device.type != "meta":
+        if t.device.type != "meta":
             return t.detach().to(device, copy=True)
         out = torch.empty(t.shape, dtype=t.dtype, device=device)
         if out.is_floating_point():
@@ -83,7 +87,24 @@ def materialize(model: nn.Module, device: str) -> Callable[[], None]:
         return out
 
     restore = swap_tensors(model, make)
+    copies: dict[int, torch.Tensor] = {}
+
+    def copied(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter):
+            if id(v) not in copies:  # a meta tensor (a table a constructor made on meta): zeros
+                copies[id(v)] = (torch.zeros(v.shape, dtype=v.dtype, device=device) if v.device.type == "meta"
+                                 else v.detach().to(device, copy=True))
+            return copies[id(v)]
+        return v
+
     for mod in model.modules():
-        if isinstance(mod, nn.modules.batchnorm._NormBase) and mod.running_var is not None:
+        if id(mod) in fresh_var:
             mod.running_var.fill_(1.0)
-    return restore
+        for name, value in list(vars(mod).items()):
+            if name.startswith("_"):
+                continue
+            if isinstance(value, torch.Tensor):
+                vars(mod)[name] = copied(value)
+            elif type(value) in (list, tuple) and any(isinstance(v, torch.Tensor) for v in value):
+                vars(mod)[name] = type(value)(copied(v) for v in value)
+    return restore, own

@@ -27,6 +27,7 @@ from .kernels import NESTED_NOTE, CpuKernels, dense_encoders
 from .modules import ModuleStack, module_infos
 from .recorder import Recorder
 from .records import TensorInfo, Trace
+from .state import ModelState
 from .step import StepHooks, StepOptions, run_step, tensors_in
 from .swap import materialize, param_infos, swap_tensors
 
@@ -57,15 +58,23 @@ def trace_model(
     device) and under autocast;
     after a failure on meta, fake tensors on ``device`` (the same error from both is the
     model's own); where the forward depends on tensor values, or fake tensors fail for a
-    reason of their own, real tensors with random values if the parameters fit
-    ``real_fallback_limit``. Each fallback is stated in ``Trace.notes``. ``tensors`` forces
+    reason of their own, real tensors if the parameters fit ``real_fallback_limit`` (the
+    model's own weights, or random ones for a meta model; the inputs ``make_inputs`` gives,
+    which are the caller's as given). Each fallback is stated in ``Trace.notes``. ``tensors`` forces
     one kind ("meta", "fake" or "real") instead of that order ("auto"). The model's own
-    tensors are swapped only for the run and put back afterwards.
+    tensors are swapped only for the run, and the model is left exactly as it was found
+    (:class:`.state.ModelState`: every module's attributes, tables and class, and the random
+    generators), after each attempt and at the end.
     """
     restore, dense = dense_encoders(model)
     try:
-        trace = _traced(model, make_inputs, tensors, real_fallback_limit, name=name, backward=backward,
-                        device=device, inputs_meta=inputs_meta or [], step=step)
+        state = ModelState(model)  # each attempt puts it back (_run); nothing else runs the model
+        try:
+            trace = _traced(model, make_inputs, tensors, real_fallback_limit, name=name, backward=backward,
+                            device=device, inputs_meta=inputs_meta or [], step=step, state=state)
+        finally:
+            if not state.clean:
+                state.restore()
     finally:
         restore()
     if dense:
@@ -146,9 +155,19 @@ def _traced(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...]
         raise err.user_error() from err.original
     why = ("the forward depends on tensor values, which fake tensors cannot answer"
            if _is_data_dependent(second.original) else "fake tensors failed")
-    trace.notes = [f"ran on real {device} tensors with random values: {why} "
-                   f"({type(second.original).__name__} in '{second.where}')"]
+    trace.notes = [f"ran on real {device} tensors: {why} ({type(second.original).__name__} in '{second.where}'); "
+                   + "; ".join(trace.notes)]
     return trace
+
+
+def real_inputs_note(make_inputs: Callable[..., Any], own_weights: bool) -> str:
+    """What a run on real tensors read: the model's weights or random ones, and the inputs
+    (the caller's values, or what was made, where ``make_inputs`` can say)."""
+    describe = getattr(make_inputs, "describe", None)
+    inputs = describe() if callable(describe) else "made from their shapes and dtypes"
+    weights = ("the model's own weights" if own_weights
+               else "random weights (normal, std 0.02; buffers and other tensors of the model zeros)")
+    return f"{weights}; inputs: {inputs}"
 
 
 class _ModelRaised(Exception):
@@ -254,7 +273,8 @@ class _TraceHooks(StepHooks):
 
 def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]], *, name: str,
          backward: bool, device: str, tensors: str, params: list[TensorInfo], buffers: list[TensorInfo],
-         inputs_meta: list[dict[str, Any]], step: StepOptions | None = None) -> Trace:
+         inputs_meta: list[dict[str, Any]], step: StepOptions | None = None,
+         state: ModelState | None = None) -> Trace:
     step = step or StepOptions()
     stack = ModuleStack(model)
     stack.track_backward = backward
@@ -262,16 +282,19 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     hooks = _TraceHooks(rec, model)
     types = stack.types
     restore: Callable[[], None] = lambda: None  # noqa: E731
+    own_weights = False
     pre: list[list[Any]] = []
     run_device = "meta" if tensors == "meta" else device
     mode: Any = _fake_mode() if tensors == "fake" else contextlib.nullcontext()
     kernels: Any = (CpuKernels(reroute=tensors == "meta", host_tensor=rec.host_tensor) if device == "cpu"
                     else contextlib.nullcontext())
 
+    if state is not None:
+        state.clean = False
     try:
         with mode, kernels:
             if tensors == "real":
-                restore = materialize(model, device)
+                restore, own_weights = materialize(model, device)
             else:
                 restore = swap_tensors(model, lambda t: torch.empty_strided(
                     t.shape, t.stride(), dtype=t.dtype, device=run_device))
@@ -320,6 +343,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
         rec.detach_finalizers()
         modules = module_infos(params, stack)
         restore()
+        if state is not None:  # the next attempt, and the caller, find the model as it was
+            state.restore()
     settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training,
                 "optimizer": getattr(step.optimizer, "label", None) if step.optimizer is not None else None,
                 "autocast": name_of(step.autocast) if step.autocast is not None else None,
@@ -327,5 +352,6 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     tags = hooks.tags
     if rec.param_casts:
         tags["parameter casts"] = rec.param_casts
+    notes = [real_inputs_note(make_inputs, own_weights)] if tensors == "real" else []
     return Trace(model=name, inputs=inputs_meta, events=rec.events, frees=rec.frees, modules=modules,
-                 params=params, buffers=buffers, preexisting=pre, settings=settings, tags=tags)
+                 params=params, buffers=buffers, preexisting=pre, settings=settings, tags=tags, notes=notes)

@@ -1,0 +1,182 @@
+"""CPU latency after `footprint calibrate`, against the code a user would write.
+
+A calibration first (as `footprint calibrate` makes it, kept in a scratch home so the user's
+is left alone), then for each model and batch size the prediction of `tfp.predict(model,
+"cpu")` next to a plain timing loop: the model built as its library builds it (torchvision's
+``get_model``, timm's ``create_model``; random weights), ``eval()``, ``torch.inference_mode()``,
+a few warm-up calls, then ``time.perf_counter()`` around each call until at least
+``--seconds`` have passed; the median. The error is predicted / measured - 1.
+
+Language models: a Qwen2-shaped 0.5B config (benchmarks/configs/Qwen--Qwen2.5-0.5B, random
+weights) in fp32 and bf16, timed with transformers' ``generate`` (greedy): the time to first
+token is ``generate(max_new_tokens=1)``, the time per output token is
+``(generate(65 tokens) - generate(1 token)) / 64``; predicted by `tfp.llm(..., gpu="cpu")`.
+
+No constant of the CPU model is fitted: every rate comes from the calibration. The models
+looked at while the CPU mechanisms were written (``--seen``: resnet18, resnet50,
+mobilenet_v2, vit_b_16, shufflenet_v2_x1_0, timm's convnext_tiny) are reported apart from
+the others. Each model is measured and predicted in turn, in one process; the calibration is
+taken again at the end to show how far the machine drifted.
+
+    python benchmarks/validate_cpu.py [--batches 1,4] [--models NAME,...] [--no-llm] [--json PATH]
+
+Targets: median |error| <= 12% and signed median within +-5% over the models not seen, batch
+1 included; language-model prefill and decode in fp32 and bf16 within 15%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+os.environ["TORCH_FOOTPRINT_HOME"] = tempfile.mkdtemp(prefix="footprint-validate-cpu-")
+
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+import torch_footprint as tfp  # noqa: E402
+
+SEEN = ["resnet18", "resnet50", "mobilenet_v2", "vit_b_16", "shufflenet_v2_x1_0", "timm:convnext_tiny"]
+UNSEEN = ["efficientnet_b0", "densenet121", "regnet_y_400mf", "mnasnet1_0", "squeezenet1_1", "googlenet",
+          "mobilenet_v3_large", "resnext50_32x4d", "convnext_tiny", "swin_t", "regnet_x_1_6gf", "efficientnet_b2",
+          "timm:efficientnet_b0", "timm:resnet26d", "timm:deit_small_patch16_224", "timm:mobilevitv2_050",
+          "timm:regnetx_002", "timm:ghostnet_100", "timm:levit_128", "timm:convnext_nano", "timm:edgenext_small",
+          "timm:mixer_b16_224", "timm:tf_mobilenetv3_large_100", "timm:dla34"]
+QWEN = str(ROOT / "benchmarks" / "configs" / "Qwen--Qwen2.5-0.5B")
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def build(name: str) -> torch.nn.Module:
+    """The model as its library builds it, random weights."""
+    if name.startswith("timm:"):
+        import timm
+
+        return timm.create_model(name.removeprefix("timm:"), pretrained=False)
+    import torchvision
+
+    return torchvision.models.get_model(name, weights=None)
+
+
+def timed(fn: Any, seconds: float, warmup: int = 3, least: int = 5) -> float:
+    """Median seconds per call of ``fn`` after ``warmup`` calls, over at least ``least`` calls and ``seconds``."""
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < least or time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def image_rows(models: list[str], batches: list[int], seconds: float) -> list[dict[str, Any]]:
+    rows = []
+    for name in models:
+        model = build(name).eval()
+        size = getattr(model, "default_cfg", {}).get("input_size", (3, 224, 224))
+        for b in batches:
+            x = torch.randn(b, *size)
+            with torch.inference_mode():
+                measured = timed(lambda model=model, x=x: model(x), seconds)
+            pred = tfp.predict(name, "cpu", f"{b},{','.join(map(str, size))}")
+            err = pred.time_s / measured - 1
+            rows.append({"model": name, "batch": b, "seen": name in SEEN, "predicted_s": pred.time_s,
+                         "measured_s": measured, "error": err, "bound": pred.bound,
+                         "time_by_bound_s": pred.time_by_bound()})
+            print(f"{name:32s} {b:5d} {pred.time_s * 1e3:9.1f} ms {measured * 1e3:9.1f} ms {err:+7.1%}  "
+                  f"{pred.bound}{'  (seen)' if name in SEEN else ''}", flush=True)
+        del model
+    return rows
+
+
+def llm_rows(seconds: float, prompt: int = 128, new: int = 64) -> list[dict[str, Any]]:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    rows = []
+    for dtype, torch_dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        config = AutoConfig.from_pretrained(QWEN)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype).eval()
+        ids = torch.randint(0, config.vocab_size, (1, prompt))
+
+        def gen(n: int, model: Any = model, ids: torch.Tensor = ids) -> None:
+            model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+
+        with torch.inference_mode():
+            first = timed(lambda: gen(1), seconds, warmup=1, least=5)
+            whole = timed(lambda: gen(new + 1), seconds, warmup=1, least=3)
+        tpot = (whole - first) / new
+        res = tfp.llm(QWEN, prompt=prompt, output=new, quant=dtype, gpu=("cpu",))
+        row = res.rows[0]
+        for what, pred, meas in (("TTFT", row.ttft_s, first), ("TPOT", row.tpot_s, tpot)):
+            err = pred / meas - 1
+            rows.append({"model": "Qwen2.5-0.5B", "dtype": dtype, "what": what, "predicted_s": pred,
+                         "measured_s": meas, "error": err})
+            print(f"Qwen2.5-0.5B {dtype} {what} (prompt {prompt}, {new} new) {pred * 1e3:9.1f} ms "
+                  f"{meas * 1e3:9.1f} ms {err:+7.1%}", flush=True)
+        del model
+    return rows
+
+
+def summary(rows: list[dict[str, Any]], label: str) -> dict[str, Any]:
+    if not rows:
+        return {}
+    errs = [r["error"] for r in rows]
+    s = {"cases": len(rows), "median_abs_error": statistics.median(abs(e) for e in errs),
+         "signed_median": statistics.median(errs), "worst": max(errs, key=abs)}
+    print(f"{label:44s} {s['cases']:3d} cases: median |error| {s['median_abs_error']:6.1%}, signed median "
+          f"{s['signed_median']:+6.1%}, worst {s['worst']:+6.1%}")
+    return s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", help="comma-separated (default: the seen and unseen lists)")
+    ap.add_argument("--batches", default="1,4")
+    ap.add_argument("--seconds", type=float, default=1.5, help="least time measured per case")
+    ap.add_argument("--no-llm", action="store_true")
+    ap.add_argument("--json", help="write every row and the calibrations here")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    cal = tfp.calibrate("cpu", force=True).measured
+    print(f"{cal['name']}, {cal['threads']} threads, torch {torch.__version__}: matmul fp32 "
+          f"{cal['matmul_tflops']['fp32'] * 1e3:.0f} GFLOP/s, bf16 {cal['matmul_tflops'].get('bf16', 0) * 1e3:.0f}, "
+          f"copy {cal['copy_gbs']:.1f} GB/s, per operator {cal['op_overhead_us']:.1f} us; "
+          f"problems: {cal.get('problems') or 'none'}", flush=True)
+    models = args.models.split(",") if args.models else SEEN + UNSEEN
+    batches = [int(b) for b in args.batches.split(",")]
+    print(f"{'model':32s} {'batch':>5s} {'predicted':>12s} {'measured':>12s} {'error':>7s}  bound")
+    rows = image_rows(models, batches, args.seconds)
+    llm = [] if args.no_llm else llm_rows(args.seconds)
+    end = tfp.calibrate("cpu", force=True, save=False).measured
+    print()
+    unseen = [r for r in rows if not r["seen"]]
+    out = {"unseen": summary(unseen, "image models not seen"),
+           "unseen_batch1": summary([r for r in unseen if r["batch"] == 1], "  of which batch 1"),
+           "unseen_timm": summary([r for r in unseen if r["model"].startswith("timm:")], "  of which timm"),
+           "seen": summary([r for r in rows if r["seen"]], "image models seen while writing the model"),
+           "llm": summary(llm, "language model, fp32 and bf16, TTFT and TPOT")}
+    drift = end["matmul_tflops"]["fp32"] / cal["matmul_tflops"]["fp32"] - 1
+    print(f"machine drift: matmul fp32 {cal['matmul_tflops']['fp32'] * 1e3:.0f} -> "
+          f"{end['matmul_tflops']['fp32'] * 1e3:.0f} GFLOP/s ({drift:+.1%}), copy {cal['copy_gbs']:.1f} -> "
+          f"{end['copy_gbs']:.1f} GB/s; {time.perf_counter() - t0:.0f} s in all")
+    print("targets: not seen, median |error| <= 12%, signed median within +-5%; language model within 15%")
+    if args.json:
+        from torch_footprint.files import write_json
+
+        write_json(Path(args.json), {"calibration_start": cal, "calibration_end": end, "rows": rows, "llm": llm,
+                                     "summary": out, "torch": torch.__version__})
+
+
+if __name__ == "__main__":
+    main()
