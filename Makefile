@@ -37,6 +37,11 @@ bench: $(VENV)/.installed-all,dev,bench
 	$(PY) benchmarks/report_sizes.py
 	$(PY) benchmarks/memory_cpu.py
 	$(PY) benchmarks/roofline_cpu.py
+	$(PY) benchmarks/validate_cpu.py --json benchmarks/results/validate-cpu.json
+	$(PY) benchmarks/fit_kernels.py
+	$(PY) benchmarks/validate_models.py --leave-one-gpu-out
+	$(PY) benchmarks/kernel_model_diff.py
+	$(PY) benchmarks/pricing_speed_ab.py
 	$(PY) benchmarks/timer_agreement.py
 	$(PY) benchmarks/distributed_cpu.py
 	$(PY) benchmarks/watch_overhead.py

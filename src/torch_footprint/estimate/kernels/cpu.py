@@ -19,6 +19,7 @@ operators' families, and every figure comes from the machine the prediction is f
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,15 +40,19 @@ _KIND_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 BASELINE = ("matmul", "elementwise")  # the generic figure's calls: a tiny linear and a tiny ReLU
 
 
-def op_kind(op: str, problem: Sequence[Any] = ()) -> str:
-    """The kind of an aten operator for its fixed cost: a key of :func:`tiny_kinds`."""
+@functools.lru_cache(maxsize=4096)
+def _kind_of_name(op: str) -> str:
     name = op.lower()
     for kind, words in _KIND_WORDS:
         if any(w in name for w in words):
-            if kind == "convolution" and is_depthwise(problem):
-                return "depthwise"
             return kind
     return "elementwise"
+
+
+def op_kind(op: str, problem: Sequence[Any] = ()) -> str:
+    """The kind of an aten operator for its fixed cost: a key of :func:`tiny_kinds`."""
+    kind = _kind_of_name(op)
+    return "depthwise" if kind == "convolution" and is_depthwise(problem) else kind
 
 
 def tiny_kinds() -> dict[str, Callable[[], object]]:

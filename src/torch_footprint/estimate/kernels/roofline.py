@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from ...dtypes import RATE_KEYS, rate_key
 from ...errors import FootprintError
@@ -156,6 +157,17 @@ def _dtype_key(names: list[str]) -> str:
     return "fp32"
 
 
+# the rate key of each event of the trace priced last: fit prices one trace on every accelerator
+_LAST_KEYS: list[Any] = [None, []]
+
+
+def _rate_keys(trace: Trace) -> list[str]:
+    """Each event's rate key (its first output dtype's), computed once per trace."""
+    if _LAST_KEYS[0] is not trace.events or len(_LAST_KEYS[1]) != len(trace.events):
+        _LAST_KEYS[:] = [trace.events, [_dtype_key(e.out_dtypes) for e in trace.events]]
+    return _LAST_KEYS[1]
+
+
 def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
                      efficiency: Mapping[str, float] | None = None, overhead_s: float | None = None,
                      calibrated: bool = True, compute_dtype: str | None = None,
@@ -189,8 +201,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     k_const = fitted.current()
     floor = k_const.kernel_floor_s if kernels else 0.0
     total_flops = 0
-    for i, e in enumerate(trace.events):
-        dkey = _dtype_key(e.out_dtypes)
+    uses: dict[tuple[Any, ...], float] = {}  # problem_use by problem: layers repeat their shapes
+    for i, (e, dkey) in enumerate(zip(trace.events, _rate_keys(trace), strict=True)):
         nbytes = e.bytes_read + e.bytes_written
         total_flops += e.flops
         if e.kind == "view":  # no kernel; an eager device still pays the dispatcher (calibrated)
@@ -229,7 +241,11 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 if kernels and is_depthwise(e.problem):  # a memory-bound kernel of its own
                     rate = c.vector
                 elif kernels:  # waves of tiles, short reductions, fused attention
-                    rate *= problem_use(acc, e.problem, k_const)
+                    problem = tuple(e.problem)
+                    use = uses.get(problem)
+                    if use is None:
+                        use = uses[problem] = problem_use(acc, problem, k_const)
+                    rate *= use
                 compute = e.matrix_flops / rate + max(vec, 0) / c.vector
                 flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops
             else:
