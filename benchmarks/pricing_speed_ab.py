@@ -62,12 +62,12 @@ def main() -> None:
     ref = export_ref(args.ref, tmp)
     sys.path.insert(0, str(tmp))
     import torch
+    import torch_footprint_ref as old
+    from torch_footprint_ref.estimate.kernels.roofline import estimate_latency as old_price
 
     import torch_footprint as new
-    import torch_footprint_ref as old
     from torch_footprint.estimate.kernels.roofline import estimate_latency as new_price
     from torch_footprint.hardware.catalog import load
-    from torch_footprint_ref.estimate.kernels.roofline import estimate_latency as old_price
 
     torch.set_num_threads(1)
     inputs = "1,2048:int64"
