@@ -12,7 +12,8 @@ alternating which version goes first:
 * the pricing alone: one step's trace (traced once by this tree) priced on every accelerator
   with a datasheet row, by each version's ``estimate_latency``.
 
-Per case the fastest round counts; the ratio is this tree's over the reference's.
+Times are this process's CPU time (one torch thread), which other processes on a shared
+machine disturb far less than the wall clock. Per case the fastest round counts; the ratio is this tree's over the reference's.
 
     python benchmarks/pricing_speed_ab.py [--ref 75ef52f] [--rounds 3]
 
@@ -48,9 +49,11 @@ def export_ref(ref: str, into: Path) -> str:
 
 
 def seconds(fn: Callable[[], object]) -> float:
-    t = time.perf_counter()
+    """CPU seconds this process spends in ``fn`` (one thread: other processes on a shared
+    machine slow the wall clock, much less this)."""
+    t = time.process_time()
     fn()
-    return time.perf_counter() - t
+    return time.process_time() - t
 
 
 def main() -> None:
