@@ -33,7 +33,8 @@ import torchvision
 from torch import nn
 
 import torch_footprint as tfp
-from torch_footprint.sources.models import build_torchvision, real_weights, torchvision_weights
+from torch_footprint.sources.building import real_weights
+from torch_footprint.sources.models import build_torchvision, torchvision_weights
 
 
 @dataclass

@@ -13,7 +13,8 @@ alternating which version goes first:
   with a datasheet row, by each version's ``estimate_latency``.
 
 Times are this process's CPU time (one torch thread), which other processes on a shared
-machine disturb far less than the wall clock. Per case the fastest round counts; the ratio is this tree's over the reference's.
+machine disturb far less than the wall clock. Per case the fastest round counts; the ratio is
+this tree's over the reference's.
 
     python benchmarks/pricing_speed_ab.py [--ref 75ef52f] [--rounds 3]
 

@@ -40,7 +40,7 @@ def bench(w: Workload, t: Training, target: Target, m: Measurement, progress: Pr
     from ..hardware.local import available_ram
     from ..quantities import parse_bytes
     from ..sources import prepare
-    from ..sources.models import real_weights
+    from ..sources.building import real_weights
     from ..trace import setups
     from .runner import parse_batches, pick_device, run_bench
 

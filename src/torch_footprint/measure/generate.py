@@ -99,7 +99,7 @@ def measure_model(w: Workload, s: Serving, device: str, progress: Callable[[str]
     from ..estimate.llm.quantization import activation_dtype, weight_scheme
     from ..estimate.llm.trace import cache_argument, last_logits_only
     from ..sources import prepare
-    from ..sources.models import real_weights
+    from ..sources.building import real_weights
 
     scheme = weight_scheme(s.quant) if s.quant else None
     dtype = activation_dtype(scheme)

@@ -193,7 +193,7 @@ def collectives(spec: dict[str, Any], world: int, device: str) -> dict[str, Any]
 
 def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     from ..sources import prepare
-    from ..sources.models import real_weights
+    from ..sources.building import real_weights
     from ..trace import setups as training
     from ..trace.step import run_step
 

@@ -25,134 +25,24 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..errors import FootprintError, MissingExtraError
+from ..errors import FootprintError
+from .building import Built, build_on_meta, require
 from .inputs import InputSpec
+from .yolo import build_ultralytics
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-
-
-@dataclass
-class Built:
-    """A model built without weights, and what is known about its inputs."""
-
-    model: nn.Module
-    name: str
-    source: str
-    default_inputs: list[InputSpec] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    # keyword arguments that must accompany every call (e.g. use_cache=False for HF models)
-    call_kwargs: dict[str, Any] = field(default_factory=dict)
-    # rebuild with other constructor arguments (vit's image_size follows the input size)
-    rebuild: Callable[[dict[str, Any]], nn.Module] | None = None
-    # entered around the trace: adjustments a model family needs to run on meta tensors
-    trace_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
-    # the model takes a list of images (torchvision detection): an N,C,H,W input becomes N images
-    images_as_list: bool = False
-
-
-def _require(package: str, extra: str, purpose: str) -> Any:
-    try:
-        return importlib.import_module(package)
-    except ImportError:
-        raise MissingExtraError(package, extra, purpose) from None
-
-
-_INIT_FUNCS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
-               "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
-               "sparse_")
-
-
-_RANDOM_METHODS = ("uniform_", "normal_", "random_", "exponential_", "log_normal_", "cauchy_", "geometric_")
-
-
-@contextlib.contextmanager
-def _skip_init() -> Iterator[None]:
-    """Make weight initialisation a no-op while a model is built: torch.nn.init's functions
-    and the in-place random fills they use (modules that imported init functions by name
-    still end in those fills). Nothing reads the values: the model is traced on meta."""
-    saved = {n: getattr(nn.init, n) for n in _INIT_FUNCS if hasattr(nn.init, n)}
-    saved_methods = {n: getattr(torch.Tensor, n) for n in _RANDOM_METHODS}
-    def keep(*args: Any, **kwargs: Any) -> Any:  # the tensor, unchanged, however it was passed
-        return args[0] if args else kwargs.get("tensor", kwargs.get("self"))
-
-    try:
-        for n in saved:
-            setattr(nn.init, n, keep)
-        for n in saved_methods:
-            setattr(torch.Tensor, n, keep)
-        yield
-    finally:
-        for n, f in saved.items():
-            setattr(nn.init, n, f)
-        for n, f in saved_methods.items():
-            setattr(torch.Tensor, n, f)
-
-
-_REAL = {"on": False}
-
-
-@contextlib.contextmanager
-def real_weights() -> Iterator[None]:
-    """Inside this context the sources build models for real, initialised as their
-    constructors do (for measuring them), instead of on the meta device."""
-    old = _REAL["on"]
-    _REAL["on"] = True
-    try:
-        yield
-    finally:
-        _REAL["on"] = old
-
-
-def build_on_meta(ctor: Callable[[], nn.Module], what: str) -> tuple[nn.Module, list[str]]:
-    """Build on the meta device; where the constructor cannot run there, build for real
-    (initialisation skipped) and move to meta. Returns the model and a note saying which.
-    Under :func:`real_weights`, build for real with the constructor's own initialisation."""
-    if _REAL["on"]:
-        try:
-            return _check_module(ctor(), what), ["built with random weights (the constructor's initialisation)"]
-        except FootprintError:
-            raise
-        except Exception as e:
-            raise FootprintError(f"could not build {what}: {type(e).__name__}: {e}") from e
-    try:
-        with torch.device("meta"), _skip_init():  # initialising meta tensors would only cost time
-            model = ctor()
-        return _check_module(model, what), []
-    except FootprintError:
-        raise
-    except Exception as meta_err:  # the constructor needs real values (e.g. torchvision's regnet)
-        try:
-            with _skip_init():
-                model = ctor()
-        except Exception as real_err:
-            raise FootprintError(
-                f"could not build {what}: {type(real_err).__name__}: {real_err}"
-            ) from real_err
-        model = _check_module(model, what).to("meta")
-        return model, [
-            f"the constructor cannot run on the meta device ({type(meta_err).__name__}); built on CPU "
-            "with initialisation skipped, then moved to meta"
-        ]
-
-
-def _check_module(obj: Any, what: str) -> nn.Module:
-    if not isinstance(obj, nn.Module):
-        raise FootprintError(f"{what} returned {type(obj).__name__}, not a torch.nn.Module")
-    return obj
-
 
 # --------------------------------------------------------------------------- torchvision
 
 def _tv() -> Any:
-    return _require("torchvision", "vision", "torchvision models")
+    return require("torchvision", "vision", "torchvision models")
 
 
 def torchvision_names() -> list[str]:
@@ -245,7 +135,7 @@ def build_torchvision(name: str, weights: str | None = None, image_size: int | N
 # --------------------------------------------------------------------------- timm
 
 def build_timm(name: str) -> Built:
-    timm = _require("timm", "timm", "timm models")
+    timm = require("timm", "timm", "timm models")
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=4, cutoff=0.6)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
@@ -269,7 +159,7 @@ def bundled_hf_ids() -> list[str]:
 
 
 def _load_hf_config(ident: str, trust_remote_code: bool) -> tuple[Any, str]:
-    transformers = _require("transformers", "hf", "Hugging Face models")
+    transformers = require("transformers", "hf", "Hugging Face models")
     if os.path.isdir(ident):
         if not os.path.isfile(os.path.join(ident, "config.json")):
             raise FootprintError(f"folder '{ident}' has no config.json")
@@ -357,7 +247,7 @@ def hf_meta_context() -> Iterator[None]:
 
 
 def build_hf(ident: str, trust_remote_code: bool = False) -> Built:
-    transformers = _require("transformers", "hf", "Hugging Face models")
+    transformers = require("transformers", "hf", "Hugging Face models")
     config, how = _load_hf_config(ident, trust_remote_code)
     archs = getattr(config, "architectures", None) or []
     classes = [getattr(transformers, a) for a in archs if hasattr(transformers, a)]
@@ -385,148 +275,6 @@ def build_hf(ident: str, trust_remote_code: bool = False) -> Built:
     if getattr(config, "use_cache", None) is not None:
         call_kwargs["use_cache"] = False
     return Built(model, f"hf:{ident}", "hf", inputs, notes, call_kwargs, trace_context=hf_meta_context)
-
-
-# --------------------------------------------------------------------------- ultralytics
-
-def _ultralytics_note(model: nn.Module, name: str) -> str:
-    """How the MACs compare with the GFLOPs Ultralytics prints and tabulates: 2 x the MACs of the
-    model after ``fuse()`` (``get_flops``, thop at the model's image size). Fusing folds each
-    batch norm into its convolution, which changes no MAC as counted here; it also merges
-    re-parameterised branches (RepConv, RepVGGDW) and drops an end-to-end head's one-to-many
-    branch, which changes them."""
-    changes = sorted({type(m).__name__ for m in model.modules() if type(m).__name__ in ("RepConv", "RepVGGDW")})
-    if any(n.startswith("one2one_") for m in model.modules() for n in m._modules):
-        changes.append("the head's training-only one-to-many branch")
-    if any(callable(getattr(getattr(m, "proto", None), "fuse", None)) for m in model.modules()):
-        changes.append("the mask prototypes' training-only layers")
-    base = name.removesuffix(":fused")
-    if not changes:
-        return ("Ultralytics' GFLOPs (its tables, the fused model's summary) are 2 x the MACs here: fuse() folds "
-                "the batch norms into the convolutions, which changes no MAC (the unfused summary's figure "
-                "also counts the batch norms)")
-    return ("Ultralytics' GFLOPs (its tables, the fused model's summary) are 2 x the MACs of the model after "
-            f"fuse(), which also merges or drops {', '.join(changes)}: lower than 2 x the MACs here; "
-            f"ultralytics:{base}:fused profiles that model")
-
-
-def _ultralytics() -> Any:
-    # Ultralytics looks online for fonts, updates and hub events: it never needs to here
-    os.environ.setdefault("YOLO_OFFLINE", "1")
-    os.environ.setdefault("YOLO_VERBOSE", "False")
-    return _require("ultralytics", "yolo", "Ultralytics YOLO models")
-
-
-def ultralytics_names() -> list[str]:
-    """The model names the shipped YAML files stand for: a file with scales, ``yolo11.yaml``,
-    is ``yolo11n.yaml`` to ``yolo11x.yaml`` (``yolo11n-seg.yaml`` for ``yolo11-seg.yaml``;
-    ``yolov5nu.yaml`` too, Ultralytics' name for its anchor-free v5)."""
-    _ultralytics()
-    import re
-
-    root = Path(importlib.util.find_spec("ultralytics").origin).parent / "cfg" / "models"  # type: ignore[arg-type]
-    names = set()
-    for path in root.rglob("*.yaml"):
-        names.add(path.name)
-        m = re.match(r"^(.*?\d+)(.*)$", path.stem)
-        if not m or "scales:" not in path.read_text(errors="replace"):
-            continue
-        head, rest = m.groups()
-        for scale in "nslmx":
-            names.add(f"{head}{scale}{rest}.yaml")
-            if head == "yolov5" and not rest:
-                names.add(f"{head}{scale}u.yaml")
-    return sorted(names)
-
-
-def _meta_keeping_strides(ctor: Callable[[], nn.Module], what: str) -> nn.Module:
-    """Build on the CPU (initialisation skipped: the constructor runs a forward to find its
-    strides, which meta tensors cannot answer) and move to meta, keeping the heads' strides on
-    the CPU: Ultralytics moves them with the model, and a head reads them as numbers."""
-    try:
-        with _skip_init():
-            model = _check_module(ctor(), what)
-    except FootprintError:
-        raise
-    except Exception as e:
-        raise FootprintError(f"could not build {what}: {type(e).__name__}: {e}") from e
-    strides = {id(m): m.stride.clone() for m in model.modules()
-               if isinstance(getattr(m, "stride", None), torch.Tensor) and m.stride.is_floating_point()}
-    model = model.to("meta")
-    for m in model.modules():
-        if id(m) in strides:
-            m.stride = strides[id(m)]
-    return model
-
-
-def build_ultralytics(name: str) -> Built:
-    """An Ultralytics model from the YAML file its package ships (``yolo11n-seg.yaml``), without
-    weights; ``NAME.yaml:fused`` profiles it after ``model.fuse()``, as Ultralytics' GFLOPs do."""
-    _ultralytics()
-    from ultralytics.nn import tasks
-
-    fused = name.endswith(":fused")
-    yaml_name = name.removesuffix(":fused")
-    if not yaml_name.endswith((".yaml", ".yml")):
-        yaml_name += ".yaml"
-    known = ultralytics_names()
-    if Path(yaml_name).name not in known and not os.path.isfile(yaml_name):
-        close = difflib.get_close_matches(Path(yaml_name).name, known, n=4, cutoff=0.6)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise FootprintError(f"unknown Ultralytics model '{yaml_name}': no such YAML file ships with "
-                             f"ultralytics.{hint}")
-    try:
-        cfg = tasks.yaml_model_load(yaml_name)
-    except Exception as e:
-        raise FootprintError(f"could not read the Ultralytics model file '{yaml_name}': {type(e).__name__}: {e}") from e
-    head = str(cfg.get("head", [[None, None, ""]])[-1][-2]) if cfg.get("head") else ""
-    lowered = Path(yaml_name).name.lower()
-    if "world" in lowered or "yoloe" in lowered:
-        raise FootprintError(f"'{yaml_name}' is an open-vocabulary model (YOLO-World, YOLOE): it needs a text "
-                             "encoder's weights to run, which are never downloaded here")
-    task = tasks.guess_model_task(cfg)
-    classes = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel, "pose": tasks.PoseModel,
-               "obb": tasks.OBBModel, "classify": tasks.ClassificationModel}
-    for extra in ("SemanticSegmentationModel", "DepthModel"):
-        if hasattr(tasks, extra):
-            classes[{"SemanticSegmentationModel": "semantic", "DepthModel": "depth"}[extra]] = getattr(tasks, extra)
-    cls = tasks.RTDETRDetectionModel if "rtdetr" in head.lower() or "rtdetr" in lowered else classes.get(task)
-    if cls is None:
-        raise FootprintError(f"'{yaml_name}': Ultralytics task '{task}' is not supported")
-
-    def ctor() -> nn.Module:
-        model = cls(cfg, verbose=False)
-        if fused:
-            model.fuse(verbose=False)
-        return model
-
-    what = f"Ultralytics model '{yaml_name}'"
-    if _REAL["on"]:
-        model, notes = build_on_meta(ctor, what)
-    else:
-        model, notes = _meta_keeping_strides(ctor, what), []
-    model.eval()
-    channels = int(cfg.get("channels", cfg.get("ch", 3)) or 3)
-    size = 224 if task == "classify" else 640
-    notes.insert(0, f"Ultralytics model from {Path(cfg['yaml_file']).name} (scale '{cfg.get('scale') or '-'}', "
-                    f"task {task}), weights not loaded" + (", after fuse()" if fused else ""))
-    if fused:
-        notes.append("Ultralytics' GFLOPs (its tables, the fused model's summary) are 2 x the MACs here")
-    else:
-        notes.append(_ultralytics_note(model, name))
-    return Built(model, f"ultralytics:{name}", "ultralytics", [InputSpec((1, channels, size, size))], notes)
-
-
-def ultralytics_default_input(model: nn.Module) -> list[InputSpec]:
-    """For an Ultralytics model given as a module: one image at the size Ultralytics uses by
-    default (640, 224 for classification), with the YAML's input channels; none for others."""
-    if not type(model).__module__.startswith("ultralytics."):
-        return []
-    cfg = getattr(model, "yaml", None)
-    cfg = cfg if isinstance(cfg, dict) else {}
-    channels = int(cfg.get("channels", cfg.get("ch", 3)) or 3)
-    classify = type(model).__name__ == "ClassificationModel"
-    return [InputSpec((1, channels, 224 if classify else 640, 224 if classify else 640))]
 
 
 # --------------------------------------------------------------------------- factories

@@ -13,8 +13,10 @@ from torch import nn
 
 from ..dtypes import parse_dtype
 from ..errors import FootprintError
+from .building import Built
 from .inputs import InputsLike, InputSpec, cast_floating, materializer, normalize_inputs, spec_list, with_batch
-from .models import Built, hf_meta_context, resolve, ultralytics_default_input
+from .models import hf_meta_context, resolve
+from .yolo import ultralytics_default_input
 
 
 @dataclass
