@@ -25,7 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from torch_footprint.estimate.llm.trace import last_logits_only, trace_serving  # noqa: E402
+from torch_footprint.estimate.llm.trace import cache_argument, last_logits_only, trace_serving  # noqa: E402
 
 LLAMA = str(ROOT / "benchmarks" / "configs" / "llama-1.1b")
 
@@ -43,17 +43,18 @@ def profile(name: str, dtype: torch.dtype, device: str, prompt: int, steps: int)
     from transformers import DynamicCache
 
     model, cfg = _build(name, dtype, device)
+    cache_kw = cache_argument(model)  # past_key_values before transformers 5.24, then cache
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     ids = torch.randint(0, cfg.vocab_size, (1, prompt), device=device)
     walls: list[float] = []
     with torch.inference_mode():
         cache = DynamicCache(config=cfg)
-        tok = model(input_ids=ids, past_key_values=cache, use_cache=True, **last_logits_only(model)).logits[:, -1:]
+        tok = model(input_ids=ids, **{cache_kw: cache}, use_cache=True, **last_logits_only(model)).logits[:, -1:]
         tok = tok.argmax(-1)
         for _ in range(steps):
             sync()
             t = time.perf_counter()
-            tok = model(input_ids=tok, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            tok = model(input_ids=tok, **{cache_kw: cache}, use_cache=True).logits[:, -1:].argmax(-1)
             sync()
             walls.append(time.perf_counter() - t)
         acts = [torch.profiler.ProfilerActivity.CPU]
@@ -62,7 +63,7 @@ def profile(name: str, dtype: torch.dtype, device: str, prompt: int, steps: int)
         n = 5
         with torch.profiler.profile(activities=acts) as prof:
             for _ in range(n):
-                tok = model(input_ids=tok, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+                tok = model(input_ids=tok, **{cache_kw: cache}, use_cache=True).logits[:, -1:].argmax(-1)
             sync()
     events = prof.events()
     top = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::")

@@ -144,8 +144,8 @@ def cache_bytes(obj: Any) -> int:
 
 
 def _cache_of(out: Any) -> Any:
-    return next((getattr(out, k) for k in ("past_key_values", "cache_params") if getattr(out, k, None) is not None),
-                None)
+    return next((getattr(out, k) for k in ("cache", "past_key_values", "cache_params")
+                 if getattr(out, k, None) is not None), None)
 
 
 def real_run(model: Any, vocab: int) -> dict[str, Any]:
@@ -155,7 +155,7 @@ def real_run(model: Any, vocab: int) -> dict[str, Any]:
     from torch.utils.flop_counter import FlopCounterMode
 
     params = inspect.signature(model.forward).parameters
-    kw = next((k for k in ("past_key_values", "cache_params") if k in params), None)
+    kw = next((k for k in ("cache", "past_key_values", "cache_params") if k in params), None)
     if kw is None:
         raise RuntimeError("forward takes no cache")
     gen = torch.Generator().manual_seed(0)

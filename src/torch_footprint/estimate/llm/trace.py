@@ -48,7 +48,7 @@ from ...trace.records import OpEvent, Trace
 from ...trace.tracer import REAL_FALLBACK_LIMIT, meta_specific
 from .cache import CacheLayer, Latent, cache_layers, latents, storage_bytes
 
-CACHE_KWARGS = ("past_key_values", "cache_params")  # what transformers' models call their cache argument
+CACHE_KWARGS = ("cache", "past_key_values", "cache_params")  # what transformers names the cache argument (5.24: cache)
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 EXPERT_TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
