@@ -76,6 +76,22 @@ def test_a_depthwise_convolution_runs_at_its_own_tables_rate() -> None:
     assert o.compute_s == pytest.approx(2 * 96 * 96 * 9 * 56 * 56 / 1e11)
 
 
+def test_a_pool_walks_its_window_at_the_calibrated_pooling_rate() -> None:
+    # max pool 3x3 stride 2 on 1x24x112x112: 24 x 56 x 56 outputs of 9 window elements each =
+    # 677,376 compares, at 2e8 window elements/s (calibrated) = 3.387 ms, not at the 1e11 vector rate
+    # (0.007 ms); the average pool at its own 5e8/s; a ReLU stays at the vector rate
+    cpu = _cpu(pooling_per_s={"max": 2e8, "avg": 5e8})
+    model = nn.Sequential(nn.MaxPool2d(3, 2, 1), nn.AvgPool2d(3, 1, 1), nn.ReLU()).eval()
+    ops = {o.op: o for o in predict(tfp.profile(model, "1,24,112,112").trace, cpu).ops if o.kind != "view"}
+    [mx] = [o for name, o in ops.items() if "max_pool" in name]
+    assert mx.compute_s == pytest.approx(9 * 24 * 56 * 56 / 2e8)
+    assert ops["aten.avg_pool2d.default"].compute_s == pytest.approx(9 * 24 * 56 * 56 / 5e8)
+    assert ops["aten.relu.default"].compute_s == pytest.approx(24 * 56 * 56 / 1e11)
+    # an older calibration without pooling rates: the vector rate, as before
+    [mx] = [o for o in predict(tfp.profile(model, "1,24,112,112").trace, _cpu()).ops if "max_pool" in o.op]
+    assert mx.compute_s == pytest.approx(9 * 24 * 56 * 56 / 1e11)
+
+
 def test_a_bf16_decode_product_streams_at_the_bf16_tables_bytes_per_second() -> None:
     # Linear(4096 -> 1024) in bf16 at one row: 8 MiB of weights at 6 GB/s (the bf16 table), where the
     # fp32 table says 12 GB/s: a CPU's bf16 product is not twice as fast as its fp32 one

@@ -247,6 +247,15 @@ def _tiny_calls(device: str) -> dict[str, float]:
     return out
 
 
+def _pooling(device: str, reps: int) -> dict[str, float]:
+    """Window elements per second of a mid-sized max and average pool (estimate/kernels/cpu.py)."""
+    from ..estimate.kernels.cpu import pooling_calls
+
+    with torch.inference_mode():
+        return {kind: round(window / _time(call, device, reps, 0.1), 1)
+                for kind, (call, window) in pooling_calls().items()}
+
+
 def calibrate(device: str = "cpu", quick: bool = False,
               on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Measure this device's ceilings (see the module docstring); returns a plain dict."""
@@ -319,6 +328,8 @@ def calibrate(device: str = "cpu", quick: bool = False,
     if device == "cpu":
         step("tiny calls by kind of operator")
         result["tiny_call_us"] = _tiny_calls(device)
+        step("pooling windows")
+        result["pooling_per_s"] = _pooling(device, reps)
     result["seconds"] = round(time.perf_counter() - t_start, 2)
     result["contention"] = contention.between(before, contention.sample(), torch.get_num_threads()).to_dict()
     return result

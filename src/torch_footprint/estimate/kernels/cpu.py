@@ -13,6 +13,12 @@ tensor of 1 x 16 x 8 x 8, no arithmetic to speak of) and keeps, per kind, what i
 beyond the mean of a tiny linear's and a tiny ReLU's (the calls the generic figure was
 measured on). A prediction adds that to every operator of the kind.
 
+Pooling is slower than its arithmetic on a CPU: each output element walks its window with
+index arithmetic and (for max) a branch per element, far below the vector rate that an
+elementwise pass reaches. ``calibrate`` times a 3 x 3 stride-2 max and average pool on a
+1 x 32 x 112 x 112 tensor and keeps window elements per second for each (:func:`window_kind`
+says which operators use which).
+
 Measured, not fitted: nothing here is a constant tuned to models; the kinds are the
 operators' families, and every figure comes from the machine the prediction is for.
 """
@@ -53,6 +59,25 @@ def op_kind(op: str, problem: Sequence[Any] = ()) -> str:
     """The kind of an aten operator for its fixed cost: a key of :func:`tiny_kinds`."""
     kind = _kind_of_name(op)
     return "depthwise" if kind == "convolution" and is_depthwise(problem) else kind
+
+
+def window_kind(op: str) -> str | None:
+    """``max`` or ``avg`` for a forward pooling operator over a window (its FLOPs count one
+    compare or add per window element per output), None for every other operator."""
+    name = op.lower()
+    if "backward" in name or "adaptive" in name or "pool" not in name:
+        return None
+    return "max" if "max_pool" in name else "avg" if "avg_pool" in name else None
+
+
+def pooling_calls() -> dict[str, tuple[Callable[[], object], int]]:
+    """The calls ``calibrate`` times for the pooling rates, with the window elements each walks."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    x = torch.randn(1, 32, 112, 112)
+    window = 9 * 32 * 56 * 56  # a 3 x 3 window per output element, 56 x 56 outputs per channel
+    return {"max": (lambda: F.max_pool2d(x, 3, 2, 1), window), "avg": (lambda: F.avg_pool2d(x, 3, 2, 1), window)}
 
 
 def tiny_kinds() -> dict[str, Callable[[], object]]:

@@ -39,6 +39,9 @@ class Ceilings:
     # seconds a call of each kind of operator costs beyond ``overhead`` (calibrated CPUs:
     # estimate/kernels/cpu.py)
     extra_overhead: dict[str, float] = field(default_factory=dict)
+    # window elements per second of a forward max and average pool (calibrated CPUs: "max",
+    # "avg"; empty: the vector rate)
+    pooling: dict[str, float] = field(default_factory=dict)
     overlap: bool = False  # host and device clocks (calibrated GPUs and SoCs; module docstring)
     # per-kernel mechanisms (estimate/kernels/matrix.py, bandwidth.py) on a GPU priced from its
     # datasheet: "kernels"; "flat": the datasheet peaks times fixed efficiencies

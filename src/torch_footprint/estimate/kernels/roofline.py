@@ -61,7 +61,7 @@ from ...hardware.db import Accelerator
 from ...trace.records import Trace
 from . import constants as fitted
 from .bandwidth import bandwidth_share
-from .cpu import extra_costs, op_kind
+from .cpu import extra_costs, op_kind, window_kind
 from .gpu import LAYOUTS, batch_norm_layout_factor, batch_norm_pass_bytes, is_state_init, layout_transpose_bytes
 from .matrix import is_depthwise, matrix_share, problem_use
 from .prediction import Ceilings, OpTime, Prediction
@@ -107,6 +107,7 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
                                      for key, tables in (("fp32", cal.get("matvec_gbs_by_k") or {}),
                                                          ("bf16", cal.get("matvec_bf16_gbs_by_k") or {}))
                                      if tables},
+                        pooling=dict(cal.get("pooling_per_s") or {}),
                         extra_overhead={k: v * 1e-6 for k, v in extra_costs(cal.get("tiny_call_us") or {}).items()}
                         if overhead_s is None else {},
                         # a view's dispatch is host time: in line with the kernels on a CPU,
@@ -249,7 +250,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 compute = e.matrix_flops / rate + max(vec, 0) / c.vector
                 flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops
             else:
-                compute = e.flops / c.vector
+                window = window_kind(e.op) if c.pooling else None
+                compute = e.flops / (c.pooling.get(window) or c.vector if window else c.vector)
         slowdown = 1.0
         if gpu:
             extra += batch_norm_pass_bytes(e, training)
