@@ -48,7 +48,7 @@ def phase_times(pred: Prediction, share: float = 1.0) -> dict[str, float]:
     the per-operator overhead stays)."""
     out: dict[str, float] = {}
     for o in pred.ops:
-        out[o.phase] = out.get(o.phase, 0.0) + (max(o.compute_s, o.memory_s) + o.kernels_s) / share + o.overhead_s
+        out[o.phase] = out.get(o.phase, 0.0) + o.device_s / share + o.overhead_s
     return out
 
 

@@ -183,7 +183,7 @@ class Grouped:
         if not prediction.ceilings.overlap:
             return sum(o.time_s * c for o, c in pairs)
         host = sum(o.overhead_s * c for o, c in pairs)
-        device = sum((max(o.compute_s, o.memory_s) + o.kernels_s) * c for o, c in pairs if o.kind != "view")
+        device = sum(o.device_s * c for o, c in pairs if o.kind != "view")
         return max(host, device)
 
 
