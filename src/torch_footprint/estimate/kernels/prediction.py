@@ -42,10 +42,6 @@ class Ceilings:
     # window elements per second of a forward max and average pool (calibrated CPUs: "max",
     # "avg"; empty: the vector rate)
     pooling: dict[str, float] = field(default_factory=dict)
-    # an operator's bytes from memory add to its calibrated arithmetic time (calibrated CPUs):
-    # the rates were measured in a loop with the operands in cache, and a model's operator
-    # reads its weights and inputs from memory on the same core that does the arithmetic
-    serial_memory: bool = False
     overlap: bool = False  # host and device clocks (calibrated GPUs and SoCs; module docstring)
     # per-kernel mechanisms (estimate/kernels/matrix.py, bandwidth.py) on a GPU priced from its
     # datasheet: "kernels"; "flat": the datasheet peaks times fixed efficiencies
@@ -135,15 +131,12 @@ class OpTime:
     # kernels the operator runs besides its own, one after another (an NCHW convolution's
     # layout transposes, estimate/gpu_kernels.py): memory traffic that does not overlap its work
     kernels_s: float = 0.0
-    # its memory traffic adds to its arithmetic instead of hiding under it (calibrated CPUs:
-    # Ceilings.serial_memory)
-    serial: bool = False
 
     @property
     def device_s(self) -> float:
-        """The kernel's own time, without the call's overhead."""
-        body = self.compute_s + self.memory_s if self.serial else max(self.compute_s, self.memory_s)
-        return body + self.kernels_s
+        """The kernel's own time, without the call's overhead: the longer of its arithmetic and its
+        memory traffic, and the kernels it runs besides its own."""
+        return max(self.compute_s, self.memory_s) + self.kernels_s
 
     @property
     def time_s(self) -> float:

@@ -107,7 +107,7 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
                                      for key, tables in (("fp32", cal.get("matvec_gbs_by_k") or {}),
                                                          ("bf16", cal.get("matvec_bf16_gbs_by_k") or {}))
                                      if tables},
-                        pooling=dict(cal.get("pooling_per_s") or {}), serial_memory=acc.kind == "cpu",
+                        pooling=dict(cal.get("pooling_per_s") or {}),
                         extra_overhead={k: v * 1e-6 for k, v in extra_costs(cal.get("tiny_call_us") or {}).items()}
                         if overhead_s is None else {},
                         # a view's dispatch is host time: in line with the kernels on a CPU,
@@ -214,7 +214,6 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
             continue
         extra = 0  # bytes the operator's own kernels move beyond the traced ones
         transposes = 0  # bytes of separate kernels around it
-        measured_whole = False  # a calibrated rate that already holds the operator's memory traffic
         compute = 0.0
         bandwidth = c.bandwidth
         if e.flops:
@@ -236,7 +235,6 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                     rate = c.matmul_rate(e.macs / outs, max(1, rows), key) or rate
                     if rows <= MATVEC_ROWS:  # its matrix streams as a matvec's
                         bandwidth = min(bandwidth, c.matvec_rate(e.macs / outs, e.transposed, max(1, rows), key))
-                        measured_whole = c.matvec_by_k != {} or c.matvec_bandwidth is not None
                 if rate is None:
                     missing.add(key)
                     rate = rates.get("fp32") or c.matrix["fp32"]
@@ -263,11 +261,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         if nbytes or e.flops:  # a kernel's least time on the device: its own, compute or memory bound
             compute, memory = compute + floor, memory + floor
         overhead = c.overhead + c.extra_overhead.get(op_kind(e.op, e.problem), 0.0) if c.extra_overhead else c.overhead
-        serial = c.serial_memory and not measured_whole
-        if serial and (nbytes or e.flops):  # the floor once, not on both terms that now add up
-            memory -= floor
         ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, overhead,
-                          transposes / c.bandwidth, serial))
+                          transposes / c.bandwidth))
     for key in sorted(missing):
         notes.append(f"{acc.name} has no published {key} rate: its fp32 rate is used for {key} matrix work")
     unknown = {e.op for e in trace.events if e.kind == "unknown"}
