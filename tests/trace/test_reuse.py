@@ -50,10 +50,11 @@ def _expect_gemma2(name: str) -> tuple[int, int]:
 
 def _expect_deepseek(name: str) -> tuple[int, int]:
     # the first `first_k_dense_replace` layers have a dense MLP, the rest a mixture of experts:
-    # two structures, each recorded once
+    # two structures, each recorded once; a dense layer alone of its kind is not recorded at all
     c = _config(name)
-    assert 0 < c["first_k_dense_replace"] < c["num_hidden_layers"]
-    return 2, c["num_hidden_layers"] - 2
+    dense, n = c["first_k_dense_replace"], c["num_hidden_layers"]
+    assert 0 < dense < n - 1
+    return (dense > 1) + 1, (dense - 1) + (n - dense - 1)
 
 
 CASES = {

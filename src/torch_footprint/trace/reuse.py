@@ -1,9 +1,10 @@
 """Trace a repeated block once: later calls of an equal block replay its recorded events.
 
 A transformer calls one block class 12 to 126 times on inputs of one shape. Each call of a
-candidate (a child of an ``nn.ModuleList`` or ``nn.Sequential`` whose class occurs there at
-least twice) is keyed by what its trace can depend on, on meta tensors where no value
-exists: the block's class and its submodules' classes, training flags and attribute names,
+candidate (a child of an ``nn.ModuleList`` or ``nn.Sequential``, with submodules of its
+own, of which the model has another of the same class, submodules and parameter shapes)
+is keyed by what its trace can depend on, on meta tensors where no value exists: the
+block's class and its submodules' classes, training flags and attribute names,
 the shapes, strides, dtypes and ``requires_grad`` of its parameters and buffers (and which
 of them are shared), no hooks of its own, the inputs' tree, shapes, strides, dtypes and
 aliasing (other inputs by value: numbers, strings, None; anything else is not keyed and the
@@ -138,6 +139,12 @@ class _Recorded:
     usable: bool = True
 
 
+def _kind_of(m: nn.Module) -> tuple[Any, ...]:
+    """What a module is before it runs: its class, its submodules' and its parameters' shapes and dtypes."""
+    return (type(m), *((rel, type(s), *((tuple(p.shape), p.dtype) for p in s._parameters.values() if p is not None))
+                       for rel, s in m.named_modules(remove_duplicate=False)))
+
+
 def _watching(cls: type, owner: BlockReuse) -> type:
     """A subclass of ``cls`` that notes in ``owner._reads`` which watched attributes
     (``owner._watched``) of its instances are read."""
@@ -170,17 +177,23 @@ class BlockReuse:
         self._reads: set[tuple[int, str]] = set()
         self._watched: dict[int, frozenset[str]] = {}
         self._wrappers: set[int] = set()  # the forward functions put on candidates (not attributes of theirs)
+        # candidates by what they are before any call (class, submodules, parameter shapes): one
+        # alone of its kind can never be replayed, and is left as it is; so is a module without
+        # submodules (a few operators: keying the call would cost what replaying saves)
+        self.groups: dict[Any, list[nn.Module]] = {}
         seen: set[int] = set()
         for mod in model.modules():
             if not isinstance(mod, (nn.ModuleList, nn.Sequential)):
                 continue
-            kids = list(mod.children())
-            counts: dict[type, int] = {}
-            for k in kids:
-                counts[type(k)] = counts.get(type(k), 0) + 1
-            for k in kids:
-                if counts[type(k)] > 1 and id(k) not in seen and "forward" not in k.__dict__:
+            for k in mod.children():
+                if id(k) not in seen and "forward" not in k.__dict__ and k._modules:
                     seen.add(id(k))
+                    self.groups.setdefault(_kind_of(k), []).append(k)
+        self.group_of: dict[int, list[nn.Module]] = {}
+        for group in self.groups.values():
+            if len(group) > 1:
+                for k in group:
+                    self.group_of[id(k)] = group
                     self._install(k)
 
     def _install(self, mod: nn.Module) -> None:
@@ -213,22 +226,20 @@ class BlockReuse:
         """The block's structure key and its submodules (None: hooks of its own, not keyed)."""
         subs = list(mod.named_modules(remove_duplicate=False))
         first: dict[int, int] = {}
+        ptr: dict[int, int] = {}  # which tensors are shared
         parts: list[Any] = [type(mod)]
         for i, (rel, m) in enumerate(subs):
             d = m.__dict__
             if any(d.get(h) for h in _HOOKS):
                 return None
-            names = tuple(sorted(self._attrs(m)))
-            parts.append((rel, type(m), m.training, first.setdefault(id(m), i), names))
-        ptr: dict[int, int] = {}
-        for j, (rel, p) in enumerate(mod.named_parameters(remove_duplicate=False)):
-            parts.append(("p", rel, ptr.setdefault(id(p), j), _tensor_key(p)))
-        for j, (rel, b) in enumerate(mod.named_buffers(remove_duplicate=False)):
-            parts.append(("b", rel, ptr.setdefault(id(b), -1 - j), _tensor_key(b) if b is not None else None))
-        try:
-            return tuple(parts), subs
-        except TypeError:
-            return None
+            parts.append((rel, type(m), m.training, first.setdefault(id(m), i), tuple(sorted(self._attrs(m)))))
+            if first[id(m)] != i:  # a module met again: its tensors are keyed once
+                continue
+            for kind, table in (("p", m._parameters), ("b", m._buffers)):
+                for name, t in table.items():
+                    parts.append((kind, rel, name, ptr.setdefault(id(t), len(ptr)),
+                                  _tensor_key(t) if t is not None else None))
+        return tuple(parts), subs
 
     def _inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]] | None:
         """The inputs' key and leaves (None: a leaf that is neither a plain tensor nor a simple value)."""
@@ -266,6 +277,8 @@ class BlockReuse:
         for done in self.recorded.get(key, ()):
             if done.usable and self._equal(done, subs):
                 return self._replay(done, subs, inputs[1])
+            if done.usable and self.tries.get(skey, 0) < MAX_RECORDED and self._all_differ(done, mod):
+                self.tries[skey] = MAX_RECORDED  # no two calls will be equal: none is recorded again
         if self.tries.get(skey, 0) >= MAX_RECORDED:
             return original(*args, **kwargs)
         self.tries[skey] = self.tries.get(skey, 0) + 1
@@ -278,6 +291,19 @@ class BlockReuse:
             if name not in d or not same_value(d[name], value):
                 return False
         return True
+
+    def _all_differ(self, done: _Recorded, mod: nn.Module) -> bool:
+        """Whether an attribute the recorded call read has another value in every block of its
+        kind (a layer index, a drop-path rate growing with depth)."""
+        group = self.group_of.get(id(mod), [])
+        for rel, name in done.values:
+            try:
+                values = [g.get_submodule(rel).__dict__.get(name) for g in group]
+            except AttributeError:
+                continue
+            if all(not same_value(a, b) for i, a in enumerate(values) for b in values[i + 1:]):
+                return True
+        return False
 
     def _record(self, mod: nn.Module, key: Any, subs: list[tuple[str, nn.Module]], original: Callable[..., Any],
                 args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any]) -> Any:
@@ -343,8 +369,7 @@ class BlockReuse:
         if made != list(range(uid0 + 1, rec._uid + 1)) or any(e.module not in inside for e in events):
             return False
         index = rec.param_index
-        done.params = [index.get(p.untyped_storage()._cdata) for _, p in subs[0][1].named_parameters(
-            remove_duplicate=False)]
+        done.params = [index.get(p.untyped_storage()._cdata) for p in _params(subs)]
         own = {w for w in done.params if w is not None}
         if any(w not in own for e in events for w in e.weights):
             return False
@@ -385,7 +410,7 @@ class BlockReuse:
         rec, stack = self.rec, self.stack
         paths = dict(zip(done.paths, [stack.paths.get(id(m), "?") for _, m in subs]))
         index = rec.param_index
-        now = [index.get(p.untyped_storage()._cdata) for _, p in subs[0][1].named_parameters(remove_duplicate=False)]
+        now = [index.get(p.untyped_storage()._cdata) for p in _params(subs)]
         weights = {a: b for a, b in zip(done.params, now) if a is not None and b is not None}
         shift = rec._uid  # the block's storages get the next ids, in the order a full trace gives them
         old = done.uid0
@@ -427,6 +452,11 @@ class BlockReuse:
         rec._folded = None
         LAST.replayed += 1
         return tree_unflatten(outs, done.spec)
+
+
+def _params(subs: list[tuple[str, nn.Module]]) -> list[torch.Tensor]:
+    """The parameters of a block's modules, in the order of its (non-deduplicated) module list."""
+    return [p for _, m in subs for p in m._parameters.values() if p is not None]
 
 
 def _container(v: Any) -> bool:
