@@ -269,3 +269,28 @@ def test_forward_of_its_own_on_one_submodule_is_told_apart() -> None:
     trace, stats = _run(model)
     assert (stats.recorded, stats.replayed) == (2, 4)
     assert any(e.op == "aten.mul.Tensor" and e.module == "layers.2.fc" for e in trace.events)
+
+
+# --------------------------------------------------------------------------- training steps: traced in full
+
+@pytest.mark.parametrize("setup", ["adamw", "checkpointing", "bf16-mixed"])
+def test_training_steps_are_the_same_with_reuse_on(setup: str) -> None:
+    from torch_footprint.trace import StepOptions, setups
+
+    work = prepare(str(Path(__file__).parents[1] / "configs" / "llama-gqa-tiny"), "1,16:int64")
+    model = work.model
+    model.train()
+    undo = lambda: None  # noqa: E731
+    autocast = None
+    if setup == "checkpointing":
+        _, undo = setups.enable_checkpointing(model)
+    if setup == "bf16-mixed":
+        _, autocast = setups.precision("bf16-mixed")
+    step = StepOptions(setups.optimizer("adamw"), autocast)
+    try:
+        with work.built.trace_context():
+            fast, full, stats = traced_both(model, work.make_inputs(), backward=True, step=step)
+    finally:
+        undo()
+    assert_same(fast, full)
+    assert stats.replayed == 0  # a training step's blocks all run: replay covers inference
