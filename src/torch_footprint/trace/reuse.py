@@ -30,7 +30,6 @@ step, fake or real tensors and models with recurrent layers trace every call in 
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,15 +40,23 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from .blockkeys import (
+    HOOKS,
+    INTERNAL,
+    changed,
+    copy_of,
+    is_container,
+    kind_of,
+    params_of,
+    same_value,
+    simple,
+    tensor_key,
+    watching,
+)
 from .modules import ModuleStack
 from .recorder import Recorder
 from .records import MemFree, OpEvent
 
-# nn.Module's own bookkeeping in every module's __dict__ (tables compared on their own)
-_INTERNAL = frozenset(nn.Module().__dict__)
-_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-          "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called")
-_SIMPLE = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, torch.memory_format, torch.layout)
 MAX_RECORDED = 3  # calls of one structure recorded (and checked) at most; later misses run as they are
 
 
@@ -73,39 +80,6 @@ def reusable(stack: ModuleStack, *, reuse: bool, tensors: str, backward: bool, s
             and not stack.recurrent and len(glob._global_forward_pre_hooks) == 1
             and len(glob._global_forward_hooks) == 1
             and not glob._global_backward_hooks and not glob._global_backward_pre_hooks)
-
-
-def _simple(v: Any) -> bool:
-    if isinstance(v, _SIMPLE) or v is Ellipsis:
-        return True
-    if type(v) in (tuple, list, torch.Size, frozenset):
-        return all(_simple(x) for x in v)
-    if type(v) is dict:
-        return all(_simple(k) and _simple(x) for k, x in v.items())
-    return False
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Whether two attribute values are provably the same to a forward: the same object, or
-    equal plain values of one type (numbers, strings, tuples and dicts of them), partial
-    applications of one function to such values."""
-    if a is b:
-        return True
-    if type(a) is functools.partial and type(b) is functools.partial:  # an activation made per module
-        return (a.func is b.func and len(a.args) == len(b.args) and all(map(same_value, a.args, b.args))
-                and a.keywords.keys() == b.keywords.keys()
-                and all(same_value(a.keywords[k], b.keywords[k]) for k in a.keywords))
-    if type(a) is not type(b) or not (_simple(a) and _simple(b)):
-        return False
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - an odd __eq__: not provably equal
-        return False
-
-
-def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
-    return (type(t), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
-            t.untyped_storage().nbytes())
 
 
 @dataclass
@@ -139,30 +113,6 @@ class _Recorded:
     usable: bool = True
 
 
-def _kind_of(m: nn.Module) -> tuple[Any, ...]:
-    """What a module is before it runs: its class, its submodules' and its parameters' shapes and dtypes."""
-    return (type(m), *((rel, type(s), *((tuple(p.shape), p.dtype) for p in s._parameters.values() if p is not None))
-                       for rel, s in m.named_modules(remove_duplicate=False)))
-
-
-def _watching(cls: type, owner: BlockReuse) -> type:
-    """A subclass of ``cls`` that notes in ``owner._reads`` which watched attributes
-    (``owner._watched``) of its instances are read."""
-    get = cls.__getattribute__
-
-    def __getattribute__(self: Any, name: str) -> Any:
-        names = owner._watched.get(id(self))
-        if names is not None and name in names:
-            owner._reads.add((id(self), name))
-        return get(self, name)
-
-    mine = {"__getattribute__": __getattribute__, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
-    sub = type(cls.__name__, (cls,), dict(mine))
-    for k in [k for k in vars(sub) if k not in mine and k not in ("__doc__", "__dict__", "__weakref__")]:
-        delattr(sub, k)  # what a base's __init_subclass__ added (transformers re-wraps forward)
-    return sub
-
-
 class BlockReuse:
     """Replays equal calls of repeated blocks during one traced run (see the module's docstring)."""
 
@@ -188,7 +138,7 @@ class BlockReuse:
             for k in mod.children():
                 if id(k) not in seen and "forward" not in k.__dict__ and k._modules:
                     seen.add(id(k))
-                    self.groups.setdefault(_kind_of(k), []).append(k)
+                    self.groups.setdefault(kind_of(k), []).append(k)
         self.group_of: dict[int, list[nn.Module]] = {}
         for group in self.groups.values():
             if len(group) > 1:
@@ -213,7 +163,7 @@ class BlockReuse:
         """A module's own attributes: its __dict__ but for nn.Module's tables and the wrapper put
         on it here (a ``forward`` of its own, a library's hook, is an attribute like any other)."""
         return {k: v for k, v in m.__dict__.items()
-                if k not in _INTERNAL and not (k == "forward" and id(v) in self._wrappers)}
+                if k not in INTERNAL and not (k == "forward" and id(v) in self._wrappers)}
 
     def remove(self) -> None:
         for mod in self._installed:
@@ -230,7 +180,7 @@ class BlockReuse:
         parts: list[Any] = [type(mod)]
         for i, (rel, m) in enumerate(subs):
             d = m.__dict__
-            if any(d.get(h) for h in _HOOKS):
+            if any(d.get(h) for h in HOOKS):
                 return None
             parts.append((rel, type(m), m.training, first.setdefault(id(m), i), tuple(sorted(self._attrs(m)))))
             if first[id(m)] != i:  # a module met again: its tensors are keyed once
@@ -238,7 +188,7 @@ class BlockReuse:
             for kind, table in (("p", m._parameters), ("b", m._buffers)):
                 for name, t in table.items():
                     parts.append((kind, rel, name, ptr.setdefault(id(t), len(ptr)),
-                                  _tensor_key(t) if t is not None else None))
+                                  tensor_key(t) if t is not None else None))
         return tuple(parts), subs
 
     def _inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]] | None:
@@ -252,8 +202,8 @@ class BlockReuse:
                 if type(x) not in (torch.Tensor, nn.Parameter) or x.device.type != "meta":
                     return None
                 key = x.untyped_storage()._cdata
-                parts.append((_tensor_key(x), storages.setdefault(key, i), self.rec.param_index.get(key)))
-            elif _simple(x):
+                parts.append((tensor_key(x), storages.setdefault(key, i), self.rec.param_index.get(key)))
+            elif simple(x):
                 parts.append((type(x), x))
             else:
                 return None
@@ -310,7 +260,7 @@ class BlockReuse:
         rec, stack = self.rec, self.stack
         unique = {id(m): (rel, m) for rel, m in reversed(subs)}  # the first name of each module
         before = {id(m): self._attrs(m) for _, m in unique.values()}
-        contents = {(i, k): _copy(v) for i, attrs in before.items() for k, v in attrs.items() if _container(v)}
+        contents = {(i, k): copy_of(v) for i, attrs in before.items() for k, v in attrs.items() if is_container(v)}
         self._reads, self._watched = set(), {i: frozenset(a) for i, a in before.items()}
         classes = {i: type(m) for i, (_, m) in unique.items()}
         ev0, fr0, uid0, pc0 = len(rec.events), len(rec.frees), rec._uid, len(rec.param_casts)
@@ -346,7 +296,7 @@ class BlockReuse:
     def _watcher(self, cls: type) -> type | None:
         if cls not in self._classes:
             try:
-                self._classes[cls] = _watching(cls, self)
+                self._classes[cls] = watching(cls, self)
             except Exception:  # noqa: BLE001 - a class that cannot be subclassed: not watched, not replayed
                 return None
         return self._classes[cls]
@@ -357,7 +307,7 @@ class BlockReuse:
             now = self._attrs(m)
             if now.keys() != before[i].keys() or any(now[k] is not v for k, v in before[i].items()):
                 return False
-        return all(not _changed(before[i][k], saved) for (i, k), saved in contents.items())
+        return all(not changed(before[i][k], saved) for (i, k), saved in contents.items())
 
     def _capture(self, done: _Recorded, subs: list[tuple[str, nn.Module]], ev0: int, fr0: int, uid0: int,
                  out: Any, leaves: list[Any]) -> bool:
@@ -369,7 +319,7 @@ class BlockReuse:
         if made != list(range(uid0 + 1, rec._uid + 1)) or any(e.module not in inside for e in events):
             return False
         index = rec.param_index
-        done.params = [index.get(p.untyped_storage()._cdata) for p in _params(subs)]
+        done.params = [index.get(p.untyped_storage()._cdata) for p in params_of(subs)]
         own = {w for w in done.params if w is not None}
         if any(w not in own for e in events for w in e.weights):
             return False
@@ -383,7 +333,7 @@ class BlockReuse:
         by_storage = {x.untyped_storage()._cdata: i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)}
         for x in out_leaves:
             if not isinstance(x, torch.Tensor):
-                if not _simple(x):
+                if not simple(x):
                     return False
                 done.outs.append(_Out("value", value=x))
                 continue
@@ -393,12 +343,12 @@ class BlockReuse:
             uid = rec.live.get(st, (0, 0))[0]
             if uid > uid0:
                 alive.discard(uid)
-                done.outs.append(_Out("new", uid=uid - uid0, key=_tensor_key(x)))
+                done.outs.append(_Out("new", uid=uid - uid0, key=tensor_key(x)))
             elif st in by_storage:
                 src = by_storage[st]
                 same = next((i for i, y in enumerate(leaves) if y is x), None)
                 done.outs.append(_Out("same", source=same) if same is not None
-                                 else _Out("view", source=src, key=_tensor_key(x)))
+                                 else _Out("view", source=src, key=tensor_key(x)))
             else:
                 return False
         if alive or rec._folded is not None:
@@ -410,7 +360,7 @@ class BlockReuse:
         rec, stack = self.rec, self.stack
         paths = dict(zip(done.paths, [stack.paths.get(id(m), "?") for _, m in subs]))
         index = rec.param_index
-        now = [index.get(p.untyped_storage()._cdata) for p in _params(subs)]
+        now = [index.get(p.untyped_storage()._cdata) for p in params_of(subs)]
         weights = {a: b for a, b in zip(done.params, now) if a is not None and b is not None}
         shift = rec._uid  # the block's storages get the next ids, in the order a full trace gives them
         old = done.uid0
@@ -454,22 +404,3 @@ class BlockReuse:
         return tree_unflatten(outs, done.spec)
 
 
-def _params(subs: list[tuple[str, nn.Module]]) -> list[torch.Tensor]:
-    """The parameters of a block's modules, in the order of its (non-deduplicated) module list."""
-    return [p for _, m in subs for p in m._parameters.values() if p is not None]
-
-
-def _container(v: Any) -> bool:
-    return type(v) in (list, dict, set)
-
-
-def _copy(v: Any) -> Any:
-    return list(v) if type(v) is list else (set(v) if type(v) is set else dict(v))
-
-
-def _changed(v: Any, saved: Any) -> bool:
-    if type(v) is list:
-        return len(v) != len(saved) or any(a is not b for a, b in zip(v, saved))
-    if type(v) is set:
-        return v != saved
-    return v.keys() != saved.keys() or any(v[k] is not saved[k] for k in saved)
