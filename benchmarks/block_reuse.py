@@ -4,7 +4,8 @@
 forward and backward at 2048 tokens with block reuse (the default) and with ``--no-reuse``,
 the same for a forward alone, and a plain Python process running torch's FlopCounterMode on
 meta over the forward and backward (it traces every layer). Wall time and peak RSS, medians
-and ratios.
+and ratios. Then the trace stage alone, in this process, with and without reuse, on 8B, 70B
+and 405B Llama shapes (CPU time, alternating).
 
 ``exact``: every shipped Hugging Face config, the benchmarks' and the tests' config folders and
 a set of torchvision models, each traced in one process with and without reuse (forward, eval
@@ -20,6 +21,7 @@ every call, so its reuse and --no-reuse rows measure the same work.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 import traceback
@@ -62,6 +64,33 @@ def speed(repeat: int, tokens: int) -> None:
     }
     print(f"Llama-3-70B shape ({CONFIG.relative_to(ROOT)}), 1x{tokens} tokens, whole processes, alternating\n")
     compare(commands, "FlopCounterMode fwd+bwd", repeat)
+    print(f"\nthe trace stage alone (trace_model, a forward at 1x{tokens}), CPU seconds of this process, "
+          f"alternating, median of {max(repeat, 5)}")
+    rows = []
+    for name in ("meta-llama--Meta-Llama-3-8B", "meta-llama--Llama-2-70b-hf", "meta-llama--Llama-3.1-405B"):
+        rows.append((name, *_trace_times(ROOT / "benchmarks" / "configs" / name, tokens, max(repeat, 5))))
+    print(f"{'model':32s} {'reuse':>8s} {'--no-reuse':>10s} {'ratio':>6s}")
+    for name, fast, full in rows:
+        print(f"{name:32s} {fast:7.2f}s {full:9.2f}s {fast / full:6.2f}")
+    print(f"reuse: Llama-3.1-405B / Meta-Llama-3-8B trace time {rows[2][1] / rows[0][1]:.2f}x "
+          f"(--no-reuse {rows[2][2] / rows[0][2]:.2f}x)")
+
+
+def _trace_times(config: Path, tokens: int, repeat: int) -> tuple[float, float]:
+    """Median CPU seconds of one forward trace with reuse and with --no-reuse, alternating."""
+    from torch_footprint.sources import prepare
+    from torch_footprint.trace import trace_model
+
+    work = prepare(str(config), f"1,{tokens}:int64")
+    work.model.eval()
+    times: dict[bool, list[float]] = {True: [], False: []}
+    with work.built.trace_context():
+        for _ in range(repeat):
+            for reuse in (True, False):
+                t = time.process_time()
+                trace_model(work.model, work.make_inputs(), reuse=reuse)
+                times[reuse].append(time.process_time() - t)
+    return statistics.median(times[True]), statistics.median(times[False])
 
 
 def _models() -> list[tuple[str, str | None]]:
