@@ -294,3 +294,34 @@ def test_training_steps_are_the_same_with_reuse_on(setup: str) -> None:
         undo()
     assert_same(fast, full)
     assert stats.replayed == 0  # a training step's blocks all run: replay covers inference
+
+
+class Outside(nn.Module):
+    """Calls a module the model holds elsewhere (not one of its own submodules)."""
+
+    def __init__(self, shared: list) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.shared = shared
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.shared[0](self.fc(x))
+
+
+class WithShared(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        shared = [inner]  # one list for every layer: the same attribute value in each
+        self.layers = nn.ModuleList(Outside(shared) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("inner", [nn.Identity, nn.ReLU])
+def test_block_calling_a_module_outside_itself_is_not_replayed(inner: type) -> None:
+    _, stats = _run(WithShared(inner()))
+    assert stats.replayed == 0

@@ -316,7 +316,8 @@ class BlockReuse:
         inside = set(done.paths)
         events = rec.events[ev0:]
         made = [u for e in events for u, _ in e.allocs]
-        if made != list(range(uid0 + 1, rec._uid + 1)) or any(e.module not in inside for e in events):
+        if (made != list(range(uid0 + 1, rec._uid + 1)) or any(e.module not in inside for e in events)
+                or any(path not in inside for path, _ in done.log)):  # a module outside the block ran
             return False
         index = rec.param_index
         done.params = [index.get(p.untyped_storage()._cdata) for p in params_of(subs)]
@@ -351,7 +352,7 @@ class BlockReuse:
                                  else _Out("view", source=src, key=tensor_key(x)))
             else:
                 return False
-        if alive or rec._folded is not None:
+        if alive:
             return False
         done.events = events
         return True
@@ -399,7 +400,7 @@ class BlockReuse:
             stack.out_shapes.setdefault(q, shapes)
             if stack.log is not None:
                 stack.log.append((q, shapes))
-        rec._folded = None
+        rec._folded = None  # (read only inside recurrent layers, which a run that replays has none of)
         LAST.replayed += 1
         return tree_unflatten(outs, done.spec)
 
