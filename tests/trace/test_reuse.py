@@ -325,3 +325,43 @@ class WithShared(nn.Module):
 def test_block_calling_a_module_outside_itself_is_not_replayed(inner: type) -> None:
     _, stats = _run(WithShared(inner()))
     assert stats.replayed == 0
+
+
+# --------------------------------------------------------------------------- hybrids, from small configs
+
+def _tiny(kind: str):
+    import transformers
+
+    if kind == "jamba":
+        # 8 layers: attention at 2 and 6 (period 4, offset 2), the others Mamba; a mixture of experts
+        # on odd layers (period 2, offset 1). Kinds: Mamba+MLP (0, 4), Mamba+MoE (1, 3, 5, 7),
+        # attention+MLP (2, 6): three recorded, five replayed
+        cfg = transformers.JambaConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_attention_heads=4,
+            num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, expert_layer_period=2,
+            expert_layer_offset=1, attn_layer_period=4, attn_layer_offset=2, mamba_d_state=8, mamba_d_conv=4,
+            mamba_expand=2, mamba_dt_rank=8, use_mamba_kernels=False, use_cache=False)
+        expect = (3, 5)
+    else:
+        # 8 layers, full attention every 4th (3 and 7), linear attention in the others: two kinds
+        cfg = transformers.Qwen3NextConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, linear_num_value_heads=4, linear_num_key_heads=2,
+            linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, shared_expert_intermediate_size=32, full_attention_interval=4,
+            use_cache=False)
+        expect = (2, 6)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return model, expect
+
+
+@pytest.mark.parametrize("kind", ["jamba", "qwen3_next"])
+def test_hybrids_replay_each_kind_of_layer(kind: str) -> None:
+    model, expect = _tiny(kind)
+    work = prepare(model, "1,8:int64")
+    work.model.eval()
+    with work.built.trace_context():
+        fast, full, stats = traced_both(work.model, work.make_inputs())
+    assert_same(fast, full)
+    assert (stats.recorded, stats.replayed) == expect
