@@ -51,7 +51,7 @@ __all__ = ["VERBS", "bench", "calibrate", "check", "diff", "fit", "gpus", "llm",
 ModelLike = Any  # a name ("resnet50", "timm:...", "hf:...", a config folder, "file.py:factory") or an nn.Module
 InputsLike = Any  # a tensor, a shape spec ("1,3,224,224", "1,128:int64"), a sequence of those, a mapping by keyword
 ALL = None
-WORK = ("model", "inputs", "batch", "precision", "weights", "trust_remote_code")
+WORK = ("model", "inputs", "batch", "precision", "weights", "trust_remote_code", "reuse")
 ESTIMATE = ("gpu", "hardware", "tf32", "efficiency")
 
 # verb -> the records it reads: record -> its fields (ALL: every one)

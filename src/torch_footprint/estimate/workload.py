@@ -60,7 +60,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
         what, undo = setups.enable_checkpointing(m)
         notes.append("activation checkpointing: " + what)
     try:
-        trace = _trace(work, train=t.train, backward=t.train,
+        trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero"))
     finally:
         undo()
@@ -104,5 +104,5 @@ def trace_forward(w: Workload, t: Training = Training(), device: str = "cpu") ->
                              f"instead of {w.precision} (autocast is priced by memory, predict and fit)")
     work = prepare(w.model, w.inputs, dtype=w.precision, weights=w.weights, trust_remote_code=w.trust_remote_code)
     work = work.at_batch(w.batch) if w.batch else work
-    trace = _trace(work, train=t.train, backward=t.train, device=device, tensors=w.tensors)
+    trace = _trace(work, train=t.train, backward=t.train, device=device, tensors=w.tensors, reuse=w.reuse)
     return trace, [*work.built.notes, *trace.notes]

@@ -72,6 +72,9 @@ class Workload(Record):
     tensors: Literal["auto", "meta", "fake", "real"] = opt("auto", metavar="KIND", what="kind of tensors")
     """what the trace runs on: auto (meta, then fake, then real tensors for a small model whose forward reads
     values), meta, fake or real"""
+    reuse: bool = opt(True, flag="--no-reuse")
+    """trace every call of a repeated block (by default a call provably equal to one traced already, inputs
+    of the same shapes included, replays its operators: the same trace, sooner)"""
 
     def check(self) -> None:
         if self.batch is not None and self.batch < 1:

@@ -38,6 +38,8 @@ class ModuleStack:
         self.track_backward = False
         self.calls: dict[str, int] = {}
         self.out_shapes: dict[str, list[list[int]]] = {}
+        # while a repeated block is recorded (trace/reuse.py): each module call that ends, with its output shapes
+        self.log: list[tuple[str, list[list[int]]]] | None = None
         self._handles = [
             torch.nn.modules.module.register_module_forward_pre_hook(self._pre),
             torch.nn.modules.module.register_module_forward_hook(self._post, with_kwargs=True),
@@ -70,6 +72,8 @@ class ModuleStack:
         outs = tensors_in(output)
         if path not in self.out_shapes:
             self.out_shapes[path] = [list(t.shape) for t in outs]
+        if self.log is not None:
+            self.log.append((path, [list(t.shape) for t in outs]))
         if self.track_backward and torch.is_grad_enabled():
             ins = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
             if ins:

@@ -77,6 +77,13 @@ class Recorder(TorchDispatchMode):
         self._finalizers.append(weakref.finalize(st, self._freed, key))
         return self._uid, nbytes
 
+    def adopt(self, t: torch.Tensor, uid: int) -> None:
+        """Track ``t``'s storage under a storage id given out already (a replayed block's output)."""
+        st = t.untyped_storage()
+        key = st._cdata
+        self.live[key] = (uid, st.nbytes())
+        self._finalizers.append(weakref.finalize(st, self._freed, key))
+
     def uid_of(self, t: torch.Tensor) -> int | None:
         entry = self.live.get(t.untyped_storage()._cdata)
         return entry[0] if entry else None

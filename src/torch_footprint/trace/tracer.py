@@ -27,6 +27,7 @@ from .kernels import NESTED_NOTE, CpuKernels, dense_encoders
 from .modules import ModuleStack, module_infos
 from .recorder import Recorder
 from .records import TensorInfo, Trace
+from .reuse import BlockReuse, reusable
 from .state import ModelState
 from .step import StepHooks, StepOptions, run_step, tensors_in
 from .swap import materialize, param_infos, swap_tensors
@@ -47,6 +48,7 @@ def trace_model(
     real_fallback_limit: int = REAL_FALLBACK_LIMIT,
     tensors: str = "auto",
     step: StepOptions | None = None,
+    reuse: bool = True,
 ) -> Trace:
     """Trace one forward (and optionally backward) pass of ``model``.
 
@@ -64,14 +66,16 @@ def trace_model(
     one kind ("meta", "fake" or "real") instead of that order ("auto"). The model's own
     tensors are swapped only for the run, and the model is left exactly as it was found
     (:class:`.state.ModelState`: every module's attributes, tables and class, and the random
-    generators), after each attempt and at the end.
+    generators), after each attempt and at the end. ``reuse``: a repeated block's later
+    calls that are provably equal to a traced one replay its events (:mod:`.reuse`; the
+    trace is the same as without).
     """
     restore, dense = dense_encoders(model)
     try:
         state = ModelState(model)  # each attempt puts it back (_run); nothing else runs the model
         try:
             trace = _traced(model, make_inputs, tensors, real_fallback_limit, name=name, backward=backward,
-                            device=device, inputs_meta=inputs_meta or [], step=step, state=state)
+                            device=device, inputs_meta=inputs_meta or [], step=step, state=state, reuse=reuse)
         finally:
             if not state.clean:
                 state.restore()
@@ -274,7 +278,7 @@ class _TraceHooks(StepHooks):
 def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]], *, name: str,
          backward: bool, device: str, tensors: str, params: list[TensorInfo], buffers: list[TensorInfo],
          inputs_meta: list[dict[str, Any]], step: StepOptions | None = None,
-         state: ModelState | None = None) -> Trace:
+         state: ModelState | None = None, reuse: bool = False) -> Trace:
     step = step or StepOptions()
     stack = ModuleStack(model)
     stack.track_backward = backward
@@ -284,6 +288,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     restore: Callable[[], None] = lambda: None  # noqa: E731
     own_weights = False
     pre: list[list[Any]] = []
+    blocks: BlockReuse | None = None
     run_device = "meta" if tensors == "meta" else device
     mode: Any = _fake_mode() if tensors == "fake" else contextlib.nullcontext()
     kernels: Any = (CpuKernels(reroute=tensors == "meta", host_tensor=rec.host_tensor) if device == "cpu"
@@ -323,6 +328,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                         new = rec.watch(t) if isinstance(t, torch.Tensor) else None
                         if new is not None:
                             pre.append([new[0], new[1], "optimizer state"])
+                blocks = (BlockReuse(model, stack, rec)
+                          if reusable(stack, reuse=reuse, tensors=tensors, backward=backward, step=step) else None)
                 with rec:
                     out = run_step(model, args, kwargs, backward=backward, optimizer=opt, autocast=step.autocast,
                                    device_type=device, grads_kept=step.grads_kept, hooks=hooks)
@@ -334,6 +341,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                 where = stack.forward[-1] if phase == "forward" and stack.forward else stack.current(phase)
                 raise _ModelRaised(exc, where, types.get(where, type(model).__name__), phase) from exc
             finally:
+                if blocks is not None:
+                    blocks.remove()
                 stack.forward.clear()
                 stack.backward.clear()
                 for p in model.parameters():

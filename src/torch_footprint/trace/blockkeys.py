@@ -1,0 +1,99 @@
+"""What a repeated block's call is keyed and compared by (:mod:`.reuse`): plain values that are
+provably equal, tensors by shape, stride, dtype and storage size, a module's kind before it
+runs, and a subclass that notes which attributes a forward reads."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import nn
+
+# nn.Module's own bookkeeping in every module's __dict__ (tables compared on their own)
+INTERNAL = frozenset(nn.Module().__dict__)
+HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+         "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called")
+SIMPLE = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def simple(v: Any) -> bool:
+    """A plain value: None, a number, a string, a dtype or device, or a tuple or dict of them."""
+    if isinstance(v, SIMPLE) or v is Ellipsis:
+        return True
+    if type(v) in (tuple, list, torch.Size, frozenset):
+        return all(simple(x) for x in v)
+    if type(v) is dict:
+        return all(simple(k) and simple(x) for k, x in v.items())
+    return False
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two attribute values are provably the same to a forward: the same object, or
+    equal plain values of one type (numbers, strings, tuples and dicts of them), partial
+    applications of one function to such values."""
+    if a is b:
+        return True
+    if type(a) is functools.partial and type(b) is functools.partial:  # an activation made per module
+        return (a.func is b.func and len(a.args) == len(b.args) and all(map(same_value, a.args, b.args))
+                and a.keywords.keys() == b.keywords.keys()
+                and all(same_value(a.keywords[k], b.keywords[k]) for k in a.keywords))
+    if type(a) is not type(b) or not (simple(a) and simple(b)):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an odd __eq__: not provably equal
+        return False
+
+
+def tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
+    return (type(t), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
+            t.untyped_storage().nbytes())
+
+
+def kind_of(m: nn.Module) -> tuple[Any, ...]:
+    """What a module is before it runs: its class, its submodules' and its parameters' shapes and dtypes."""
+    return (type(m), *((rel, type(s), *((tuple(p.shape), p.dtype) for p in s._parameters.values() if p is not None))
+                       for rel, s in m.named_modules(remove_duplicate=False)))
+
+
+def watching(cls: type, owner: Any) -> type:
+    """A subclass of ``cls`` that notes in ``owner._reads`` which watched attributes
+    (``owner._watched``) of its instances are read."""
+    get = cls.__getattribute__
+
+    def __getattribute__(self: Any, name: str) -> Any:
+        names = owner._watched.get(id(self))
+        if names is not None and name in names:
+            owner._reads.add((id(self), name))
+        return get(self, name)
+
+    mine = {"__getattribute__": __getattribute__, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    sub = type(cls.__name__, (cls,), dict(mine))
+    for k in [k for k in vars(sub) if k not in mine and k not in ("__doc__", "__dict__", "__weakref__")]:
+        delattr(sub, k)  # what a base's __init_subclass__ added (transformers re-wraps forward)
+    return sub
+
+
+def params_of(subs: list[tuple[str, nn.Module]]) -> list[torch.Tensor]:
+    """The parameters of a block's modules, in the order of its (non-deduplicated) module list."""
+    return [p for _, m in subs for p in m._parameters.values() if p is not None]
+
+
+def is_container(v: Any) -> bool:
+    """A list, dict or set: an attribute a forward may fill in place."""
+    return type(v) in (list, dict, set)
+
+
+def copy_of(v: Any) -> Any:
+    """A shallow copy of a container, to tell later whether it was filled."""
+    return list(v) if type(v) is list else (set(v) if type(v) is set else dict(v))
+
+
+def changed(v: Any, saved: Any) -> bool:
+    """Whether a container holds other objects than its copy ``saved``."""
+    if type(v) is list:
+        return len(v) != len(saved) or any(a is not b for a, b in zip(v, saved))
+    if type(v) is set:
+        return v != saved
+    return v.keys() != saved.keys() or any(v[k] is not saved[k] for k in saved)

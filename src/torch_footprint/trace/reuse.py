@@ -1,0 +1,407 @@
+"""Trace a repeated block once: later calls of an equal block replay its recorded events.
+
+A transformer calls one block class 12 to 126 times on inputs of one shape. Each call of a
+candidate (a child of an ``nn.ModuleList`` or ``nn.Sequential``, with submodules of its
+own, of which the model has another of the same class, submodules and parameter shapes)
+is keyed by what its trace can depend on, on meta tensors where no value exists: the
+block's class and its submodules' classes, training flags and attribute names,
+the shapes, strides, dtypes and ``requires_grad`` of its parameters and buffers (and which
+of them are shared), no hooks of its own, the inputs' tree, shapes, strides, dtypes and
+aliasing (other inputs by value: numbers, strings, None; anything else is not keyed and the
+call runs as it is), and the grad, inference and autocast modes.
+
+The first call of a key runs in full while recording, and its module classes are swapped
+for a subclass that notes which of their attributes the forward reads. A later call of the
+same key whose read attributes all equal the recorded call's (``layer_idx`` is read by a
+layer that updates a cache or branches on it, Gemma-2's ``sliding_window`` is read by
+every attention: those split calls apart; an attribute never read cannot change what runs)
+is replayed: the events come back under the call's own module paths, with its own parameter
+indices, fresh storage ids in the same order a full trace would give, the frees made inside
+the block at the same places, and outputs made as new meta tensors of the recorded shapes,
+strides and storage sizes (views of the call's own inputs where the recorded outputs were).
+
+A recorded call is used only if everything it did is accounted for: every event inside the
+block's own modules, every storage it freed made inside it, every storage it made and kept
+is one of its outputs, its outputs are plain tensors or simple values, and it changed no
+attribute of its modules. Otherwise (a cache a block writes, a free the collector made in
+the middle) later calls run in full. Replay covers inference on meta tensors; a training
+step, fake or real tensors and models with recurrent layers trace every call in full.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from .blockkeys import (
+    HOOKS,
+    INTERNAL,
+    changed,
+    copy_of,
+    is_container,
+    kind_of,
+    params_of,
+    same_value,
+    simple,
+    tensor_key,
+    watching,
+)
+from .modules import ModuleStack
+from .recorder import Recorder
+from .records import MemFree, OpEvent
+
+MAX_RECORDED = 3  # calls of one structure recorded (and checked) at most; later misses run as they are
+
+
+@dataclass
+class Stats:
+    """What the last traced run did with its repeated blocks (for tests and benchmarks)."""
+
+    recorded: int = 0  # calls traced in full while recording
+    replayed: int = 0  # calls replayed from a recorded one
+
+
+LAST = Stats()
+
+
+def reusable(stack: ModuleStack, *, reuse: bool, tensors: str, backward: bool, step: Any) -> bool:
+    """Whether a run may replay blocks: asked for, inference on meta tensors, no autocast, no
+    recurrent layer, and no global module hooks but the trace's own."""
+    LAST.recorded = LAST.replayed = 0
+    glob = torch.nn.modules.module
+    return (reuse and tensors == "meta" and not backward and getattr(step, "autocast", None) is None
+            and not stack.recurrent and len(glob._global_forward_pre_hooks) == 1
+            and len(glob._global_forward_hooks) == 1
+            and not glob._global_backward_hooks and not glob._global_backward_pre_hooks)
+
+
+@dataclass
+class _Out:
+    """How to make one output leaf: a new storage (``uid`` relative to the block's first), a
+    view of input leaf ``source``, the input object itself, or a plain value."""
+
+    kind: str  # "new", "view", "same", "value"
+    value: Any = None
+    uid: int = 0
+    source: int = 0
+    key: tuple[Any, ...] = ()
+
+
+@dataclass
+class _Recorded:
+    """One call traced in full, ready to be replayed for an equal one."""
+
+    module: nn.Module
+    values: dict[tuple[str, str], Any]  # the attributes its forward read, as they were
+    events: list[OpEvent] = field(default_factory=list)
+    frees: list[tuple[int, int, int]] = field(default_factory=list)  # (after - first event, uid - uid0, nbytes)
+    nuids: int = 0
+    uid0: int = 0  # the last storage id before the call
+    casts: list[int] = field(default_factory=list)  # storages made by casting a parameter (relative ids)
+    log: list[tuple[str, list[list[int]]]] = field(default_factory=list)
+    spec: Any = None
+    outs: list[_Out] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    params: list[int | None] = field(default_factory=list)
+    usable: bool = True
+
+
+class BlockReuse:
+    """Replays equal calls of repeated blocks during one traced run (see the module's docstring)."""
+
+    def __init__(self, model: nn.Module, stack: ModuleStack, rec: Recorder) -> None:
+        self.stack = stack
+        self.rec = rec
+        self.recorded: dict[Any, list[_Recorded]] = {}
+        self.tries: dict[Any, int] = {}
+        self.busy = False  # a call is being recorded: the blocks inside it run as they are
+        self._installed: list[nn.Module] = []
+        self._classes: dict[type, type] = {}
+        self._reads: set[tuple[int, str]] = set()
+        self._watched: dict[int, frozenset[str]] = {}
+        self._wrappers: set[int] = set()  # the forward functions put on candidates (not attributes of theirs)
+        # candidates by what they are before any call (class, submodules, parameter shapes): one
+        # alone of its kind can never be replayed, and is left as it is; so is a module without
+        # submodules (a few operators: keying the call would cost what replaying saves)
+        self.groups: dict[Any, list[nn.Module]] = {}
+        seen: set[int] = set()
+        for mod in model.modules():
+            if not isinstance(mod, (nn.ModuleList, nn.Sequential)):
+                continue
+            for k in mod.children():
+                if id(k) not in seen and "forward" not in k.__dict__ and k._modules:
+                    seen.add(id(k))
+                    self.groups.setdefault(kind_of(k), []).append(k)
+        self.group_of: dict[int, list[nn.Module]] = {}
+        for group in self.groups.values():
+            if len(group) > 1:
+                for k in group:
+                    self.group_of[id(k)] = group
+                    self._install(k)
+
+    def _install(self, mod: nn.Module) -> None:
+        original = mod.forward
+        ref = weakref.ref(mod)
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            m = ref()
+            assert m is not None
+            return self.call(m, original, args, kwargs)
+
+        mod.forward = forward  # type: ignore[method-assign]
+        self._wrappers.add(id(forward))
+        self._installed.append(mod)
+
+    def _attrs(self, m: nn.Module) -> dict[str, Any]:
+        """A module's own attributes: its __dict__ but for nn.Module's tables and the wrapper put
+        on it here (a ``forward`` of its own, a library's hook, is an attribute like any other)."""
+        return {k: v for k, v in m.__dict__.items()
+                if k not in INTERNAL and not (k == "forward" and id(v) in self._wrappers)}
+
+    def remove(self) -> None:
+        for mod in self._installed:
+            mod.__dict__.pop("forward", None)
+        self._installed.clear()
+
+    # ------------------------------------------------------------------ keys
+
+    def _structure(self, mod: nn.Module) -> tuple[Any, list[tuple[str, nn.Module]]] | None:
+        """The block's structure key and its submodules (None: hooks of its own, not keyed)."""
+        subs = list(mod.named_modules(remove_duplicate=False))
+        first: dict[int, int] = {}
+        ptr: dict[int, int] = {}  # which tensors are shared
+        parts: list[Any] = [type(mod)]
+        for i, (rel, m) in enumerate(subs):
+            d = m.__dict__
+            if any(d.get(h) for h in HOOKS):
+                return None
+            parts.append((rel, type(m), m.training, first.setdefault(id(m), i), tuple(sorted(self._attrs(m)))))
+            if first[id(m)] != i:  # a module met again: its tensors are keyed once
+                continue
+            for kind, table in (("p", m._parameters), ("b", m._buffers)):
+                for name, t in table.items():
+                    parts.append((kind, rel, name, ptr.setdefault(id(t), len(ptr)),
+                                  tensor_key(t) if t is not None else None))
+        return tuple(parts), subs
+
+    def _inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]] | None:
+        """The inputs' key and leaves (None: a leaf that is neither a plain tensor nor a simple value)."""
+        leaves, spec = tree_flatten((args, kwargs))
+        parts: list[Any] = [spec, torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                            torch.is_autocast_enabled(), self.rec.phase]
+        storages: dict[int, int] = {}
+        for i, x in enumerate(leaves):
+            if isinstance(x, torch.Tensor):
+                if type(x) not in (torch.Tensor, nn.Parameter) or x.device.type != "meta":
+                    return None
+                key = x.untyped_storage()._cdata
+                parts.append((tensor_key(x), storages.setdefault(key, i), self.rec.param_index.get(key)))
+            elif simple(x):
+                parts.append((type(x), x))
+            else:
+                return None
+        try:
+            return (tuple(parts), leaves) if hash(tuple(parts)) is not None else None
+        except TypeError:
+            return None
+
+    # ------------------------------------------------------------------ a call
+
+    def call(self, mod: nn.Module, original: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Any:
+        if self.busy:
+            return original(*args, **kwargs)
+        structure = self._structure(mod)
+        inputs = self._inputs(args, kwargs) if structure is not None else None
+        if structure is None or inputs is None:
+            return original(*args, **kwargs)
+        skey, subs = structure
+        key = (skey, inputs[0])
+        for done in self.recorded.get(key, ()):
+            if done.usable and self._equal(done, subs):
+                return self._replay(done, subs, inputs[1])
+            if done.usable and self.tries.get(skey, 0) < MAX_RECORDED and self._all_differ(done, mod):
+                self.tries[skey] = MAX_RECORDED  # no two calls will be equal: none is recorded again
+        if self.tries.get(skey, 0) >= MAX_RECORDED:
+            return original(*args, **kwargs)
+        self.tries[skey] = self.tries.get(skey, 0) + 1
+        return self._record(mod, key, subs, original, args, kwargs, inputs[1])
+
+    def _equal(self, done: _Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
+        mods = dict(subs)
+        for (rel, name), value in done.values.items():
+            d = mods[rel].__dict__
+            if name not in d or not same_value(d[name], value):
+                return False
+        return True
+
+    def _all_differ(self, done: _Recorded, mod: nn.Module) -> bool:
+        """Whether an attribute the recorded call read has another value in every block of its
+        kind (a layer index, a drop-path rate growing with depth)."""
+        group = self.group_of.get(id(mod), [])
+        for rel, name in done.values:
+            try:
+                values = [g.get_submodule(rel).__dict__.get(name) for g in group]
+            except AttributeError:
+                continue
+            if all(not same_value(a, b) for i, a in enumerate(values) for b in values[i + 1:]):
+                return True
+        return False
+
+    def _record(self, mod: nn.Module, key: Any, subs: list[tuple[str, nn.Module]], original: Callable[..., Any],
+                args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any]) -> Any:
+        rec, stack = self.rec, self.stack
+        unique = {id(m): (rel, m) for rel, m in reversed(subs)}  # the first name of each module
+        before = {id(m): self._attrs(m) for _, m in unique.values()}
+        contents = {(i, k): copy_of(v) for i, attrs in before.items() for k, v in attrs.items() if is_container(v)}
+        self._reads, self._watched = set(), {i: frozenset(a) for i, a in before.items()}
+        classes = {i: type(m) for i, (_, m) in unique.items()}
+        ev0, fr0, uid0, pc0 = len(rec.events), len(rec.frees), rec._uid, len(rec.param_casts)
+        log: list[tuple[str, list[list[int]]]] = []
+        prev_log, stack.log = stack.log, log
+        self.busy = True
+        swapped = []
+        try:
+            for i, (_, m) in unique.items():
+                sub = self._watcher(classes[i])
+                if sub is not None:
+                    m.__class__ = sub
+                    swapped.append(m)
+            out = original(*args, **kwargs)
+        finally:
+            for m in swapped:
+                if type(m) is self._classes.get(classes[id(m)]):
+                    m.__class__ = classes[id(m)]
+            self.busy = False
+            stack.log = prev_log
+        values = {(unique[i][0], name): before[i][name] for i, name in self._reads}
+        done = _Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log,
+                         paths=[stack.paths.get(id(m), "?") for _, m in subs])
+        done.usable = (len(swapped) == len(unique) and all(type(m) is classes[id(m)] for _, m in unique.values())
+                       and self._unchanged(unique, before, contents))
+        if done.usable:
+            done.casts = [u - uid0 for u in rec.param_casts[pc0:]]
+            done.usable = self._capture(done, subs, ev0, fr0, uid0, out, leaves)
+        self.recorded.setdefault(key, []).append(done)
+        LAST.recorded += 1
+        return out
+
+    def _watcher(self, cls: type) -> type | None:
+        if cls not in self._classes:
+            try:
+                self._classes[cls] = watching(cls, self)
+            except Exception:  # noqa: BLE001 - a class that cannot be subclassed: not watched, not replayed
+                return None
+        return self._classes[cls]
+
+    def _unchanged(self, unique: dict[int, tuple[str, nn.Module]], before: dict[int, dict[str, Any]],
+                   contents: dict[tuple[int, str], Any]) -> bool:
+        for i, (_, m) in unique.items():
+            now = self._attrs(m)
+            if now.keys() != before[i].keys() or any(now[k] is not v for k, v in before[i].items()):
+                return False
+        return all(not changed(before[i][k], saved) for (i, k), saved in contents.items())
+
+    def _capture(self, done: _Recorded, subs: list[tuple[str, nn.Module]], ev0: int, fr0: int, uid0: int,
+                 out: Any, leaves: list[Any]) -> bool:
+        """Keep what the recorded call did, if all of it is accounted for."""
+        rec = self.rec
+        inside = set(done.paths)
+        events = rec.events[ev0:]
+        made = [u for e in events for u, _ in e.allocs]
+        if (made != list(range(uid0 + 1, rec._uid + 1)) or any(e.module not in inside for e in events)
+                or any(path not in inside for path, _ in done.log)):  # a module outside the block ran
+            return False
+        index = rec.param_index
+        done.params = [index.get(p.untyped_storage()._cdata) for p in params_of(subs)]
+        own = {w for w in done.params if w is not None}
+        if any(w not in own for e in events for w in e.weights):
+            return False
+        for f in rec.frees[fr0:]:
+            if not uid0 < f.storage <= rec._uid:
+                return False
+            done.frees.append((f.after - ev0, f.storage - uid0, f.nbytes))
+        # storages made here and still alive must be outputs
+        alive = {uid for uid, _ in rec.live.values() if uid > uid0}
+        out_leaves, done.spec = tree_flatten(out)
+        by_storage = {x.untyped_storage()._cdata: i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)}
+        for x in out_leaves:
+            if not isinstance(x, torch.Tensor):
+                if not simple(x):
+                    return False
+                done.outs.append(_Out("value", value=x))
+                continue
+            if type(x) is not torch.Tensor or x.requires_grad or x.device.type != "meta":
+                return False
+            st = x.untyped_storage()._cdata
+            uid = rec.live.get(st, (0, 0))[0]
+            if uid > uid0:
+                alive.discard(uid)
+                done.outs.append(_Out("new", uid=uid - uid0, key=tensor_key(x)))
+            elif st in by_storage:
+                src = by_storage[st]
+                same = next((i for i, y in enumerate(leaves) if y is x), None)
+                done.outs.append(_Out("same", source=same) if same is not None
+                                 else _Out("view", source=src, key=tensor_key(x)))
+            else:
+                return False
+        if alive:
+            return False
+        done.events = events
+        return True
+
+    def _replay(self, done: _Recorded, subs: list[tuple[str, nn.Module]], leaves: list[Any]) -> Any:
+        rec, stack = self.rec, self.stack
+        paths = dict(zip(done.paths, [stack.paths.get(id(m), "?") for _, m in subs]))
+        index = rec.param_index
+        now = [index.get(p.untyped_storage()._cdata) for p in params_of(subs)]
+        weights = {a: b for a, b in zip(done.params, now) if a is not None and b is not None}
+        shift = rec._uid  # the block's storages get the next ids, in the order a full trace gives them
+        old = done.uid0
+        base = len(rec.events)
+        ev = rec.events
+        for e in done.events:
+            ev.append(OpEvent(e.op, paths[e.module], e.phase, e.flops, e.macs, e.kind, e.bytes_read,
+                              e.bytes_written, e.out_shapes, e.out_dtypes,
+                              [[shift + u - old, n] for u, n in e.allocs] if e.allocs else [],
+                              e.scratch, [weights[w] for w in e.weights] if e.weights else [], e.transposed,
+                              e.problem))
+        rec.frees.extend(MemFree(after=base + a, storage=shift + u, nbytes=n) for a, u, n in done.frees)
+        rec.param_casts.extend(shift + u for u in done.casts)
+        rec._uid += done.nuids
+        made: dict[int, torch.Tensor] = {}
+        outs: list[Any] = []
+        with _disable_current_modes():
+            for o in done.outs:
+                if o.kind == "value":
+                    outs.append(o.value)
+                elif o.kind == "same":
+                    outs.append(leaves[o.source])
+                else:
+                    _, shape, stride, offset, dtype, device, _, nbytes = o.key
+                    st = (leaves[o.source].untyped_storage() if o.kind == "view"
+                          else made[o.uid].untyped_storage() if o.uid in made
+                          else torch.UntypedStorage(nbytes, device=device))
+                    t = torch.empty(0, dtype=dtype, device=device).set_(st, offset, shape, stride)
+                    if o.kind == "new" and o.uid not in made:
+                        made[o.uid] = t
+                        rec.adopt(t, shift + o.uid)
+                    outs.append(t)
+        for path, shapes in done.log:
+            q = paths[path]
+            stack.calls[q] = stack.calls.get(q, 0) + 1
+            stack.out_shapes.setdefault(q, shapes)
+            if stack.log is not None:
+                stack.log.append((q, shapes))
+        rec._folded = None  # (read only inside recurrent layers, which a run that replays has none of)
+        LAST.replayed += 1
+        return tree_unflatten(outs, done.spec)
+
+
