@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.memory import MemoryPeak, replay
+from ..errors import FootprintError
 from ..hardware import Accelerator, find, load
 from ..hardware.networks import get_network
 from ..quantities import parse_seconds
@@ -122,6 +123,19 @@ def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False
     return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device], backward)
 
 
+def refuse_unpriced(p: Parallel) -> None:
+    """A layout option whose cost is not modelled yet stops here (one line) rather than being
+    left out of the figures silently."""
+    for flag, given in (("--pp", p.pp > 1), ("--cp", p.cp > 1), ("--ep", p.ep > 1), ("--grad-accum", p.grad_accum > 1),
+                        ("--dp-shard", p.dp_shard is not None), ("--dp-replicate", p.dp_replicate is not None),
+                        ("--fsdp-param-dtype", p.fsdp_param_dtype is not None),
+                        ("--fsdp-reduce-dtype", p.fsdp_reduce_dtype is not None),
+                        ("--network-gbps", p.network_gbps is not None),
+                        ("--nics-per-node", p.nics_per_node is not None)):
+        if given:
+            raise FootprintError(f"{flag} is not priced yet: fit cannot answer for this layout")
+
+
 def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
               target: Target = Target()) -> FitResult:
     """Every accelerator's answer for the step ``t`` of ``w`` at its batch per rank, and the pick
@@ -138,6 +152,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     if only:
         rows_db = [find(rows_db, x) for x in only]
     t1, notes = trace_step(w, t, p)
+    refuse_unpriced(p)
     b1 = first_batch(t1, w.batch)
     traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p)[0] for k in (2, 3)}}
     peaks = {b: step_peak(tr, strategy, dp, p.bucket_view) for b, tr in traces.items()}
