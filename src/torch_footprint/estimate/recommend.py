@@ -16,7 +16,7 @@ from typing import Any
 from ..analysis.memory import MemoryPeak, replay
 from ..errors import FootprintError
 from ..hardware import Accelerator, find, load
-from ..hardware.networks import get_network
+from ..hardware.networks import network_for
 from ..quantities import parse_seconds
 from ..settings import Parallel, Target, Training, Workload
 from ..trace import Trace
@@ -126,12 +126,7 @@ def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False
 def refuse_unpriced(p: Parallel) -> None:
     """A layout option whose cost is not modelled yet stops here (one line) rather than being
     left out of the figures silently."""
-    for flag, given in (("--pp", p.pp > 1), ("--cp", p.cp > 1), ("--ep", p.ep > 1), ("--grad-accum", p.grad_accum > 1),
-                        ("--dp-shard", p.dp_shard is not None), ("--dp-replicate", p.dp_replicate is not None),
-                        ("--fsdp-param-dtype", p.fsdp_param_dtype is not None),
-                        ("--fsdp-reduce-dtype", p.fsdp_reduce_dtype is not None),
-                        ("--network-gbps", p.network_gbps is not None),
-                        ("--nics-per-node", p.nics_per_node is not None)):
+    for flag, given in (("--pp", p.pp > 1), ("--cp", p.cp > 1), ("--ep", p.ep > 1), ("--grad-accum", p.grad_accum > 1)):
         if given:
             raise FootprintError(f"{flag} is not priced yet: fit cannot answer for this layout")
 
@@ -147,7 +142,9 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     utilisation, hardware, only = target.utilisation, target.hardware, target.gpu
     tf32, efficiency = target.tf32_flag, target.efficiencies
     target_s = parse_seconds(target.latency) if target.latency is not None else None
-    net = get_network(p.network) if p.network else None
+    net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
+    shard = p.shard_group if strategy in ("zero2", "zero3", "fsdp") else dp
+    replicas = dp // shard
     rows_db = load(hardware)
     if only:
         rows_db = [find(rows_db, x) for x in only]
@@ -155,12 +152,12 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     refuse_unpriced(p)
     b1 = first_batch(t1, w.batch)
     traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p)[0] for k in (2, 3)}}
-    peaks = {b: step_peak(tr, strategy, dp, p.bucket_view) for b, tr in traces.items()}
+    peaks = {b: step_peak(tr, strategy, shard, p.bucket_view) for b, tr in traces.items()}
     n_allocs = allocation_count(t1)
     states = None
     if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
-        persistent = peaks[b1].persistent if dp == 1 else replay(t1).persistent
-        states = model_states(persistent, strategy, dp, gather_bytes(t1, strategy), p.bucket_view)
+        persistent = peaks[b1].persistent if shard == 1 else replay(t1).persistent
+        states = model_states(persistent, strategy, shard, gather_bytes(t1, strategy), p.bucket_view)
     scaling = Scaling.of(traces, peaks)
     pair = scaling.pair
     if pair is not None:
@@ -196,11 +193,18 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         """One rank's training step with its communication (None: one rank, or no link figure)."""
         if not t.train or gpus == 1:
             return None
-        link = link_of(acc, ranks=gpus, per_node=p.gpus_per_node, network=net)
+        # rank order as torchtitan and Megatron-LM lay it out: tensor-parallel ranks adjacent, then
+        # context-parallel, then the FSDP group, then its replicas
+        inner = tp * p.cp
+        link = link_of(acc, ranks=shard, per_node=p.gpus_per_node, network=net, stride=inner)
+        tp_link = link_of(acc, ranks=tp, per_node=p.gpus_per_node, network=net)
+        rep_link = link_of(acc, ranks=replicas, per_node=p.gpus_per_node, network=net, stride=inner * shard)
         if link is None:
             no_link.append(acc.id)
             return None
-        return step_time(tr, phase_times(pred), strategy, dp, link, tp)
+        return step_time(tr, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
+                         replica_link=rep_link, param_dtype=p.fsdp_param_dtype,
+                         reduce_dtype=p.fsdp_reduce_dtype or p.fsdp_param_dtype)
 
     out_rows: list[FitRow] = []
     for acc in rows_db:
