@@ -43,6 +43,8 @@ BAD = [
      "--pp-schedule 1f1b runs one stage per rank: --vpp 2 needs interleaved-1f1b"),
     ([*FIT, "--gpus", "2", "--pp", "2", "--pp-schedule", "zb"], "unknown pipeline schedule 'zb'"),
     ([*FIT, "--grad-accum", "0"], "--grad-accum must be at least 1, got 0"),
+    (["fit", LLAMA, "--input-ids", "2,32", "--gpu", "h100-sxm", "--gpus", "2", "--pp", "2"],
+     "--grad-accum and --pp price a training step: add --train"),
     # networks and checkpointing
     ([*FIT, "--gpus", "16", "--network-gbps", "0"], "--network-gbps must be more than 0, got 0.0"),
     ([*FIT, "--gpus", "16", "--nics-per-node", "4"], "--nics-per-node describes a network between nodes: add"),

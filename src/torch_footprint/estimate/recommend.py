@@ -10,7 +10,7 @@ any batch; throughput there from operator costs extrapolated from the same trace
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..analysis.memory import MemoryPeak, replay
@@ -20,10 +20,11 @@ from ..hardware.networks import network_for
 from ..quantities import parse_seconds
 from ..settings import Parallel, Target, Training, Workload
 from ..trace import Trace
-from .batch import Scaling, extrapolate
+from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
 from .layouts.comm import StepTime, link_of, step_time
 from .layouts.ranks import phase_times
+from .layouts.schedule import schedule_peak, schedule_step
 from .layouts.sharding import ModelStates, gather_bytes, model_states, step_peak
 from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for
 from .workload import at_batch, first_batch, precision_of, trace_step
@@ -126,7 +127,7 @@ def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False
 def refuse_unpriced(p: Parallel) -> None:
     """A layout option whose cost is not modelled yet stops here (one line) rather than being
     left out of the figures silently."""
-    for flag, given in (("--pp", p.pp > 1), ("--cp", p.cp > 1), ("--ep", p.ep > 1), ("--grad-accum", p.grad_accum > 1)):
+    for flag, given in (("--cp", p.cp > 1), ("--ep", p.ep > 1)):
         if given:
             raise FootprintError(f"{flag} is not priced yet: fit cannot answer for this layout")
 
@@ -145,6 +146,11 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
     shard = p.shard_group if strategy in ("zero2", "zero3", "fsdp") else dp
     replicas = dp // shard
+    m, pp = p.grad_accum, p.pp
+    if (m > 1 or pp > 1) and not t.train:
+        raise FootprintError("--grad-accum and --pp price a training step: add --train")
+    if m > 1 or pp > 1:  # the gradients accumulate over the micro-batches: they exist before each forward
+        t = replace(t, grads="zero")
     rows_db = load(hardware)
     if only:
         rows_db = [find(rows_db, x) for x in only]
@@ -158,9 +164,22 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
         persistent = peaks[b1].persistent if shard == 1 else replay(t1).persistent
         states = model_states(persistent, strategy, shard, gather_bytes(t1, strategy), p.bucket_view)
-    scaling = Scaling.of(traces, peaks)
-    pair = scaling.pair
-    if pair is not None:
+    if pp > 1:  # the largest pipeline rank: its states, its micro-batches in flight
+        staged = {b: schedule_peak(tr, peaks[b], states.total if states else 0, pp=pp, vpp=p.vpp, microbatches=m,
+                                   schedule=p.schedule) for b, tr in traces.items()}
+        peaks = {b: x[0] for b, x in staged.items()}
+        notes.append(f"pipeline ranks of {p.schedule} at batch {b1}: " + ", ".join(
+            f"rank {f['rank']} {f['need'] / 2**30:.3g} GiB ({f['in_flight']:g} micro-batches in flight)"
+            for f in staged[b1][1]))
+        if m < pp:
+            notes.append(f"{m} micro-batch(es) through {pp} pipeline ranks: most of the step is the bubble; "
+                         "give --grad-accum (the micro-batches a step) as the run does")
+    scaling = Scaling(peaks, None) if pp > 1 else Scaling.of(traces, peaks)
+    pair = scaling.pair if pp == 1 else aligned_pair(traces)
+    if pp > 1:
+        how = ("largest batch: a line through the largest pipeline rank's need at three batch sizes; throughput "
+               "there: operator costs extrapolated from the traces" if pair else "")
+    elif pair is not None:
         bp, bq = pair
         r = next(b for b in traces if b not in pair)
         guess = scaling.peak_at(r)
@@ -191,7 +210,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
 
     def with_comm(tr: Trace, acc: Accelerator, pred: Prediction) -> StepTime | None:
         """One rank's training step with its communication (None: one rank, or no link figure)."""
-        if not t.train or gpus == 1:
+        if not t.train or (gpus == 1 and m == 1):
             return None
         # rank order as torchtitan and Megatron-LM lay it out: tensor-parallel ranks adjacent, then
         # context-parallel, then the FSDP group, then its replicas
@@ -199,9 +218,15 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         link = link_of(acc, ranks=shard, per_node=p.gpus_per_node, network=net, stride=inner)
         tp_link = link_of(acc, ranks=tp, per_node=p.gpus_per_node, network=net)
         rep_link = link_of(acc, ranks=replicas, per_node=p.gpus_per_node, network=net, stride=inner * shard)
-        if link is None:
+        if link is None and gpus > 1:
             no_link.append(acc.id)
             return None
+        if m > 1 or pp > 1:
+            pp_link = link_of(acc, ranks=2, per_node=p.gpus_per_node, network=net, stride=inner * dp)
+            return schedule_step(tr, pred, phase_times(pred), strategy=strategy, shard=shard, replicas=replicas,
+                                 tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
+                                 tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,
+                                 param_dtype=p.fsdp_param_dtype, reduce_dtype=p.fsdp_reduce_dtype or p.fsdp_param_dtype)
         return step_time(tr, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
                          replica_link=rep_link, param_dtype=p.fsdp_param_dtype,
                          reduce_dtype=p.fsdp_reduce_dtype or p.fsdp_param_dtype)
@@ -236,7 +261,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
                 t0 = step.time_s if step is not None else pred.time_s
                 t2 = total(traces[2 * b1])
                 secs = t0 + (t2 - t0) * (largest - b1) / b1
-            thr, thr_b = (largest * dp / secs if secs > 0 else None), largest
+            thr, thr_b = (largest * dp * m / secs if secs > 0 else None), largest
         row = FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b, step=step)
         if target_s is not None:
             row.meets_target = row.fits and (row.latency_s or 0.0) <= target_s
@@ -249,7 +274,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     for d, ids in missing.items():
         notes.append(f"no published {d} rate for {', '.join(ids)}: their fp32 rate is used")
     if gpus > 1:
-        how_many = f"{dp} data-parallel ranks ({strategy})" + (f" x {tp} tensor-parallel" if tp > 1 else "")
+        how_many = f"{dp} data-parallel ranks ({strategy})" + (f" x {tp} tensor-parallel" if tp > 1 else "") + (
+            f" x {pp} pipeline stages" if pp > 1 else "")
         notes.append(f"{how_many}: memory per rank; " + (
             "latency is one rank's training step with its communication (ring collectives over the "
             "accelerator's link_gbs); throughput is samples per second over all ranks" if t.train else

@@ -172,6 +172,7 @@ class StepTime:
     exposed_s: float  # communication not hidden behind compute
     link: Link | None
     notes: list[str] = field(default_factory=list)
+    pipeline: dict[str, Any] | None = None  # micro-batches, pipeline ranks and the bubble (.schedule)
 
     @property
     def comm_s(self) -> float:
@@ -185,7 +186,8 @@ class StepTime:
         return {"strategy": self.strategy, "ranks": self.ranks, "time_s": self.time_s, "compute_s": self.compute_s,
                 "comm_s": self.comm_s, "exposed_comm_s": self.exposed_s,
                 "link": self.link.__dict__ if self.link else None,
-                "collectives": [c.to_dict() for c in self.collectives], "notes": self.notes}
+                "collectives": [c.to_dict() for c in self.collectives], "notes": self.notes,
+                **({"pipeline": self.pipeline} if self.pipeline else {})}
 
 
 def ddp_buckets(nbytes: int) -> list[int]:
