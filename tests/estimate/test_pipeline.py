@@ -126,3 +126,15 @@ def test_gradient_accumulation_repeats_the_micro_step_and_syncs_once():
     f4 = api.fit(str(LLAMA), IDS, grad_accum=4, strategy="fsdp", **base).rows[0].step
     assert f1 is not None and f4 is not None
     assert f4.exposed_s == pytest.approx(4 * f1.exposed_s)
+
+
+def test_each_pipeline_rank_gathers_its_own_blocks():
+    # FSDP over 2 data-parallel ranks beside 2 pipeline ranks: rank 1's units are layer 1 (181,504 fp32
+    # parameters = 726,016 B) and, outside the blocks, its final norm and head (128 + 128,000 = 128,128 x 4 B)
+    from torch_footprint.estimate.layouts.schedule import _rank_trace
+    from torch_footprint.estimate.layouts.sharding import root_bytes, wrap_units
+
+    t = _trace()
+    one = _rank_trace(t, stage_map(t, 2), 1)
+    assert wrap_units(one) == {"model.layers.1": 4 * LAYER}
+    assert root_bytes(one) == 4 * (128 + 128_000)

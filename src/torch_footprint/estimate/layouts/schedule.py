@@ -56,10 +56,14 @@ def rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[
 
 
 def _rank_trace(trace: Trace, sm: StageMap, rank: int) -> Trace:
-    """``trace`` with only pipeline rank ``rank``'s parameters and modules (its collectives)."""
+    """``trace`` with only pipeline rank ``rank``'s parameters and modules (its collectives);
+    the containers that own no parameter (the root, the blocks' list) stay, so FSDP's units
+    are found as in the whole model."""
     mine = {c for c in range(sm.p * sm.v) if sm.rank(c) == rank}
     return dataclasses.replace(trace, params=[q for q in trace.params if sm.chunk_of_module(q.module) in mine],
-                               modules=[m for m in trace.modules if sm.chunk_of_module(m.path) in mine])
+                               modules=[m for m in trace.modules
+                                        if sm.chunk_of_module(m.path) in mine
+                                        or not (m.param_bytes or m.path.startswith(sm.blocks + "."))])
 
 
 def send_s(nbytes: float, link: Link) -> float:
