@@ -22,6 +22,7 @@ from ..settings import Parallel, Target, Training, Workload
 from ..trace import Trace
 from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
+from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime, link_of, step_time
 from .layouts.ranks import phase_times
 from .layouts.schedule import schedule_peak, schedule_step
@@ -45,6 +46,7 @@ class FitRow:
     meets_target: bool | None = None
     reason: str = ""
     step: StepTime | None = None  # one rank's training step with communication (several ranks)
+    attention: list[dict[str, Any]] | None = None  # the kernel CUDA picks for each attention call (.kernels.sdpa)
 
     @property
     def latency_s(self) -> float | None:
@@ -60,7 +62,8 @@ class FitRow:
                 "bound": p.bound if p else None, "ceilings": p.ceilings.source if p else None,
                 "throughput_samples_per_s": self.throughput, "throughput_batch": self.throughput_batch,
                 "meets_target": self.meets_target, "reason": self.reason, "tdp_w": self.accelerator.tdp_w,
-                "step": self.step.to_dict() if self.step else None, "link_gbs": self.accelerator.link_gbs}
+                "step": self.step.to_dict() if self.step else None, "link_gbs": self.accelerator.link_gbs,
+                **({"attention": self.attention} if self.attention else {})}
 
 
 @dataclass
@@ -122,6 +125,28 @@ def _closest_miss(rows: list[FitRow]) -> str:
 def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False) -> dict[str, int]:
     device = "cuda" if acc.kind == "gpu" else "cpu"
     return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device], backward)
+
+
+def attention_kernels(rows: list[FitRow], calls: list[dict[str, Any]]) -> list[str]:
+    """Name on each NVIDIA row the kernel CUDA runs each traced attention call with (sdp_utils'
+    choice, :mod:`.kernels.sdpa`); a note where that is fused and the trace's CPU path was not,
+    or the other way round (the step is priced as traced)."""
+    differ: dict[str, list[str]] = {}
+    for row in rows:
+        sm = sm_of(row.accelerator)
+        if sm is None or not calls:
+            continue
+        row.attention = []
+        for c in calls:
+            kernel, why = cuda_backend(c, sm)
+            row.attention.append({"kernel": kernel, "why": why, "traced": c["cpu_path"], "calls": c["calls"],
+                                  "dtype": c["dtype"], "head_dim": c["head_dim"], "dropout": c["dropout"]})
+            if (kernel == "math") != (c["cpu_path"] == "math"):
+                differ.setdefault(f"{kernel} where the trace ran the CPU's {c['cpu_path']} path"
+                                  + (f" (dropout {c['dropout']:g} in training)" if c["dropout"] and c["grad"]
+                                     else ""), []).append(row.accelerator.id)
+    return [f"attention on {', '.join(ids)}: CUDA's kernel choice (sdp_utils) is {what}; the step is priced as "
+            "traced" for what, ids in differ.items()]
 
 
 def refuse_unpriced(p: Parallel) -> None:
@@ -266,6 +291,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         if target_s is not None:
             row.meets_target = row.fits and (row.latency_s or 0.0) <= target_s
         out_rows.append(row)
+    notes += attention_kernels(out_rows, t1.settings.get("attention") or [])
     pick, why = rank(out_rows, target_s)
     missing: dict[str, list[str]] = {}
     for row in out_rows:
