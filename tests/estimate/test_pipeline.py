@@ -138,3 +138,15 @@ def test_each_pipeline_rank_gathers_its_own_blocks():
     one = _rank_trace(t, stage_map(t, 2), 1)
     assert wrap_units(one) == {"model.layers.1": 4 * LAYER}
     assert root_bytes(one) == 4 * (128 + 128_000)
+
+
+def test_predict_takes_the_layout_fit_takes():
+    # the same step as fit's row: one rank's micro-batch by operator, the whole step beside it
+    layout = dict(gpus=2, pp=2, grad_accum=4, train=True, optimizer="adamw")
+    pred = api.predict(str(LLAMA), "h100-sxm", IDS, **layout)
+    row = api.fit(str(LLAMA), IDS, gpu=["h100-sxm"], **layout).rows[0]
+    assert pred.step is not None and row.step is not None
+    assert pred.step.time_s == pytest.approx(row.step.time_s)
+    assert pred.to_dict()["step"]["pipeline"]["microbatches"] == 4
+    with pytest.raises(Exception, match="add --train"):
+        api.predict(str(LLAMA), "h100-sxm", IDS, gpus=2)

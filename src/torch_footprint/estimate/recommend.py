@@ -23,9 +23,8 @@ from ..trace import Trace
 from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
 from .kernels.sdpa import cuda_backend, sm_of
-from .layouts.comm import StepTime, link_of, step_time
-from .layouts.ranks import phase_times
-from .layouts.schedule import schedule_peak, schedule_step
+from .layouts.comm import StepTime
+from .layouts.schedule import layout_step, schedule_peak
 from .layouts.sharding import ModelStates, gather_bytes, model_states, step_peak
 from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for
 from .workload import at_batch, first_batch, precision_of, trace_step
@@ -149,6 +148,25 @@ def attention_kernels(rows: list[FitRow], calls: list[dict[str, Any]]) -> list[s
             "traced" for what, ids in differ.items()]
 
 
+def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, target: Target) -> Prediction:
+    """``predict`` under a training layout: one rank's micro-batch by operator, and the whole
+    step with its micro-batches, pipeline and collectives as ``step``."""
+    if p.grad_accum > 1 or p.pp > 1:  # the gradients accumulate: they exist before each forward
+        t = replace(t, grads="zero")
+    trace, notes = trace_step(w, t, p)
+    refuse_unpriced(p)
+    pred = estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout)
+    net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
+    pred.step = layout_step(trace, acc, pred, p, net)
+    if pred.step is None:
+        raise FootprintError(f"no interconnect figure for {acc.id}: add link_gbs to its row, or run "
+                             "`footprint calibrate --nproc N` on this machine")
+    pred.notes += [n for n in notes if "parallel" in n] + pred.step.notes + [
+        f"the operators are one rank's micro-batch; its whole step ({p.grad_accum} micro-batch(es), "
+        f"{p.gpus} GPUs): {pred.step.time_s * 1e3:.4g} ms"]
+    return pred
+
+
 def refuse_unpriced(p: Parallel) -> None:
     """A layout option whose cost is not modelled yet stops here (one line) rather than being
     left out of the figures silently."""
@@ -170,7 +188,6 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     target_s = parse_seconds(target.latency) if target.latency is not None else None
     net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
     shard = p.shard_group if strategy in ("zero2", "zero3", "fsdp") else dp
-    replicas = dp // shard
     m, pp = p.grad_accum, p.pp
     if (m > 1 or pp > 1) and not t.train:
         raise FootprintError("--grad-accum and --pp price a training step: add --train")
@@ -237,24 +254,10 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         """One rank's training step with its communication (None: one rank, or no link figure)."""
         if not t.train or (gpus == 1 and m == 1):
             return None
-        # rank order as torchtitan and Megatron-LM lay it out: tensor-parallel ranks adjacent, then
-        # context-parallel, then the FSDP group, then its replicas
-        inner = tp * p.cp
-        link = link_of(acc, ranks=shard, per_node=p.gpus_per_node, network=net, stride=inner)
-        tp_link = link_of(acc, ranks=tp, per_node=p.gpus_per_node, network=net)
-        rep_link = link_of(acc, ranks=replicas, per_node=p.gpus_per_node, network=net, stride=inner * shard)
-        if link is None and gpus > 1:
+        step = layout_step(tr, acc, pred, p, net)
+        if step is None:
             no_link.append(acc.id)
-            return None
-        if m > 1 or pp > 1:
-            pp_link = link_of(acc, ranks=2, per_node=p.gpus_per_node, network=net, stride=inner * dp)
-            return schedule_step(tr, pred, phase_times(pred), strategy=strategy, shard=shard, replicas=replicas,
-                                 tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
-                                 tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,
-                                 param_dtype=p.fsdp_param_dtype, reduce_dtype=p.fsdp_reduce_dtype or p.fsdp_param_dtype)
-        return step_time(tr, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
-                         replica_link=rep_link, param_dtype=p.fsdp_param_dtype,
-                         reduce_dtype=p.fsdp_reduce_dtype or p.fsdp_param_dtype)
+        return step
 
     out_rows: list[FitRow] = []
     for acc in rows_db:

@@ -30,10 +30,14 @@ import math
 from typing import Any
 
 from ...analysis.memory import MemoryPeak
+from ...hardware.db import Accelerator
+from ...hardware.networks import Network
+from ...settings import Parallel
 from ...trace import Trace
 from ..kernels.prediction import Prediction
-from .comm import Collective, Link, StepTime, activation_bytes, step_time
+from .comm import Collective, Link, StepTime, activation_bytes, link_of, step_time
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
+from .ranks import phase_times
 
 FSDP = ("zero2", "zero3", "fsdp")
 
@@ -165,3 +169,31 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
                       op="", breakdown={"model states": f["states"], "activations in flight": f["activations"],
                                         "largest transient": transient},
                       persistent={k: math.ceil(v * params[at] / total) for k, v in peak.persistent.items()}), figures
+
+
+def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
+                network: Network | None) -> StepTime | None:
+    """One rank's training step under the layout ``p`` on ``acc`` (``trace``: one rank's
+    micro-batch, ``pred`` its operators' times): its collectives on the links they run over,
+    its micro-batches and pipeline (:func:`schedule_step`). None when the layout has several
+    GPUs and ``acc`` no link figure."""
+    tp, dp, m, pp, strategy = p.tensor, p.data, p.grad_accum, p.pp, p.sharding
+    shard = p.shard_group if strategy in FSDP else dp
+    replicas = dp // shard
+    # rank order as torchtitan and Megatron-LM lay it out: tensor-parallel ranks adjacent, then
+    # context-parallel, then the FSDP group, then its replicas, pipeline stages outermost
+    inner, per_node = tp * p.cp, p.gpus_per_node
+    link = link_of(acc, ranks=shard, per_node=per_node, network=network, stride=inner)
+    tp_link = link_of(acc, ranks=tp, per_node=per_node, network=network)
+    rep_link = link_of(acc, ranks=replicas, per_node=per_node, network=network, stride=inner * shard)
+    if link is None and p.gpus > 1:
+        return None
+    reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
+    if m > 1 or pp > 1:
+        pp_link = link_of(acc, ranks=2, per_node=per_node, network=network, stride=inner * dp)
+        return schedule_step(trace, pred, phase_times(pred), strategy=strategy, shard=shard, replicas=replicas,
+                             tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
+                             tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,
+                             param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
+    return step_time(trace, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
+                     replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
