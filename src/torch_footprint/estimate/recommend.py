@@ -155,7 +155,9 @@ def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, t
         t = replace(t, grads="zero")
     trace, notes = trace_step(w, t, p)
     refuse_unpriced(p)
-    pred = estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout)
+    fp8_rows([acc], p, w, explicit=True)
+    pred = estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout,
+                            fp8=p.fp8)
     net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
     pred.step = layout_step(trace, acc, pred, p, net)
     if pred.step is None:
@@ -165,6 +167,22 @@ def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, t
         f"the operators are one rank's micro-batch; its whole step ({p.grad_accum} micro-batch(es), "
         f"{p.gpus} GPUs): {pred.step.time_s * 1e3:.4g} ms"]
     return pred
+
+
+def fp8_rows(rows: list[Accelerator], p: Parallel, w: Workload, explicit: bool) -> list[Accelerator]:
+    """The accelerators FP8 training can run on (a published fp8 rate: fp8 units); one named
+    without them, or arithmetic that is not bf16 or fp16, is refused."""
+    if p.fp8 in (None, "none"):
+        return rows
+    if precision_of(w) not in ("bf16", "bf16-mixed", "fp16", "fp16-mixed"):
+        raise FootprintError(f"--fp8 {p.fp8} casts bf16 or fp16 matmuls to fp8: add --precision bf16-mixed")
+    lacking = [a for a in rows if not a.peak("fp8")]
+    if explicit and lacking:
+        raise FootprintError(f"--fp8 {p.fp8}: {lacking[0].id} has no fp8 units (no fp8 rate in its row)")
+    kept = [a for a in rows if a.peak("fp8")]
+    if not kept:
+        raise FootprintError(f"--fp8 {p.fp8}: no accelerator considered has fp8 units")
+    return kept
 
 
 def refuse_unpriced(p: Parallel) -> None:
@@ -196,8 +214,11 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     rows_db = load(hardware)
     if only:
         rows_db = [find(rows_db, x) for x in only]
+    rows_db = fp8_rows(rows_db, p, w, explicit=bool(only))
     t1, notes = trace_step(w, t, p)
     refuse_unpriced(p)
+    if p.fp8 not in (None, "none") and not only:
+        notes.append(f"fp8 ({p.fp8}): only the accelerators with fp8 units are considered")
     b1 = first_batch(t1, w.batch)
     traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p)[0] for k in (2, 3)}}
     peaks = {b: step_peak(tr, strategy, shard, p.bucket_view) for b, tr in traces.items()}
@@ -246,7 +267,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         return cache[b]
 
     def latency(tr: Trace, acc: Accelerator) -> Prediction:
-        return estimate_latency(tr, acc, tf32=tf32, efficiency=efficiency)
+        return estimate_latency(tr, acc, tf32=tf32, efficiency=efficiency, fp8=p.fp8)
 
     no_link: list[str] = []
 

@@ -20,6 +20,7 @@ Grads = Literal["none", "zero"]
 Checkpointing = Literal["none", "full"]
 PipelineSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]
 FsdpDtype = Literal["fp32", "bf16", "fp16"]
+Fp8Recipe = Literal["none", "tensorwise", "rowwise", "delayed"]
 
 # torchtitan's schedule names (pipeline_parallel_schedule) and torch's dtype names, as typed
 SCHEDULE_ALIASES = {"interleaved1f1b": "interleaved-1f1b", "interleaved": "interleaved-1f1b",
@@ -108,6 +109,10 @@ class Parallel(Record):
                                               what="FSDP reduce dtype")
     """the dtype FSDP2 reduce-scatters gradients in (MixedPrecisionPolicy.reduce_dtype; default: --fsdp-param-dtype
     where given, as FSDP2 does, else the gradients' own)"""
+    fp8: Fp8Recipe | None = opt(metavar="RECIPE", what="FP8 recipe")
+    """FP8 training of the linear layers but the head (torchao float8, Transformer Engine): tensorwise or rowwise
+    scales computed from each tensor (dynamic), delayed from an amax history; the three matmuls of each at the
+    fp8 rate, the casts as kernels of their own (with bf16 or fp16 arithmetic; none: off)"""
     network: str | None = opt(metavar="ID")
     """the network between nodes when --gpus spans several (ib-edr, ib-hdr, ib-ndr, eth-100g, eth-200g,
     eth-400g; hardware/networks.toml)"""
