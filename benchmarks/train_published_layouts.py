@@ -9,8 +9,9 @@ A row is expressible when every part of its set-up has a setting the estimate pr
 model (a config the tool has, or a "gpt-*" shape, built here as a Llama-architecture config whose
 SwiGLU MLP has 2/3 of the printed MLP width, the same parameters and FLOPs as a two-matrix MLP),
 tensor, pipeline (with virtual stages) and data parallelism, FSDP (full, hybrid, grad-op), full
-activation checkpointing, gradient accumulation. Not yet: context and expert parallelism, FP8
-matmuls, selective checkpointing, torch.compile. ``lenient`` also counts the rows whose only
+activation checkpointing, gradient accumulation, FP8 (tensorwise, rowwise, delayed). Not yet:
+context and expert parallelism, MXFP8 or an unstated FP8 recipe, selective checkpointing,
+torch.compile. ``lenient`` also counts the rows whose only
 missing parts are selective checkpointing or torch.compile, predicted without them.
 
 Each prediction traces one micro-batch on one rank (bf16 autocast, AdamW) and prices the step as
@@ -39,7 +40,19 @@ except ImportError:  # Python 3.10
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = HERE / "configs"
-NOT_PRICED = ("context parallelism", "expert parallelism", "fp8", "selective checkpointing", "torch.compile")
+NOT_PRICED = ("context parallelism", "expert parallelism", "fp8 recipe not stated or mxfp8", "selective checkpointing",
+              "torch.compile")
+
+
+def fp8_recipe(r: dict[str, Any]) -> str | None:
+    """The row's FP8 recipe as --fp8 names it (None: not fp8, "" not one priced: mxfp8, not stated)."""
+    if r.get("precision") != "fp8":
+        return None
+    words = str(r.get("fp8") or "")
+    for recipe in ("tensorwise", "rowwise", "delayed"):
+        if recipe in words and "mxfp8" not in words:
+            return recipe
+    return ""
 
 
 def features(r: dict[str, Any]) -> list[str]:
@@ -55,8 +68,9 @@ def features(r: dict[str, Any]) -> list[str]:
         out.append("context parallelism")
     if (r.get("ep") or 1) > 1:
         out.append("expert parallelism")
-    if r.get("precision") == "fp8":
-        out.append("fp8")
+    recipe = fp8_recipe(r)
+    if recipe is not None:
+        out.append("fp8" if recipe else "fp8 recipe not stated or mxfp8")
     if r.get("fsdp") == "hybrid_shard":
         out.append("hsdp")
     ac = str(r.get("activation_checkpointing") or "none")
@@ -94,7 +108,7 @@ def expressible(r: dict[str, Any], before: bool, lenient: bool = False) -> str:
         lacking = [f for f in lacking if f not in ("selective checkpointing", "torch.compile")]
     if before:
         lacking += [f for f in features(r) if f in ("pipeline parallelism", "virtual pipeline stages", "hsdp",
-                                                    "gradient accumulation")]
+                                                    "gradient accumulation", "fp8")]
     return ", ".join(lacking)
 
 
@@ -142,7 +156,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     per_node = r.get("gpus_per_node") or 8
     extra: dict[str, Any] = {}
     if not before:
-        extra = dict(pp=pp, vpp=vpp, grad_accum=m)
+        extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None)
         if r.get("fsdp") == "hybrid_shard":
             extra["dp_shard"] = min(dp, r.get("hsdp_shard") or per_node)
     p = Parallel(gpus=n, tp=tp if tp > 1 else None, strategy=strategy, gpus_per_node=per_node,
@@ -156,7 +170,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     shard = p.data if before else (p.shard_group if strategy == "fsdp" else p.data)
     replicas = p.data // shard
     peak = step_peak(trace, strategy, shard)
-    pred = estimate_latency(trace, acc)
+    pred = estimate_latency(trace, acc, **({} if before else {"fp8": p.fp8}))
     net = get_network(p.network) if p.network else None
     if before:
         link = link_of(acc, ranks=n, per_node=per_node, network=net)
@@ -194,6 +208,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--budget", type=float, default=0, help="stop starting rows after so many seconds")
     ap.add_argument("--source", default="", help="only rows whose source address contains this")
+    ap.add_argument("--count", action="store_true", help="only count the rows that can be expressed")
     ap.add_argument("--before", action="store_true", help="as the estimate was before pipeline parallelism, "
                     "HSDP and gradient accumulation (for a run on an earlier commit)")
     args = ap.parse_args()
@@ -209,6 +224,8 @@ def main() -> None:
             lacking[f] = lacking.get(f, 0) + 1
     ranked = sorted(lacking.items(), key=lambda x: -x[1])
     print("not expressible because of: " + ", ".join(f"{k} {v}" for k, v in ranked))
+    if args.count:
+        return
     start, errs, strict_errs, no_fit, done = time.perf_counter(), [], [], 0, 0
     by_source: dict[str, list[float]] = {}
     groups: dict[str, list[dict[str, Any]]] = {}
