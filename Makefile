@@ -50,6 +50,7 @@ bench: $(VENV)/.installed-all,dev,bench
 	$(PY) benchmarks/llm_quantized.py
 	$(PY) benchmarks/train_published.py
 	$(PY) benchmarks/train_multi_published.py
+	$(PY) benchmarks/train_published_layouts.py --budget 1800
 	$(PY) benchmarks/model_zoo_sweep.py
 	$(PY) benchmarks/llm_zoo_sweep.py
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \

@@ -60,7 +60,7 @@ VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
     "memory": {Workload: WORK, Training: ALL, Target: ("device", "utilisation"), Memory: ALL},
     "bench": {Workload: ("model", "inputs", "precision", "weights", "channels_last", "trust_remote_code"),
               Training: ("train", "optimizer"), Parallel: ("strategy",), Target: ("device",), Measurement: ALL},
-    "predict": {Workload: (*WORK, "channels_last"), Training: ALL, Target: ESTIMATE},
+    "predict": {Workload: (*WORK, "channels_last"), Training: ALL, Parallel: ALL, Target: ESTIMATE},
     "fit": {Workload: WORK, Training: ALL, Parallel: ALL, Target: (*ESTIMATE, "utilisation", "latency")},
     "report": {Workload: WORK, Training: ALL, Target: ("gpu", "hardware", "utilisation"), Sections: ALL},
     "llm": {Workload: ("model", "batch", "trust_remote_code"), Serving: ALL, Parallel: ("gpus", "tp"),
@@ -148,16 +148,26 @@ def predict(model: Profile | ModelLike, gpu: Accelerator | str, inputs: InputsLi
     from .estimate.workload import trace_step
     from .hardware import Accelerator, get
 
-    w, t, target = _records("predict", settings, model, inputs)
+    w, t, p, target = _records("predict", settings, model, inputs)
     acc = gpu if isinstance(gpu, Accelerator) else get(str(gpu), target.hardware)
+    layout = p != Parallel()
+    if layout and not t.train:
+        raise FootprintError("predict prices a parallel layout's training step: add --train (fit answers for "
+                             "inference over several GPUs)")
     if isinstance(model, Profile):
+        if layout:
+            raise FootprintError("a Profile was traced already: give the model to predict a layout's step")
         if w.batch is not None or inputs is not None:
             raise FootprintError("a Profile was traced already: its batch and inputs cannot change")
         plain = None if w.precision is None or w.precision.endswith("-mixed") else w.precision
         return estimate_latency(model.trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies,
                                 compute_dtype=plain, layout=w.layout)
-    trace, _ = trace_step(w, dataclasses.replace(t, optimizer=t.step_optimizer) if t.train else t)
-    return estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout)
+    if not layout:
+        trace, _ = trace_step(w, dataclasses.replace(t, optimizer=t.step_optimizer) if t.train else t)
+        return estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout)
+    from .estimate.recommend import layout_prediction
+
+    return layout_prediction(w, dataclasses.replace(t, optimizer=t.step_optimizer), p, acc, target)
 
 
 @_verb("fit")

@@ -10,19 +10,21 @@ any batch; throughput there from operator costs extrapolated from the same trace
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..analysis.memory import MemoryPeak, replay
+from ..errors import FootprintError
 from ..hardware import Accelerator, find, load
-from ..hardware.networks import get_network
+from ..hardware.networks import network_for
 from ..quantities import parse_seconds
 from ..settings import Parallel, Target, Training, Workload
 from ..trace import Trace
-from .batch import Scaling, extrapolate
+from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
-from .layouts.comm import StepTime, link_of, step_time
-from .layouts.ranks import phase_times
+from .kernels.sdpa import cuda_backend, sm_of
+from .layouts.comm import StepTime
+from .layouts.schedule import layout_step, schedule_peak
 from .layouts.sharding import ModelStates, gather_bytes, model_states, step_peak
 from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for
 from .workload import at_batch, first_batch, precision_of, trace_step
@@ -43,6 +45,7 @@ class FitRow:
     meets_target: bool | None = None
     reason: str = ""
     step: StepTime | None = None  # one rank's training step with communication (several ranks)
+    attention: list[dict[str, Any]] | None = None  # the kernel CUDA picks for each attention call (.kernels.sdpa)
 
     @property
     def latency_s(self) -> float | None:
@@ -58,7 +61,8 @@ class FitRow:
                 "bound": p.bound if p else None, "ceilings": p.ceilings.source if p else None,
                 "throughput_samples_per_s": self.throughput, "throughput_batch": self.throughput_batch,
                 "meets_target": self.meets_target, "reason": self.reason, "tdp_w": self.accelerator.tdp_w,
-                "step": self.step.to_dict() if self.step else None, "link_gbs": self.accelerator.link_gbs}
+                "step": self.step.to_dict() if self.step else None, "link_gbs": self.accelerator.link_gbs,
+                **({"attention": self.attention} if self.attention else {})}
 
 
 @dataclass
@@ -122,6 +126,73 @@ def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False
     return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device], backward)
 
 
+def attention_kernels(rows: list[FitRow], calls: list[dict[str, Any]]) -> list[str]:
+    """Name on each NVIDIA row the kernel CUDA runs each traced attention call with (sdp_utils'
+    choice, :mod:`.kernels.sdpa`); a note where that is fused and the trace's CPU path was not,
+    or the other way round (the step is priced as traced)."""
+    differ: dict[str, list[str]] = {}
+    for row in rows:
+        sm = sm_of(row.accelerator)
+        if sm is None or not calls:
+            continue
+        row.attention = []
+        for c in calls:
+            kernel, why = cuda_backend(c, sm)
+            row.attention.append({"kernel": kernel, "why": why, "traced": c["cpu_path"], "calls": c["calls"],
+                                  "dtype": c["dtype"], "head_dim": c["head_dim"], "dropout": c["dropout"]})
+            if (kernel == "math") != (c["cpu_path"] == "math"):
+                differ.setdefault(f"{kernel} where the trace ran the CPU's {c['cpu_path']} path"
+                                  + (f" (dropout {c['dropout']:g} in training)" if c["dropout"] and c["grad"]
+                                     else ""), []).append(row.accelerator.id)
+    return [f"attention on {', '.join(ids)}: CUDA's kernel choice (sdp_utils) is {what}; the step is priced as "
+            "traced" for what, ids in differ.items()]
+
+
+def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, target: Target) -> Prediction:
+    """``predict`` under a training layout: one rank's micro-batch by operator, and the whole
+    step with its micro-batches, pipeline and collectives as ``step``."""
+    if p.grad_accum > 1 or p.pp > 1:  # the gradients accumulate: they exist before each forward
+        t = replace(t, grads="zero")
+    trace, notes = trace_step(w, t, p)
+    refuse_unpriced(p)
+    fp8_rows([acc], p, w, explicit=True)
+    pred = estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout,
+                            fp8=p.fp8)
+    net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
+    pred.step = layout_step(trace, acc, pred, p, net)
+    if pred.step is None:
+        raise FootprintError(f"no interconnect figure for {acc.id}: add link_gbs to its row, or run "
+                             "`footprint calibrate --nproc N` on this machine")
+    pred.notes += [n for n in notes if "parallel" in n] + pred.step.notes + [
+        f"the operators are one rank's micro-batch; its whole step ({p.grad_accum} micro-batch(es), "
+        f"{p.gpus} GPUs): {pred.step.time_s * 1e3:.4g} ms"]
+    return pred
+
+
+def fp8_rows(rows: list[Accelerator], p: Parallel, w: Workload, explicit: bool) -> list[Accelerator]:
+    """The accelerators FP8 training can run on (a published fp8 rate: fp8 units); one named
+    without them, or arithmetic that is not bf16 or fp16, is refused."""
+    if p.fp8 in (None, "none"):
+        return rows
+    if precision_of(w) not in ("bf16", "bf16-mixed", "fp16", "fp16-mixed"):
+        raise FootprintError(f"--fp8 {p.fp8} casts bf16 or fp16 matmuls to fp8: add --precision bf16-mixed")
+    lacking = [a for a in rows if not a.peak("fp8")]
+    if explicit and lacking:
+        raise FootprintError(f"--fp8 {p.fp8}: {lacking[0].id} has no fp8 units (no fp8 rate in its row)")
+    kept = [a for a in rows if a.peak("fp8")]
+    if not kept:
+        raise FootprintError(f"--fp8 {p.fp8}: no accelerator considered has fp8 units")
+    return kept
+
+
+def refuse_unpriced(p: Parallel) -> None:
+    """A layout option whose cost is not modelled yet stops here (one line) rather than being
+    left out of the figures silently."""
+    for flag, given in (("--cp", p.cp > 1), ("--ep", p.ep > 1)):
+        if given:
+            raise FootprintError(f"{flag} is not priced yet: fit cannot answer for this layout")
+
+
 def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
               target: Target = Target()) -> FitResult:
     """Every accelerator's answer for the step ``t`` of ``w`` at its batch per rank, and the pick
@@ -133,22 +204,45 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     utilisation, hardware, only = target.utilisation, target.hardware, target.gpu
     tf32, efficiency = target.tf32_flag, target.efficiencies
     target_s = parse_seconds(target.latency) if target.latency is not None else None
-    net = get_network(p.network) if p.network else None
+    net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
+    shard = p.shard_group if strategy in ("zero2", "zero3", "fsdp") else dp
+    m, pp = p.grad_accum, p.pp
+    if (m > 1 or pp > 1) and not t.train:
+        raise FootprintError("--grad-accum and --pp price a training step: add --train")
+    if m > 1 or pp > 1:  # the gradients accumulate over the micro-batches: they exist before each forward
+        t = replace(t, grads="zero")
     rows_db = load(hardware)
     if only:
         rows_db = [find(rows_db, x) for x in only]
+    rows_db = fp8_rows(rows_db, p, w, explicit=bool(only))
     t1, notes = trace_step(w, t, p)
+    refuse_unpriced(p)
+    if p.fp8 not in (None, "none") and not only:
+        notes.append(f"fp8 ({p.fp8}): only the accelerators with fp8 units are considered")
     b1 = first_batch(t1, w.batch)
     traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p)[0] for k in (2, 3)}}
-    peaks = {b: step_peak(tr, strategy, dp, p.bucket_view) for b, tr in traces.items()}
+    peaks = {b: step_peak(tr, strategy, shard, p.bucket_view) for b, tr in traces.items()}
     n_allocs = allocation_count(t1)
     states = None
     if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
-        persistent = peaks[b1].persistent if dp == 1 else replay(t1).persistent
-        states = model_states(persistent, strategy, dp, gather_bytes(t1, strategy), p.bucket_view)
-    scaling = Scaling.of(traces, peaks)
-    pair = scaling.pair
-    if pair is not None:
+        persistent = peaks[b1].persistent if shard == 1 else replay(t1).persistent
+        states = model_states(persistent, strategy, shard, gather_bytes(t1, strategy), p.bucket_view)
+    if pp > 1:  # the largest pipeline rank: its states, its micro-batches in flight
+        staged = {b: schedule_peak(tr, peaks[b], states.total if states else 0, pp=pp, vpp=p.vpp, microbatches=m,
+                                   schedule=p.schedule) for b, tr in traces.items()}
+        peaks = {b: x[0] for b, x in staged.items()}
+        notes.append(f"pipeline ranks of {p.schedule} at batch {b1}: " + ", ".join(
+            f"rank {f['rank']} {f['need'] / 2**30:.3g} GiB ({f['in_flight']:g} micro-batches in flight)"
+            for f in staged[b1][1]))
+        if m < pp:
+            notes.append(f"{m} micro-batch(es) through {pp} pipeline ranks: most of the step is the bubble; "
+                         "give --grad-accum (the micro-batches a step) as the run does")
+    scaling = Scaling(peaks, None) if pp > 1 else Scaling.of(traces, peaks)
+    pair = scaling.pair if pp == 1 else aligned_pair(traces)
+    if pp > 1:
+        how = ("largest batch: a line through the largest pipeline rank's need at three batch sizes; throughput "
+               "there: operator costs extrapolated from the traces" if pair else "")
+    elif pair is not None:
         bp, bq = pair
         r = next(b for b in traces if b not in pair)
         guess = scaling.peak_at(r)
@@ -173,19 +267,18 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         return cache[b]
 
     def latency(tr: Trace, acc: Accelerator) -> Prediction:
-        return estimate_latency(tr, acc, tf32=tf32, efficiency=efficiency)
+        return estimate_latency(tr, acc, tf32=tf32, efficiency=efficiency, fp8=p.fp8)
 
     no_link: list[str] = []
 
     def with_comm(tr: Trace, acc: Accelerator, pred: Prediction) -> StepTime | None:
         """One rank's training step with its communication (None: one rank, or no link figure)."""
-        if not t.train or gpus == 1:
+        if not t.train or (gpus == 1 and m == 1):
             return None
-        link = link_of(acc, ranks=gpus, per_node=p.gpus_per_node, network=net)
-        if link is None:
+        step = layout_step(tr, acc, pred, p, net)
+        if step is None:
             no_link.append(acc.id)
-            return None
-        return step_time(tr, phase_times(pred), strategy, dp, link, tp)
+        return step
 
     out_rows: list[FitRow] = []
     for acc in rows_db:
@@ -217,11 +310,12 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
                 t0 = step.time_s if step is not None else pred.time_s
                 t2 = total(traces[2 * b1])
                 secs = t0 + (t2 - t0) * (largest - b1) / b1
-            thr, thr_b = (largest * dp / secs if secs > 0 else None), largest
+            thr, thr_b = (largest * dp * m / secs if secs > 0 else None), largest
         row = FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b, step=step)
         if target_s is not None:
             row.meets_target = row.fits and (row.latency_s or 0.0) <= target_s
         out_rows.append(row)
+    notes += attention_kernels(out_rows, t1.settings.get("attention") or [])
     pick, why = rank(out_rows, target_s)
     missing: dict[str, list[str]] = {}
     for row in out_rows:
@@ -230,7 +324,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     for d, ids in missing.items():
         notes.append(f"no published {d} rate for {', '.join(ids)}: their fp32 rate is used")
     if gpus > 1:
-        how_many = f"{dp} data-parallel ranks ({strategy})" + (f" x {tp} tensor-parallel" if tp > 1 else "")
+        how_many = f"{dp} data-parallel ranks ({strategy})" + (f" x {tp} tensor-parallel" if tp > 1 else "") + (
+            f" x {pp} pipeline stages" if pp > 1 else "")
         notes.append(f"{how_many}: memory per rank; " + (
             "latency is one rank's training step with its communication (ring collectives over the "
             "accelerator's link_gbs); throughput is samples per second over all ranks" if t.train else

@@ -14,6 +14,7 @@ from ..settings import Parallel, Training, Workload
 from ..sources import Workload as Prepared
 from ..sources import prepare
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
+from .layouts.pipeline import check_layout
 from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp
 
 DEFAULT_PRECISION = "fp32"
@@ -47,6 +48,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
         m = built.model = m.to(param_dtype)
         notes.append(f"weights cast to {name_of(param_dtype)} for precision {prec}")
         work = work.cast(param_dtype)
+    check_layout(m, p)
     if p.tensor > 1:  # one rank's share, on a copy: a module the caller gave stays whole
         m = built.model = copy.deepcopy(m)
         plan = shrink_for_tp(m, p.tensor)

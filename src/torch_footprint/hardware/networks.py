@@ -42,3 +42,22 @@ def get_network(name: str) -> Network:
     if name not in nets:
         raise FootprintError(f"unknown network '{name}': use {', '.join(nets)}")
     return nets[name]
+
+
+def network_for(name: str | None, port_gbps: float | None = None, nics: int | None = None,
+                gpus_per_node: int = 8) -> Network | None:
+    """The network between nodes a user describes: a row of the table by ``name``, its port
+    speed or NIC count replaced where given; or, with no name, ``nics`` ports of ``port_gbps``
+    (default one port per GPU). None when nothing is given."""
+    from dataclasses import replace
+
+    if name is not None:
+        net = get_network(name)
+        if port_gbps is None and nics is None:
+            return net
+        return replace(net, port_gbps=port_gbps or net.port_gbps, nics=nics or net.nics,
+                       name=f"{net.name} ({nics or net.nics} x {port_gbps or net.port_gbps:g} Gb/s as given)")
+    if port_gbps is None:
+        return None
+    n = nics or gpus_per_node
+    return Network("given", f"{n} x {port_gbps:g} Gb/s", port_gbps, n, "--network-gbps")

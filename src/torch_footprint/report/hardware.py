@@ -77,6 +77,11 @@ def render_prediction(pred: Any, console: Console, depth: int = 1, top: int = 10
     phases = pred.by_phase()
     if len(phases) > 1:
         console.print(Text("by phase: " + ", ".join(f"{k} {_t(v)}" for k, v in phases.items()), style="dim"))
+    step = getattr(pred, "step", None)
+    if step is not None:  # a training layout's whole step on one rank
+        console.print(Text.assemble(("step of the layout: ", "bold"), (_t(step.time_s), "bold green"),
+                                    "  = " + ", ".join(f"{k} {_t(v)}" for k, v in step.compute_s.items() if v)
+                                    + f", communication not hidden {_t(step.exposed_s)} ({step.ranks} GPUs)"))
     total = pred.time_s or 1.0
     mods = pred.by_module(depth)
     cols = [Column("module", "left", wrap=True), Column("time"), Column("share"), Column("compute"),

@@ -1,8 +1,8 @@
 """What a user describes, as public records: the workload, the training set-up, the parallel
 layout, the target hardware, the serving set-up and a measurement.
 
-Each option is a field defined once, here: its name, type, default and help (the string
-under the field). The command line derives its flags from these fields
+Each option is a field defined once, here or in :mod:`.training`: its name, type, default
+and help (the string under the field). The command line derives its flags from these fields
 (:mod:`torch_footprint.cli.options`) and the Python verbs take the same records, or their
 fields as keyword shortcuts::
 
@@ -16,22 +16,18 @@ names are unique across the records, so a keyword shortcut names one field.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from ..errors import FootprintError
 from ..quantities import parse_bytes, parse_seconds
 from .fields import Record, field_docs, field_types, gather, literal_choices, opt, signature_of, verb_records
+from .training import Grads, Optimizer, Parallel, PipelineSchedule, Strategy, Training
 
-__all__ = ["RECORDS", "Calibration", "Measurement", "Memory", "Parallel", "Record", "Sections", "Serving", "Target",
-           "Training", "Watch", "Workload", "field_docs", "field_types", "gather", "literal_choices", "opt",
-           "signature_of", "verb_records"]
+__all__ = ["RECORDS", "Calibration", "Grads", "Measurement", "Memory", "Optimizer", "Parallel", "PipelineSchedule",
+           "Record", "Sections", "Serving", "Strategy", "Target", "Training", "Watch", "Workload", "field_docs",
+           "field_types", "gather", "literal_choices", "opt", "signature_of", "verb_records"]
 
 Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
-Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "adafactor", "sgd-foreach",
-                    "sgd-fused", "momentum-foreach", "momentum-fused", "adam-foreach", "adam-fused",
-                    "adamw-foreach", "adamw-fused"]
-Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
-Grads = Literal["none", "zero"]
 Quant = Literal["fp32", "bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "q4_0",
                 "q8_0", "q4_k_m", "q5_k_m", "q6_k"]
 KvCache = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
@@ -57,8 +53,8 @@ class Workload(Record):
     inputs: Any = opt(cli=False)
     """input shapes such as 1,3,224,224 or 1,128:int64 (--input, repeatable; NAME=SHAPE for a keyword
     input), token ids as --input-ids B,T, or tensors; None: the model's default input"""
-    batch: int | None = opt(metavar="N")
-    """set the first dimension of every input (per rank)"""
+    batch: int | None = opt(metavar="N", aliases=("--micro-batch", "--micro-batch-size"))
+    """set the first dimension of every input (per rank; with --grad-accum or --pp, one micro-batch)"""
     precision: Precision | None = opt(metavar="P", aliases=("--dtype",), aliases_of_values=PRECISION_ALIASES)
     """the arithmetic: fp32, fp16, bf16, fp64 cast weights and floating inputs; fp16-mixed and bf16-mixed keep
     fp32 weights under autocast (default: fp32; profile and bench: as the model is built)"""
@@ -83,84 +79,6 @@ class Workload(Record):
     @property
     def layout(self) -> str:
         return "nhwc" if self.channels_last else "nchw"
-
-
-@dataclass(frozen=True)
-class Training(Record):
-    """A training step: forward, backward and the optimizer's step, set up as asked."""
-
-    train: bool = opt(False, deprecated={"--backward": None})
-    """a training step: forward, backward and optimizer step (train mode)"""
-    optimizer: Optimizer | None = opt(metavar="NAME", what="optimizer")
-    """sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor; the first four also as NAME-foreach and
-    NAME-fused (with --train; default: no optimizer step, but bench and predict time sgd's)"""
-    checkpointing: bool = opt(False)
-    """activation checkpointing (with --train)"""
-    grads: Grads = opt("none", metavar="none|zero")
-    """none: gradients appear in the backward (first step, zero_grad(set_to_none=True)); zero: kept between
-    steps, so they exist before the forward"""
-
-    STEP_OPTIMIZER: ClassVar[str] = "sgd"  # the optimizer of a step that is timed, unless one is named
-
-    @property
-    def step_optimizer(self) -> str:
-        """The optimizer a timed training step runs (``bench``, ``predict``): the one named, else sgd."""
-        return self.optimizer or self.STEP_OPTIMIZER
-
-    def check(self) -> None:
-        if self.optimizer is not None and not self.train:
-            raise FootprintError("--optimizer needs --train (an optimizer only runs in a training step)")
-        if self.checkpointing and not self.train:
-            raise FootprintError("--checkpointing only changes training memory: add --train")
-
-
-@dataclass(frozen=True)
-class Parallel(Record):
-    """How a training step is spread over GPUs."""
-
-    gpus: int = opt(1, metavar="N")
-    """GPUs in all (memory is per rank)"""
-    tp: int | None = opt(metavar="N")
-    """tensor-parallel ranks among --gpus (Megatron-style split of attention and MLP linears; default 1, llm:
-    --gpus)"""
-    strategy: Strategy = opt("ddp", metavar="S", what="strategy")
-    """how model states are split across the data-parallel ranks: ddp, zero1, zero2, zero3, fsdp; tp: every GPU
-    in one tensor-parallel group (the same as --tp GPUS)"""
-    sequence_parallel: bool = opt(False)
-    """with --tp: norms and residuals hold 1/tp of the sequence (Megatron-LM's sequence parallelism)"""
-    network: str | None = opt(metavar="ID")
-    """the network between nodes when --gpus spans several (ib-edr, ib-hdr, ib-ndr, eth-100g, eth-200g,
-    eth-400g; hardware/networks.toml)"""
-    gpus_per_node: int = opt(8, metavar="N")
-    """GPUs per node"""
-    bucket_view: bool = opt(False)
-    """DDP with gradient_as_bucket_view=True (no second copy of the gradients)"""
-
-    def check(self) -> None:
-        if self.gpus < 1:
-            raise FootprintError(f"--gpus must be at least 1, got {self.gpus}")
-        if self.gpus_per_node < 1:
-            raise FootprintError(f"--gpus-per-node must be at least 1, got {self.gpus_per_node}")
-        if self.tp is not None and (self.tp < 1 or self.gpus % self.tp):
-            raise FootprintError(f"--tp {self.tp} must divide --gpus {self.gpus}")
-        if self.strategy == "tp" and self.tp not in (None, self.gpus):
-            raise FootprintError(f"--strategy tp puts every GPU in one tensor-parallel group: --tp {self.tp} "
-                                 f"contradicts it (--gpus {self.gpus})")
-
-    @property
-    def tensor(self) -> int:
-        """The tensor-parallel degree of a training layout (1 unless --tp or --strategy tp)."""
-        return self.gpus if self.strategy == "tp" else self.tp or 1
-
-    @property
-    def data(self) -> int:
-        """Data-parallel ranks: --gpus / --tp."""
-        return self.gpus // self.tensor
-
-    @property
-    def sharding(self) -> str:
-        """How the data-parallel ranks hold the model states (tp: no data parallelism, ddp's)."""
-        return "ddp" if self.strategy == "tp" else self.strategy
 
 
 @dataclass(frozen=True)

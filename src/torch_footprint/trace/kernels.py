@@ -104,6 +104,9 @@ class CpuKernels:
         self._saved_linear: Any = None
         self.reroute = reroute  # send meta-tensor calls to the CPU's fused kernel
         self.host_tensor = host_tensor
+        # each distinct attention call: what a GPU's kernel choice depends on, the path the CPU
+        # took and how often (estimate/kernels/sdpa.py picks CUDA's kernel from these)
+        self.attention: list[dict[str, Any]] = []
 
     def __enter__(self) -> CpuKernels:
         self._saved = F.scaled_dot_product_attention
@@ -125,6 +128,7 @@ class CpuKernels:
             if not isinstance(q, torch.Tensor):
                 return original(*args, **kwargs)
             eligible = cpu_flash_eligible(q, k, v, a)
+            self._note_call(q, k, v, a, "flash" if eligible and q.device.type in ("meta", "cpu") else "math")
             if self.reroute and q.device.type == "meta" and eligible:
                 # grouped-query attention: the CPU kernel reads each key/value head for its group of
                 # query heads as it is (the allocator shows no repeated copy, and its backward's key
@@ -142,6 +146,25 @@ class CpuKernels:
         self._saved_linear = F.linear
         F.linear = _in_place_bias(self._saved_linear)
         return self
+
+    def _note_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any], path: str) -> None:
+        if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+            return
+        dtype = q.dtype
+        if torch.is_autocast_enabled("cpu") and q.is_floating_point():
+            dtype = torch.get_autocast_dtype("cpu")
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        call = {"dtype": str(dtype).removeprefix("torch."), "head_dim": int(q.shape[-1]),
+                "head_dim_k": int(k.shape[-1]), "head_dim_v": int(v.shape[-1]), "q_heads": int(q.shape[1]),
+                "kv_heads": int(k.shape[1]), "seq_q": int(q.shape[-2]), "seq_k": int(k.shape[-2]),
+                "mask": a.get("attn_mask") is not None, "causal": bool(a.get("is_causal", False)),
+                "dropout": float(a.get("dropout_p", 0.0) or 0.0), "grad": grad,
+                "enable_gqa": bool(a.get("enable_gqa", False)), "cpu_path": path}
+        for seen in self.attention:
+            if all(seen[key] == value for key, value in call.items()):
+                seen["calls"] += 1
+                return
+        self.attention.append({**call, "calls": 1})
 
     def __exit__(self, *exc: Any) -> None:
         F.scaled_dot_product_attention = self._saved

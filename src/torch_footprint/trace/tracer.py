@@ -358,6 +358,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                 "optimizer": getattr(step.optimizer, "label", None) if step.optimizer is not None else None,
                 "autocast": name_of(step.autocast) if step.autocast is not None else None,
                 "grads_kept": step.grads_kept}
+    if isinstance(kernels, CpuKernels) and kernels.attention:
+        settings["attention"] = kernels.attention
     tags = hooks.tags
     if rec.param_casts:
         tags["parameter casts"] = rec.param_casts

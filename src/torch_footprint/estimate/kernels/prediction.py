@@ -178,6 +178,9 @@ class Prediction:
     main_dtype: str
     notes: list[str] = field(default_factory=list)
     missing_dtypes: list[str] = field(default_factory=list)  # timed at the fp32 rate for want of a figure
+    # a training layout's whole step on one rank (estimate/layouts: micro-batches, pipeline,
+    # collectives), where one was given; the operators above are one micro-batch's
+    step: Any = None
 
     @cached_property
     def effective(self) -> list[float]:
@@ -288,6 +291,8 @@ class Prediction:
             "flops": self.flops, "main_dtype": self.main_dtype, "ceilings": self.ceilings.to_dict(),
             "notes": self.notes, "by_module": [m.to_dict() for m in self.by_module(1)],
         }
+        if self.step is not None:
+            d["step"] = self.step.to_dict()
         if ops:
             d["ops"] = [{**{k: getattr(o, k) for k in OpTime.__slots__}, "time_s": o.time_s, "bound": o.bound}
                         for o in self.ops]

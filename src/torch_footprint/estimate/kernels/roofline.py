@@ -169,10 +169,36 @@ def _rate_keys(trace: Trace) -> list[str]:
     return _LAST_KEYS[1]
 
 
+FP8_HEADS = ("lm_head", "output", "head", "classifier")  # left in high precision (torchtitan's filter_fqns)
+
+
+def fp8_casts(trace: Trace, recipe: str) -> dict[int, int]:
+    """The matmuls FP8 training runs in fp8 (torchao's convert_to_float8_training, Transformer
+    Engine's Linear): those of ``nn.Linear`` modules but the head, traced in bf16 or fp16, both
+    dimensions multiples of 16 (torchao's requirement); each with the bytes of its operands'
+    casts: per operand element, dynamic scaling (tensorwise, rowwise) reads it for its amax,
+    reads it again and writes one byte; delayed scaling (an amax history) the read and the
+    write. Event index -> bytes."""
+    types = {m.path: m.type for m in trace.modules}
+    per_byte = 1.5 if recipe == "delayed" else 2.5  # of the 2-byte operands: (2 + 2 + 1) / 2 or (2 + 1) / 2
+    out = {}
+    for i, e in enumerate(trace.events):
+        if e.kind != "matrix" or types.get(e.module) != "Linear" or e.module.rsplit(".", 1)[-1] in FP8_HEADS:
+            continue
+        if not (e.problem and e.problem[0] == "gemm" and len(e.problem) >= 5):
+            continue
+        if any(int(d) % 16 for d in e.problem[2:5]) or not e.out_shapes:
+            continue
+        if not any(d in ("bfloat16", "float16") for d in (e.out_dtypes or [])):
+            continue
+        out[i] = int(e.bytes_read * per_byte)
+    return out
+
+
 def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
                      efficiency: Mapping[str, float] | None = None, overhead_s: float | None = None,
                      calibrated: bool = True, compute_dtype: str | None = None,
-                     layout: str = "nchw") -> Prediction:
+                     layout: str = "nchw", fp8: str | None = None) -> Prediction:
     """Roofline time of every operator of ``trace`` on ``acc`` (see the module docstring).
 
     ``compute_dtype`` ("fp16", "bf16", ...) times floating-point matrix work at that dtype's
@@ -181,6 +207,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     (``channels_last``). On GPUs the kernels' own traffic is added (:mod:`.gpu_kernels`): the
     transposes around tensor-core convolutions in NCHW, batch norm's second pass in
     training; and an optimizer's first-step state creation is left out of a step's time.
+    ``fp8`` (tensorwise, rowwise, delayed): FP8 training's matmuls (:func:`fp8_casts`).
     """
     if compute_dtype is not None and compute_dtype not in RATE_KEYS:
         raise FootprintError(f"unknown dtype '{compute_dtype}': use fp32, tf32, fp16, bf16, fp8 or int8")
@@ -203,6 +230,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     floor = k_const.kernel_floor_s if kernels else 0.0
     total_flops = 0
     uses: dict[tuple[Any, ...], float] = {}  # problem_use by problem: layers repeat their shapes
+    casts = fp8_casts(trace, fp8) if fp8 and fp8 != "none" else {}
     for i, (e, dkey) in enumerate(zip(trace.events, _rate_keys(trace), strict=True)):
         nbytes = e.bytes_read + e.bytes_written
         total_flops += e.flops
@@ -221,9 +249,11 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 is_conv = "convolution" in e.op
                 rates = c.conv if is_conv else c.matrix
                 key = compute_dtype if compute_dtype and dkey in ("fp32", "fp16", "bf16") else dkey
+                if i in casts:
+                    key, transposes = "fp8", casts[i]
                 if key == "fp32" and has_tf32 and (conv_tf32 if is_conv else bool(tf32)):
                     key = "tf32"
-                if gpu and acc.vendor == "nvidia":
+                if gpu and acc.vendor == "nvidia" and i not in casts:
                     transposes = layout_transpose_bytes(e, key, layout)
                 rate = rates.get(key) or c.matrix.get(key)
                 outs = sum(math.prod(s) for s in e.out_shapes) if e.out_shapes else 0
@@ -270,6 +300,9 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         notes.append("operators without a FLOP formula are timed by their bytes only: " + ", ".join(sorted(unknown)))
     if compute_dtype:
         notes.append(f"matrix work timed at the {compute_dtype} rate; bytes as traced")
+    if casts:
+        notes.append(f"fp8 ({fp8}): {len(casts)} matmuls of linear layers at the fp8 rate, each operand's scaling "
+                     "and cast a pass of its own")
     main = max(flops_by_dtype, key=lambda k: flops_by_dtype[k]) if flops_by_dtype else "fp32"
     return Prediction(accelerator=acc, ceilings=c, ops=ops, flops=total_flops, main_dtype=main, notes=notes,
                       missing_dtypes=sorted(missing))

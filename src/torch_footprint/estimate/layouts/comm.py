@@ -87,27 +87,38 @@ def nccl_link(bandwidth: float, link: str, source: str) -> Link:
     return Link(bandwidth, NCCL_STEP_LATENCY_S["pcie" if pcie else "nvlink"], source, NCCL_BASE_LATENCY_S)
 
 
-def across_nodes(link: Link, network: Network, ranks: int, per_node: int,
-                 efficiency: float = LINK_EFFICIENCY) -> Link:
-    """``link`` for a ring of ``ranks`` over nodes of ``per_node`` GPUs joined by ``network``:
-    each GPU's share leaves its node through the node's NICs, so the ring runs at the slower of
-    its own link and its share of the NICs (x ``efficiency``); NCCL's latency per step is its
-    network one there (2.7 us for ring LL, src/graph/tuning.cc), its base per call unchanged."""
-    nodes = math.ceil(ranks / per_node)
-    bandwidth = min(link.bandwidth, network.per_gpu(per_node) * efficiency)
+def across_nodes(link: Link, network: Network, nodes: int, per_node: int, efficiency: float = LINK_EFFICIENCY,
+                 members: int = 1) -> Link:
+    """``link`` for a ring over ``nodes`` nodes of ``per_node`` GPUs joined by ``network``, with
+    ``members`` of the ring's ranks on each node. NCCL runs one ring per channel, each leaving a
+    node through its own NIC, so a node's NICs carry the ring's whole traffic between nodes;
+    the node's ``per_node / members`` groups of the same layout run their collectives at
+    once and share those NICs: one ring gets ``members / per_node`` of them, ``members`` x
+    each GPU's share (a ring of one GPU per node: that GPU's share; of all eight: the node's
+    NICs). The ring runs at the slower of that and its own link (x ``efficiency``); NCCL's
+    latency per step is its network one there (2.7 us for ring LL, src/graph/tuning.cc), its
+    base per call unchanged."""
+    members = max(1, min(members, per_node))
+    bandwidth = min(link.bandwidth, network.per_gpu(per_node) * members * efficiency)
     return Link(bandwidth, max(link.latency, NCCL_NET_STEP_LATENCY_S),
                 f"{link.source} within a node; across {nodes} nodes {network.name}, {network.nics} x "
-                f"{network.port_gbps:g} Gb/s per node of {per_node} GPUs ({efficiency:.0%})", link.base)
+                f"{network.port_gbps:g} Gb/s per node of {per_node} GPUs, {members} of the ring's ranks on each "
+                f"({efficiency:.0%})", link.base)
 
 
 def link_of(acc: Accelerator, efficiency: float = LINK_EFFICIENCY, *, ranks: int = 1, per_node: int = 8,
-            network: Network | None = None) -> Link | None:
-    """The link of ``acc``: measured by ``footprint calibrate --nproc N`` where it ran, else
-    the database's figure x ``efficiency``; None when neither is known. ``ranks`` beyond one
-    node of ``per_node`` go through ``network`` (:func:`across_nodes`) where it is given."""
+            network: Network | None = None, stride: int = 1) -> Link | None:
+    """The link of ``acc`` for a group of ``ranks`` ranks ``stride`` apart (a data-parallel
+    group of a layout with tensor parallelism inside it: ``stride`` = --tp): measured by
+    ``footprint calibrate --nproc N`` where it ran, else the database's figure x
+    ``efficiency``; None when neither is known. A group spanning more than one node of
+    ``per_node`` goes through ``network`` (:func:`across_nodes`) where it is given; one that
+    sits inside a node stays on the GPUs' own link (NVLink)."""
     link = _link_of(acc, efficiency)
-    if link is not None and network is not None and ranks > per_node:
-        return across_nodes(link, network, ranks, per_node, efficiency)
+    span = ranks * stride
+    if link is not None and network is not None and ranks > 1 and span > per_node:
+        members = max(1, min(ranks, per_node // stride))
+        return across_nodes(link, network, math.ceil(span / per_node), per_node, efficiency, members)
     return link
 
 
@@ -161,6 +172,7 @@ class StepTime:
     exposed_s: float  # communication not hidden behind compute
     link: Link | None
     notes: list[str] = field(default_factory=list)
+    pipeline: dict[str, Any] | None = None  # micro-batches, pipeline ranks and the bubble (.schedule)
 
     @property
     def comm_s(self) -> float:
@@ -174,7 +186,8 @@ class StepTime:
         return {"strategy": self.strategy, "ranks": self.ranks, "time_s": self.time_s, "compute_s": self.compute_s,
                 "comm_s": self.comm_s, "exposed_comm_s": self.exposed_s,
                 "link": self.link.__dict__ if self.link else None,
-                "collectives": [c.to_dict() for c in self.collectives], "notes": self.notes}
+                "collectives": [c.to_dict() for c in self.collectives], "notes": self.notes,
+                **({"pipeline": self.pipeline} if self.pipeline else {})}
 
 
 def ddp_buckets(nbytes: int) -> list[int]:
@@ -197,18 +210,38 @@ def activation_bytes(trace: Trace, path: str) -> int:
     return best
 
 
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def fsdp_bytes(trace: Trace, param_dtype: str | None = None, reduce_dtype: str | None = None) -> tuple[int, int]:
+    """What FSDP2 gathers and reduce-scatters per step, whole-model bytes: the parameters in
+    ``param_dtype`` (MixedPrecisionPolicy.param_dtype; None: as stored) and the trainable
+    ones' gradients in ``reduce_dtype`` (None: as the gradients are, the parameters' dtype)."""
+    def size(p: Any, dtype: str | None) -> int:
+        return p.numel * DTYPE_BYTES[dtype] if dtype and p.dtype.startswith(("float", "bfloat")) else p.nbytes
+
+    return (sum(size(p, param_dtype) for p in trace.params),
+            sum(size(p, reduce_dtype) for p in trace.params if p.trainable))
+
+
 def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, link: Link | None,
-              tp: int = 1) -> StepTime:
+              tp: int = 1, *, tp_link: Link | None = None, replicas: int = 1, replica_link: Link | None = None,
+              param_dtype: str | None = None, reduce_dtype: str | None = None) -> StepTime:
     """One rank's step time under ``strategy`` over ``n`` data-parallel ranks (and ``tp``
     tensor-parallel ones, ``trace`` being one rank's share): ``phases`` is the compute time
-    of each phase on one device (the roofline's by-phase times)."""
+    of each phase on one device (the roofline's by-phase times). ``link`` carries the
+    data-parallel rings, ``tp_link`` (default ``link``) the tensor-parallel all-reduces.
+    HSDP: ``n`` ranks shard, ``replicas`` such groups each all-reduce their gradient shard
+    over ``replica_link`` after its reduce-scatter. FSDP2's mixed precision: all-gathers in
+    ``param_dtype``, reduce-scatters in ``reduce_dtype`` (:func:`fsdp_bytes`)."""
     compute = {k: v for k, v in phases.items()}
     if strategy in SHARDED_OPTIMIZER and n > 1 and "optimizer" in compute:
         compute["optimizer"] /= n  # each rank steps its shard only
-    out = StepTime(strategy, n * tp, compute, [], 0.0, link)
-    if n * tp <= 1:
+    out = StepTime(strategy, n * replicas * tp, compute, [], 0.0, link)
+    if n * replicas * tp <= 1:
         return out
-    if link is None:
+    tp_link = tp_link or link
+    if link is None or tp_link is None:
         raise FootprintError("no interconnect figure for this accelerator: add link_gbs to its row, or run "
                              "`footprint calibrate --nproc N` on this machine")
     grads = sum(p.nbytes for p in trace.params if p.trainable)
@@ -226,24 +259,33 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
             t = gather_s(weights, n, link)
             cs.append(Collective("updated parameter shards", "all-gather", weights, 1, "optimizer", False, t))
             exposed += t
-    elif n > 1 and strategy in ("zero2", "zero3", "fsdp"):
+    elif (n > 1 or replicas > 1) and strategy in ("zero2", "zero3", "fsdp"):
+        gathered, reduced = fsdp_bytes(trace, param_dtype, reduce_dtype)
         units = [b for b in wrap_units(trace).values() if b] or [weights]
         rest = max(0, weights - sum(units))  # the root's own parameters
         if rest:
             units = [rest, *units]
+        units = [u * gathered / weights for u in units] if weights else units
         ag = sum(gather_s(u, n, link) for u in units)
         first = gather_s(units[0], n, link)
-        cs.append(Collective("parameters, forward", "all-gather", weights, len(units), "forward", True, ag))
+        cs.append(Collective("parameters, forward", "all-gather", gathered, len(units), "forward", True, ag))
         exposed += first + max(0.0, ag - first - fwd)
         bwd_comm = 0.0
         if strategy != "zero2":
-            cs.append(Collective("parameters, backward", "all-gather", weights, len(units), "backward", True, ag))
+            cs.append(Collective("parameters, backward", "all-gather", gathered, len(units), "backward", True, ag))
             bwd_comm += ag
-        share = grads / weights if weights else 0.0
+        share = reduced / gathered if gathered else 0.0
         rs = sum(gather_s(u * share, n, link) for u in units)
-        cs.append(Collective("gradients", "reduce-scatter", grads, len(units), "backward", True, rs))
-        bwd_comm += rs
+        cs.append(Collective("gradients", "reduce-scatter", reduced, len(units), "backward", True, rs))
         last = gather_s(units[0] * share, n, link)
+        if replicas > 1:  # HSDP: each reduce-scatter's shard all-reduced across the replicas
+            rl = replica_link or link
+            ar = sum(all_reduce_s(u * share / n, replicas, rl) for u in units)
+            cs.append(Collective("gradient shards across replicas", "all-reduce", reduced // n, len(units),
+                                 "backward", True, ar))
+            rs += ar
+            last += all_reduce_s(units[0] * share / n, replicas, rl)
+        bwd_comm += rs
         exposed += last + max(0.0, bwd_comm - last - bwd)
     elif n > 1:
         raise FootprintError(f"unknown strategy '{strategy}'")
@@ -252,7 +294,7 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
         rows = [p for p, s in plan.items() if s == "rowwise"]
         cols = [p for p, s in plan.items() if s == "colwise"]
         size = activation_bytes(trace, rows[0]) if rows else 0  # [batch, sequence, hidden]
-        fw, bw = len(rows) * all_reduce_s(size, tp, link), len(cols) * all_reduce_s(size, tp, link)
+        fw, bw = len(rows) * all_reduce_s(size, tp, tp_link), len(cols) * all_reduce_s(size, tp, tp_link)
         cs.append(Collective("row-parallel outputs", "all-reduce", size * len(rows), len(rows), "forward", False, fw))
         cs.append(Collective("column-parallel input gradients", "all-reduce", size * len(cols), len(cols), "backward",
                              False, bw))

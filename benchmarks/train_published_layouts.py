@@ -1,0 +1,270 @@
+"""The published multi-GPU training measurements of ``benchmarks/published/training.toml``: which
+of them ``fit`` can express as the runs were set up, and, for those it can, the predicted
+tokens per second per GPU against the printed figure and whether the configuration the team
+trained is declared to fit.
+
+    python benchmarks/train_published_layouts.py [--limit N] [--budget SECONDS] [--source TAG]
+
+A row is expressible when every part of its set-up has a setting the estimate prices: its
+model (a config the tool has, or a "gpt-*" shape, built here as a Llama-architecture config whose
+SwiGLU MLP has 2/3 of the printed MLP width, the same parameters and FLOPs as a two-matrix MLP),
+tensor, pipeline (with virtual stages) and data parallelism, FSDP (full, hybrid, grad-op), full
+activation checkpointing, gradient accumulation, FP8 (tensorwise, rowwise, delayed). Not yet:
+context and expert parallelism, MXFP8 or an unstated FP8 recipe, selective checkpointing,
+torch.compile. ``lenient`` also counts the rows whose only
+missing parts are selective checkpointing or torch.compile, predicted without them.
+
+Each prediction traces one micro-batch on one rank (bf16 autocast, AdamW) and prices the step as
+``fit`` does (:func:`~torch_footprint.estimate.recommend.recommend` with its building blocks, at
+one batch size): memory per rank (the largest pipeline rank) against the GPU's memory at 80%
+use, step time with communication; tokens/s/GPU = global batch x sequence / step / GPUs. Where
+the row names no network, a DGX's is assumed: InfiniBand HDR for A100, NDR for H100, H200, B200.
+Rows printed as TFLOP/s (the sources' own FLOP formulas) are counted, not compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+HERE = Path(__file__).resolve().parent
+CONFIGS = HERE / "configs"
+NOT_PRICED = ("context parallelism", "expert parallelism", "fp8 recipe not stated or mxfp8", "selective checkpointing",
+              "torch.compile")
+
+
+def fp8_recipe(r: dict[str, Any]) -> str | None:
+    """The row's FP8 recipe as --fp8 names it (None: not fp8, "" not one priced: mxfp8, not stated)."""
+    if r.get("precision") != "fp8":
+        return None
+    words = str(r.get("fp8") or "")
+    for recipe in ("tensorwise", "rowwise", "delayed"):
+        if recipe in words and "mxfp8" not in words:
+            return recipe
+    return ""
+
+
+def features(r: dict[str, Any]) -> list[str]:
+    """The parts of a row's set-up, as the estimate names them."""
+    out = []
+    if (r.get("tp") or 1) > 1:
+        out.append("tensor parallelism")
+    if (r.get("pp") or 1) > 1:
+        out.append("pipeline parallelism")
+    if (r.get("vpp") or 1) > 1:
+        out.append("virtual pipeline stages")
+    if (r.get("cp") or 1) > 1:
+        out.append("context parallelism")
+    if (r.get("ep") or 1) > 1:
+        out.append("expert parallelism")
+    recipe = fp8_recipe(r)
+    if recipe is not None:
+        out.append("fp8" if recipe else "fp8 recipe not stated or mxfp8")
+    if r.get("fsdp") == "hybrid_shard":
+        out.append("hsdp")
+    ac = str(r.get("activation_checkpointing") or "none")
+    if ac.startswith("selective"):
+        out.append("selective checkpointing")
+    if r.get("compile"):
+        out.append("torch.compile")
+    if _accum(r) > 1:
+        out.append("gradient accumulation")
+    return out
+
+
+def _dp(r: dict[str, Any]) -> int:
+    n = r.get("n_gpus") or 0
+    return int(r.get("dp") or n // max(1, (r.get("tp") or 1) * (r.get("pp") or 1) * (r.get("cp") or 1)))
+
+
+def _accum(r: dict[str, Any]) -> int:
+    if r.get("grad_accum"):
+        return int(r["grad_accum"])
+    dp, micro, glob = _dp(r), r.get("micro_batch"), r.get("global_batch")
+    if not (dp and micro and glob):
+        return 1
+    return max(1, round(glob / (micro * dp)))
+
+
+def expressible(r: dict[str, Any], before: bool, lenient: bool = False) -> str:
+    """"" when the estimate can express the row, else what it lacks."""
+    if not r.get("n_gpus"):
+        return "GPU count not printed"
+    if not r["model"].startswith("hf:") and not all(r.get(k) for k in ("layers", "hidden", "heads", "vocab")):
+        return "model shape not printed"
+    lacking = [f for f in features(r) if f in NOT_PRICED]
+    if lenient:
+        lacking = [f for f in lacking if f not in ("selective checkpointing", "torch.compile")]
+    if before:
+        lacking += [f for f in features(r) if f in ("pipeline parallelism", "virtual pipeline stages", "hsdp",
+                                                    "gradient accumulation", "fp8")]
+    return ", ".join(lacking)
+
+
+def model_of(r: dict[str, Any], folder: Path) -> str:
+    m = r["model"]
+    if m.startswith("hf:"):
+        local = CONFIGS / m[3:].replace("/", "--")
+        return str(local) if local.exists() else m
+    h, ffn = r["hidden"], r.get("ffn_hidden") or 4 * r["hidden"]
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
+           "intermediate_size": int(round(2 * ffn / 3)), "num_hidden_layers": r["layers"],
+           "num_attention_heads": r["heads"], "num_key_value_heads": r.get("kv_heads") or r["heads"],
+           "vocab_size": r["vocab"], "max_position_embeddings": max(4096, r["seq"]), "tie_word_embeddings": False}
+    d = folder / m
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+def network_of(r: dict[str, Any]) -> str:
+    text = str(r.get("network") or "")
+    gbps = [float(x) for x in re.findall(r"(\d+)\s*G", text)]
+    if gbps:
+        per_gpu = gbps[0] / 8 if "node" in text else gbps[0]
+        return "ib-ndr" if per_gpu >= 400 else "ib-hdr" if per_gpu >= 200 else "ib-edr"
+    return "ib-hdr" if r["gpu"].startswith("a100") else "ib-ndr"
+
+
+def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
+    from torch_footprint.estimate.kernels.roofline import estimate_latency
+    from torch_footprint.estimate.layouts.comm import link_of, step_time
+    from torch_footprint.estimate.layouts.ranks import phase_times
+    from torch_footprint.estimate.layouts.sharding import gather_bytes, model_states, step_peak
+    from torch_footprint.estimate.recommend import fixed_overheads
+    from torch_footprint.estimate.workload import trace_step
+    from torch_footprint.hardware import get
+    from torch_footprint.hardware.networks import get_network
+    from torch_footprint.settings import Parallel, Training, Workload
+
+    n, tp, pp, vpp = r["n_gpus"], r.get("tp") or 1, r.get("pp") or 1, r.get("vpp") or 1
+    dp, m = _dp(r), _accum(r)
+    micro = r.get("micro_batch") or max(1, (r.get("global_batch") or dp) // dp)
+    strategy = {"full_shard": "fsdp", "hybrid_shard": "fsdp", "shard_grad_op": "zero2"}.get(
+        r.get("fsdp") or "", "zero1" if r.get("zero_stage") == 1 else "ddp")
+    per_node = r.get("gpus_per_node") or 8
+    extra: dict[str, Any] = {}
+    if not before:
+        extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None)
+        if r.get("fsdp") == "hybrid_shard":
+            extra["dp_shard"] = min(dp, r.get("hsdp_shard") or per_node)
+    p = Parallel(gpus=n, tp=tp if tp > 1 else None, strategy=strategy, gpus_per_node=per_node,
+                 network=network_of(r), **extra)
+    full = str(r.get("activation_checkpointing") or "").startswith("full")
+    kept = not before and (m > 1 or pp > 1)  # gradients accumulate over the micro-batches
+    t = Training(train=True, optimizer="adamw", checkpointing=full, grads="zero" if kept else "none")
+    w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed")
+    trace, _ = trace_step(w, t, p)
+    acc = get(r["gpu"])
+    shard = p.data if before else (p.shard_group if strategy == "fsdp" else p.data)
+    replicas = p.data // shard
+    peak = step_peak(trace, strategy, shard)
+    pred = estimate_latency(trace, acc, **({} if before else {"fp8": p.fp8}))
+    net = get_network(p.network) if p.network else None
+    if before:
+        link = link_of(acc, ranks=n, per_node=per_node, network=net)
+        need_bytes = peak.peak_bytes
+        step = step_time(trace, phase_times(pred), strategy, p.data, link, tp)
+    else:
+        from torch_footprint.analysis.memory import replay
+        from torch_footprint.estimate.layouts.schedule import schedule_peak, schedule_step
+
+        inner = tp
+        link = link_of(acc, ranks=shard, per_node=per_node, network=net, stride=inner)
+        tp_link = link_of(acc, ranks=tp, per_node=per_node, network=net)
+        rep_link = link_of(acc, ranks=replicas, per_node=per_node, network=net, stride=inner * shard)
+        pp_link = link_of(acc, ranks=2, per_node=per_node, network=net, stride=inner * p.data)
+        need_bytes = peak.peak_bytes
+        if pp > 1:
+            persistent = replay(trace).persistent
+            states = model_states(persistent, strategy, shard, gather_bytes(trace, strategy)).total
+            need_bytes = schedule_peak(trace, peak, states, pp=pp, vpp=vpp, microbatches=m,
+                                       schedule=p.schedule)[0].peak_bytes
+        if m > 1 or pp > 1:
+            step = schedule_step(trace, pred, phase_times(pred), strategy=strategy, shard=shard, replicas=replicas,
+                                 tp=tp, pp=pp, vpp=vpp, microbatches=m, schedule=p.schedule, link=link,
+                                 tp_link=tp_link, replica_link=rep_link, pp_link=pp_link)
+        else:
+            step = step_time(trace, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link,
+                             replicas=replicas, replica_link=rep_link)
+    need = (need_bytes + sum(fixed_overheads(acc, len(trace.events), True).values())) / 0.8
+    tokens = (r.get("global_batch") or micro * dp * m) * r["seq"]
+    return {"tps": tokens / step.time_s / n, "fits": need <= acc.memory_bytes, "need_gib": need / 2**30}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--budget", type=float, default=0, help="stop starting rows after so many seconds")
+    ap.add_argument("--source", default="", help="only rows whose source address contains this")
+    ap.add_argument("--count", action="store_true", help="only count the rows that can be expressed")
+    ap.add_argument("--before", action="store_true", help="as the estimate was before pipeline parallelism, "
+                    "HSDP and gradient accumulation (for a run on an earlier commit)")
+    args = ap.parse_args()
+    rows = tomllib.loads((HERE / "published" / "training.toml").read_text())["row"]
+    rows = [r for r in rows if args.source in r["source"]]
+    strict = [r for r in rows if not expressible(r, args.before)]
+    lenient = [r for r in rows if not expressible(r, args.before, lenient=True)]
+    print(f"{len(rows)} rows; expressible: {len(strict)} as set up, {len(lenient)} leaving out selective "
+          f"checkpointing and torch.compile ({'before' if args.before else 'now'})")
+    lacking: dict[str, int] = {}
+    for r in rows:
+        for f in filter(None, expressible(r, args.before).split(", ")):
+            lacking[f] = lacking.get(f, 0) + 1
+    ranked = sorted(lacking.items(), key=lambda x: -x[1])
+    print("not expressible because of: " + ", ".join(f"{k} {v}" for k, v in ranked))
+    if args.count:
+        return
+    start, errs, strict_errs, no_fit, done = time.perf_counter(), [], [], 0, 0
+    by_source: dict[str, list[float]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in lenient:  # one row of each source in turn, so that a --budget still sees every source
+        groups.setdefault(r["source"].split("/")[2], []).append(r)
+    order = [g[i] for i in range(max(map(len, groups.values()), default=0)) for g in groups.values() if i < len(g)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in order:
+            if r["metric"] != "tokens_per_s_per_gpu":
+                continue
+            if (args.limit and done >= args.limit) or (args.budget and time.perf_counter() - start > args.budget):
+                break
+            t0 = time.perf_counter()
+            try:
+                out = predict(r, Path(tmp), args.before)
+            except Exception as e:  # noqa: BLE001 - a row the estimate refuses is reported, not fatal
+                print(f"  {r['model'][:34]:34s} refused: {str(e)[:100]}")
+                continue
+            done += 1
+            err = (out["tps"] - r["value"]) / r["value"]
+            errs.append(err)
+            if r in strict:
+                strict_errs.append(err)
+            by_source.setdefault(r["source"].split("/")[2] + "/" + r["source"].split("/")[3], []).append(err)
+            no_fit += not out["fits"]
+            print(f"  {r['model'][:34]:34s} {r['n_gpus']:4d} {r['gpu']:14s} {r['value']:9,.0f} {out['tps']:9,.0f} "
+                  f"{100 * err:+7.1f}%  {'fits' if out['fits'] else 'DOES NOT FIT'} ({out['need_gib']:.0f} GiB) "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    if errs:
+        a = sorted(abs(e) for e in errs)
+        print(f"\n{len(errs)} rows predicted: median |error| {100 * statistics.median(a):.1f}%, p90 "
+              f"{100 * a[int(0.9 * (len(a) - 1))]:.1f}%, {sum(e < 0 for e in errs)} too slow; "
+              f"{no_fit} declared not to fit")
+        if strict_errs:
+            print(f"as set up ({len(strict_errs)}): median |error| "
+                  f"{100 * statistics.median(abs(e) for e in strict_errs):.1f}%")
+        for src, es in sorted(by_source.items()):
+            print(f"  {src:40s} {len(es):3d} rows, median |error| {100 * statistics.median(abs(e) for e in es):.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""A model's layout over pipeline and expert-parallel ranks: its repeated blocks (what the
+pipeline's stages split) and its experts (what expert parallelism splits), and the checks a
+layout must pass against them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from ...errors import FootprintError
+from ...settings import Parallel
+from ...trace import Trace
+
+EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+def repeated_blocks(model: nn.Module) -> tuple[str, int]:
+    """The longest run of repeated blocks (the largest ``nn.ModuleList``): its path and length;
+    ("", 0) when the model has none."""
+    best = ("", 0)
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.ModuleList) and len(mod) > best[1] and "expert" not in name.rsplit(".", 1)[-1]:
+            best = (name, len(mod))
+    return best
+
+
+def expert_count(model: nn.Module) -> int | None:
+    """Experts per mixture-of-experts layer: the model config's count, else the longest
+    ``experts`` list of modules; None when it has none."""
+    config = getattr(model, "config", None)
+    for key in EXPERT_COUNTS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    lists = [len(m) for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and n.endswith("experts")]
+    return max(lists) if lists else None
+
+
+def check_layout(model: nn.Module, p: Parallel) -> None:
+    """Refuse a layout the model cannot take: ``--pp`` x ``--vpp`` stages that do not divide its
+    repeated blocks (torchtitan and Megatron-LM split them evenly), ``--ep`` that does not divide
+    its experts."""
+    if p.pp > 1:
+        path, n = repeated_blocks(model)
+        stages = p.pp * p.vpp
+        what = f"--pp {p.pp}" + (f" x --vpp {p.vpp}" if p.vpp > 1 else "")
+        if not n:
+            raise FootprintError(f"{what}: found no run of repeated blocks to split into pipeline stages")
+        if n % stages:
+            raise FootprintError(f"{what} = {stages} stages do not divide the model's {n} blocks ({path})")
+    if p.ep > 1:
+        experts = expert_count(model)
+        if experts is None:
+            raise FootprintError(f"--ep {p.ep} splits the experts of mixture-of-experts layers: this model has none")
+        if experts % p.ep:
+            raise FootprintError(f"--ep {p.ep} does not divide the model's {experts} experts per layer")
+
+
+# --------------------------------------------------------------------------- pipeline schedules
+
+def bubble_fraction(p: int, m: int, v: int = 1) -> float:
+    """The pipeline's idle share of a step. Narayanan et al. 2021 ("Efficient Large-Scale
+    Language Model Training on GPU Clusters Using Megatron-LM", SC'21, sections 2.2.1-2.2.2):
+    the bubble takes (p-1) x (t_f + t_b) against the ideal m x (t_f + t_b) for GPipe and 1F1B,
+    (p-1)/v of it with v interleaved chunks per rank: (p-1)/(v m) of the ideal time. Of the
+    whole step that is ((p-1)/v) / (m + (p-1)/v); for v = 1, (p-1)/(m+p-1)."""
+    idle = (p - 1) / v
+    return idle / (m + idle)
+
+
+def in_flight(schedule: str, p: int, rank: int, m: int, v: int = 1) -> float:
+    """Micro-batches whose activations pipeline rank ``rank`` (0: the first stage) holds at
+    once, in units of one micro-batch through all of the rank's layers. GPipe: all m
+    forwards run before the backwards. 1F1B (PipeDream-Flush): p - rank - 1 warm-up forwards,
+    then one more before each backward, so p - rank. Interleaved 1F1B, as Megatron-LM
+    schedules it (megatron/core/pipeline_parallel/schedules.py): (p - rank - 1) x 2 +
+    (v - 1) x p warm-up forwards of one chunk (1/v of the rank's layers) each, plus the one
+    before the first backward; never more than the m x v there are."""
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "1f1b" or v == 1:
+        return float(min(p - rank, m))
+    chunks = min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v)
+    return chunks / v
+
+
+def blocks_of_trace(trace: Trace) -> tuple[str, int]:
+    """The trace's longest run of repeated blocks (as :func:`repeated_blocks` finds it in a
+    model): its path and length."""
+    best = ("", 0)
+    for mod in trace.modules:
+        if mod.type == "ModuleList" and "expert" not in mod.path.rsplit(".", 1)[-1]:
+            pre = mod.path + "."
+            n = sum(1 for x in trace.modules if x.path.startswith(pre) and "." not in x.path[len(pre):])
+            if n > best[1]:
+                best = (mod.path, n)
+    return best
+
+
+@dataclass
+class StageMap:
+    """Which of the ``p x v`` chunks (chunk c on pipeline rank c mod p, as Megatron-LM lays out
+    virtual stages) each event, module and parameter of a trace belongs to."""
+
+    p: int
+    v: int
+    blocks: str
+    per_chunk: int
+    events: list[int]  # chunk of each event; -1: the optimizer step (shared by parameter)
+    modules: dict[str, int]
+
+    def rank(self, chunk: int) -> int:
+        return chunk % self.p
+
+    def chunk_of_module(self, module: str) -> int:
+        return self.modules.get(module, 0)
+
+
+def stage_map(trace: Trace, p: int, v: int = 1) -> StageMap:
+    """Split ``trace`` into ``p x v`` chunks of its repeated blocks; what runs before the first
+    block in the forward (embeddings) goes with the first chunk, what runs after the last
+    (final norm, head, loss) with the last; in the backward the other way round."""
+    path, n = blocks_of_trace(trace)
+    chunks = p * v
+    if not n or n % chunks:
+        raise FootprintError(f"--pp {p} x --vpp {v} = {chunks} stages do not divide the model's {n} blocks")
+    per = n // chunks
+    pre = path + "."
+
+    def block_chunk(module: str) -> int | None:
+        if not module.startswith(pre):
+            return None
+        head = module[len(pre):].split(".", 1)[0]
+        return int(head) // per if head.isdigit() else None
+
+    last = chunks - 1
+    own = [block_chunk(e.module) if e.phase in ("forward", "backward") else None for e in trace.events]
+    span = {}
+    for phase in ("forward", "backward"):
+        idx = [i for i, e in enumerate(trace.events) if e.phase == phase and own[i] is not None]
+        span[phase] = (idx[0], idx[-1]) if idx else (len(trace.events), -1)
+    events: list[int] = []
+    prev = 0
+    for i, e in enumerate(trace.events):
+        c = own[i]
+        if e.phase == "optimizer":
+            c = -1
+        elif c is None and e.phase in span:
+            lo, hi = span[e.phase]
+            ends = (0, last) if e.phase == "forward" else (last, 0)
+            c = ends[0] if i < lo else ends[1] if i > hi else prev
+        elif c is None:  # the loss
+            c = last
+        events.append(c)
+        prev = c if c >= 0 else prev
+    modules: dict[str, int] = {}
+    for i, e in enumerate(trace.events):
+        if e.phase == "forward" and e.module not in modules:
+            modules[e.module] = events[i]
+    for mod in trace.modules:
+        c = block_chunk(mod.path)
+        if c is not None:
+            modules[mod.path] = c
+    return StageMap(p, v, path, per, events, modules)
+

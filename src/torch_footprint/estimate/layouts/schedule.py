@@ -1,0 +1,199 @@
+"""A training step of several micro-batches: gradient accumulation (``--grad-accum``) and
+pipeline parallelism (``--pp``, ``--vpp``, ``--pp-schedule``), priced from one micro-batch's
+trace and its per-operator times.
+
+Each pipeline rank's share comes from the traced per-layer figures (:func:`.pipeline.stage_map`:
+chunks of the repeated blocks; the embeddings with the first, the final norm, head and loss
+with the last). With m micro-batches, p ranks and v chunks per rank, one step is
+
+    m x T + (p-1)/v x T     the slowest rank's forward and backward of one micro-batch T, m
+                            times, and the bubble (:func:`.pipeline.bubble_fraction`)
+    + the optimizer          over the slowest rank's share of the parameters
+    + its data-parallel collectives: DDP's all-reduce once a step (no_sync on the other
+      micro-batches), FSDP's gathers and reduce-scatters every micro-batch (FSDP2's default);
+      tensor-parallel all-reduces every micro-batch
+    + point-to-point sends of the boundary activation [batch, sequence, hidden]: the first
+      micro-batch's forward crosses p-1 boundaries before the last rank starts, the last one's
+      gradient crosses them back (2(p-1) sends exposed; the steady state's sends overlap
+      compute)
+
+Memory of rank r, the larger of two moments: in the forward and backward, its share of the
+model states, the activations of the micro-batches it holds at once (:func:`.pipeline.in_flight`)
+and the largest transient there beyond the states and saved activations (the logits, say),
+counted on every rank (an upper bound for the ranks without the head); in the optimizer step,
+its share of what is live then."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ...analysis.memory import MemoryPeak
+from ...hardware.db import Accelerator
+from ...hardware.networks import Network
+from ...settings import Parallel
+from ...trace import Trace
+from ..kernels.prediction import Prediction
+from .comm import Collective, Link, StepTime, activation_bytes, link_of, step_time
+from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
+from .ranks import phase_times
+
+FSDP = ("zero2", "zero3", "fsdp")
+
+
+def rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[Any]]:
+    """Per pipeline rank: forward, loss and backward seconds of one micro-batch, its share of
+    the parameter bytes, and one micro-batch's saved activations (bytes) by the modules that
+    made them (``activations`` of :class:`MemoryPeak`, filled by :func:`schedule_peak`)."""
+    p = sm.p
+    times = [0.0] * p
+    for o in pred.ops:
+        c = sm.events[o.index] if o.index < len(sm.events) else -1
+        if c >= 0:
+            times[sm.rank(c)] += o.time_s
+    params = [0] * p
+    for q in trace.params:
+        params[sm.rank(sm.chunk_of_module(q.module))] += q.nbytes
+    total = sum(params) or 1
+    return {"time_s": times, "share": [b / total for b in params]}
+
+
+def _rank_trace(trace: Trace, sm: StageMap, rank: int) -> Trace:
+    """``trace`` with only pipeline rank ``rank``'s parameters and modules (its collectives);
+    the containers that own no parameter (the root, the blocks' list) stay, so FSDP's units
+    are found as in the whole model."""
+    mine = {c for c in range(sm.p * sm.v) if sm.rank(c) == rank}
+    return dataclasses.replace(trace, params=[q for q in trace.params if sm.chunk_of_module(q.module) in mine],
+                               modules=[m for m in trace.modules
+                                        if sm.chunk_of_module(m.path) in mine
+                                        or not (m.param_bytes or m.path.startswith(sm.blocks + "."))])
+
+
+def send_s(nbytes: float, link: Link) -> float:
+    """One point-to-point send of ``nbytes``: the bytes over the link, one step and a call."""
+    return nbytes / link.bandwidth + link.latency + link.base if nbytes > 0 else 0.0
+
+
+def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, strategy: str, shard: int,
+                  replicas: int, tp: int, pp: int, vpp: int, microbatches: int, schedule: str,
+                  link: Link | None, tp_link: Link | None, replica_link: Link | None, pp_link: Link | None,
+                  param_dtype: str | None = None, reduce_dtype: str | None = None) -> StepTime:
+    """One step of ``microbatches`` micro-batches over ``pp`` pipeline ranks (module docstring);
+    ``phases``: one micro-batch's compute by phase on one device (the whole model's)."""
+    m = microbatches
+    kw: dict[str, Any] = dict(tp_link=tp_link, replicas=replicas, replica_link=replica_link,
+                              param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    if pp == 1:
+        sm = None
+        ranks = [(trace, sum(v for k, v in phases.items() if k != "optimizer"), 1.0)]
+    else:
+        sm = stage_map(trace, pp, vpp)
+        shares = rank_shares(trace, pred, sm)
+        ranks = [(_rank_trace(trace, sm, r), shares["time_s"][r], shares["share"][r]) for r in range(pp)]
+    slowest = max(t for _, t, _ in ranks)
+    bubble = (pp - 1) / vpp * slowest
+    opt = phases.get("optimizer", 0.0)
+    worst: StepTime | None = None
+    worst_tail = -1.0
+    for tr, t, share in ranks:
+        one = {k: (v * share if k == "optimizer" else v) for k, v in phases.items()}
+        if sm is not None:  # this rank's own forward and backward of one micro-batch
+            total = sum(v for k, v in phases.items() if k != "optimizer") or 1.0
+            one = {k: (v * share if k == "optimizer" else v * t / total) for k, v in phases.items()}
+        dp = step_time(tr, one, strategy, shard, link, 1, **kw)
+        tps = step_time(tr, one, "ddp", 1, link, tp, **kw)
+        again = m if strategy in FSDP else 1  # FSDP gathers and reduce-scatters every micro-batch
+        tail = dp.compute_s.get("optimizer", 0.0) + again * dp.exposed_s + m * tps.exposed_s
+        if tail > worst_tail:
+            worst_tail = tail
+            worst = dp
+            worst.collectives = [dataclasses.replace(c, calls=c.calls * again, time_s=c.time_s * again)
+                                 for c in dp.collectives] + \
+                                [dataclasses.replace(c, calls=c.calls * m, time_s=c.time_s * m, nbytes=c.nbytes * m)
+                                 for c in tps.collectives]
+    assert worst is not None
+    out = StepTime(strategy, shard * replicas * tp * pp, {"micro-batches": m * slowest, "pipeline bubble": bubble,
+                                                            "optimizer": worst.compute_s.get("optimizer", opt)},
+                   worst.collectives, worst_tail - worst.compute_s.get("optimizer", 0.0), link)
+    if sm is not None and pp_link is not None:
+        boundary = activation_bytes(trace, f"{sm.blocks}.{sm.per_chunk - 1}")
+        each = send_s(boundary, pp_link)
+        calls = 2 * m * vpp  # each micro-batch's activation out of each chunk, its gradient back
+        out.collectives.append(Collective("stage boundary activations and gradients", "send/recv",
+                                          boundary * calls, calls, "pipeline", True, calls * each))
+        out.exposed_s += 2 * (pp - 1) * each
+    out.pipeline = {"schedule": schedule if pp > 1 else "gradient accumulation", "stages": pp,
+                    "virtual_stages": vpp, "microbatches": m,
+                    "bubble_fraction": bubble_fraction(pp, m, vpp) if pp > 1 else 0.0,
+                    "rank_microbatch_s": [t for _, t, _ in ranks]}
+    note = f"{m} micro-batches a step"
+    if pp > 1:
+        chunks = f", {vpp} chunks each" if vpp > 1 else ""
+        note += (f" through {pp} pipeline ranks ({schedule}{chunks}): bubble {bubble_fraction(pp, m, vpp):.1%} of "
+                 "the pipeline's time, (p-1)/(v m) of the ideal (Narayanan et al. 2021)")
+    out.notes.append(note)
+    return out
+
+
+def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: int, microbatches: int,
+                  schedule: str) -> tuple[MemoryPeak, list[dict[str, Any]]]:
+    """The largest pipeline rank's peak (module docstring): ``peak`` is one micro-batch's peak
+    of the whole model on a rank of the data-parallel layout, ``states`` its model states."""
+    sm = stage_map(trace, pp, vpp)
+    acts = [0] * pp
+    for module, nbytes in peak.activations_by_module.items():
+        acts[sm.rank(sm.chunk_of_module(module))] += nbytes
+    params = [0] * pp
+    for q in trace.params:
+        params[sm.rank(sm.chunk_of_module(q.module))] += q.nbytes
+    total = sum(params) or 1
+    # live bytes at each operator's high point (peak.highs[i + 1]: event i), in the forward and
+    # backward, and in the optimizer step
+    highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
+    fb = max((h for h, e in zip(highs, trace.events) if e.phase != "optimizer"), default=peak.peak_bytes)
+    opt = max((h for h, e in zip(highs, trace.events) if e.phase == "optimizer"), default=0)
+    transient = max(0, fb - states - sum(acts))
+    best, at = -1, 0
+    figures = []
+    for r in range(pp):
+        held = in_flight(schedule, pp, r, microbatches, vpp)
+        share = params[r] / total
+        need = math.ceil(max(states * share + held * acts[r] + transient, opt * share))
+        figures.append({"rank": r, "states": math.ceil(states * params[r] / total), "in_flight": held,
+                        "activations": math.ceil(held * acts[r]), "need": need})
+        if need > best:
+            best, at = need, r
+    f = figures[at]
+    return MemoryPeak(peak_bytes=best, baseline_bytes=f["states"], event=-1, phase="pipeline", module=f"rank {at}",
+                      op="", breakdown={"model states": f["states"], "activations in flight": f["activations"],
+                                        "largest transient": transient},
+                      persistent={k: math.ceil(v * params[at] / total) for k, v in peak.persistent.items()}), figures
+
+
+def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
+                network: Network | None) -> StepTime | None:
+    """One rank's training step under the layout ``p`` on ``acc`` (``trace``: one rank's
+    micro-batch, ``pred`` its operators' times): its collectives on the links they run over,
+    its micro-batches and pipeline (:func:`schedule_step`). None when the layout has several
+    GPUs and ``acc`` no link figure."""
+    tp, dp, m, pp, strategy = p.tensor, p.data, p.grad_accum, p.pp, p.sharding
+    shard = p.shard_group if strategy in FSDP else dp
+    replicas = dp // shard
+    # rank order as torchtitan and Megatron-LM lay it out: tensor-parallel ranks adjacent, then
+    # context-parallel, then the FSDP group, then its replicas, pipeline stages outermost
+    inner, per_node = tp * p.cp, p.gpus_per_node
+    link = link_of(acc, ranks=shard, per_node=per_node, network=network, stride=inner)
+    tp_link = link_of(acc, ranks=tp, per_node=per_node, network=network)
+    rep_link = link_of(acc, ranks=replicas, per_node=per_node, network=network, stride=inner * shard)
+    if link is None and p.gpus > 1:
+        return None
+    reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
+    if m > 1 or pp > 1:
+        pp_link = link_of(acc, ranks=2, per_node=per_node, network=network, stride=inner * dp)
+        return schedule_step(trace, pred, phase_times(pred), strategy=strategy, shard=shard, replicas=replicas,
+                             tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
+                             tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,
+                             param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
+    return step_time(trace, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
+                     replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)

@@ -1,0 +1,209 @@
+"""The training records: the step (:class:`Training`) and how it is spread over GPUs
+(:class:`Parallel`). Names follow torchtitan's and Megatron-LM's where they have one, so a
+layout can be pasted: ``--pp`` (pipeline_parallel_degree, --pipeline-model-parallel-size),
+``--vpp`` (virtual stages per rank), ``--cp``, ``--ep``, ``--dp-shard`` and ``--dp-replicate``
+(HSDP), FSDP2's mixed-precision policy (``--fsdp-param-dtype``, ``--fsdp-reduce-dtype``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from ..errors import FootprintError
+from .fields import Record, opt
+
+Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "adafactor", "sgd-foreach",
+                    "sgd-fused", "momentum-foreach", "momentum-fused", "adam-foreach", "adam-fused",
+                    "adamw-foreach", "adamw-fused"]
+Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
+Grads = Literal["none", "zero"]
+Checkpointing = Literal["none", "full"]
+PipelineSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]
+FsdpDtype = Literal["fp32", "bf16", "fp16"]
+Fp8Recipe = Literal["none", "tensorwise", "rowwise", "delayed"]
+
+# torchtitan's schedule names (pipeline_parallel_schedule) and torch's dtype names, as typed
+SCHEDULE_ALIASES = {"interleaved1f1b": "interleaved-1f1b", "interleaved": "interleaved-1f1b",
+                    "schedule1f1b": "1f1b", "schedulegpipe": "gpipe", "scheduleinterleaved1f1b": "interleaved-1f1b"}
+DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+FSDP_STRATEGIES = ("zero2", "zero3", "fsdp")
+
+
+@dataclass(frozen=True)
+class Training(Record):
+    """A training step: forward, backward and the optimizer's step, set up as asked."""
+
+    train: bool = opt(False, deprecated={"--backward": None})
+    """a training step: forward, backward and optimizer step (train mode)"""
+    optimizer: Optimizer | None = opt(metavar="NAME", what="optimizer")
+    """sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor; the first four also as NAME-foreach and
+    NAME-fused (with --train; default: no optimizer step, but bench and predict time sgd's)"""
+    checkpointing: bool = opt(False)
+    """activation checkpointing (with --train)"""
+    ac: Checkpointing | None = opt(metavar="none|full", what="activation checkpointing mode")
+    """activation checkpointing as torchtitan names it: none, or full (every repeated block recomputed in the
+    backward, the same as --checkpointing)"""
+    grads: Grads = opt("none", metavar="none|zero")
+    """none: gradients appear in the backward (first step, zero_grad(set_to_none=True)); zero: kept between
+    steps, so they exist before the forward"""
+
+    STEP_OPTIMIZER: ClassVar[str] = "sgd"  # the optimizer of a step that is timed, unless one is named
+
+    @property
+    def step_optimizer(self) -> str:
+        """The optimizer a timed training step runs (``bench``, ``predict``): the one named, else sgd."""
+        return self.optimizer or self.STEP_OPTIMIZER
+
+    def check(self) -> None:
+        if self.ac == "none" and self.checkpointing:
+            raise FootprintError("--ac none contradicts --checkpointing: give one of them")
+        if self.ac == "full":
+            object.__setattr__(self, "checkpointing", True)
+        if self.optimizer is not None and not self.train:
+            raise FootprintError("--optimizer needs --train (an optimizer only runs in a training step)")
+        if self.checkpointing and not self.train:
+            flag = "--ac full" if self.ac == "full" else "--checkpointing"
+            raise FootprintError(f"{flag} only changes training memory: add --train")
+
+
+@dataclass(frozen=True)
+class Parallel(Record):
+    """How a training step is spread over GPUs."""
+
+    gpus: int = opt(1, metavar="N")
+    """GPUs in all (memory is per rank)"""
+    tp: int | None = opt(metavar="N")
+    """tensor-parallel ranks among --gpus (Megatron-style split of attention and MLP linears; default 1, llm:
+    --gpus)"""
+    strategy: Strategy = opt("ddp", metavar="S", what="strategy")
+    """how model states are split across the data-parallel ranks: ddp, zero1, zero2, zero3, fsdp; tp: every GPU
+    in one tensor-parallel group (the same as --tp GPUS)"""
+    sequence_parallel: bool = opt(False)
+    """with --tp: norms and residuals hold 1/tp of the sequence (Megatron-LM's sequence parallelism)"""
+    pp: int = opt(1, metavar="N", aliases=("--pipeline-model-parallel-size",))
+    """pipeline-parallel stages among --gpus, each a contiguous run of the model's repeated blocks (torchtitan's
+    pipeline_parallel_degree)"""
+    vpp: int = opt(1, metavar="N", aliases=("--virtual-pipeline-model-parallel-size",))
+    """virtual stages per pipeline rank: each rank holds --vpp chunks of blocks (interleaved 1F1B)"""
+    pp_schedule: PipelineSchedule | None = opt(metavar="NAME", aliases_of_values=SCHEDULE_ALIASES,
+                                               what="pipeline schedule")
+    """1f1b, interleaved-1f1b or gpipe (torchtitan's 1F1B, Interleaved1F1B, GPipe; default: 1f1b, or
+    interleaved-1f1b with --vpp 2 or more)"""
+    grad_accum: int = opt(1, metavar="N", aliases=("--gradient-accumulation-steps",))
+    """micro-batches of --batch per optimizer step on each data-parallel rank (with --pp, the pipeline's
+    micro-batches)"""
+    cp: int = opt(1, metavar="N", aliases=("--context-parallel-size",))
+    """context-parallel ranks among --gpus (the sequence split among them)"""
+    ep: int = opt(1, metavar="N", aliases=("--expert-model-parallel-size",))
+    """expert-parallel ranks: the experts of a mixture-of-experts layer split among them (taken from the
+    data- and context-parallel ranks, as torchtitan does)"""
+    dp_shard: int | None = opt(metavar="N")
+    """data-parallel ranks one FSDP group shards over (torchtitan's data_parallel_shard_degree; default: all)"""
+    dp_replicate: int | None = opt(metavar="N")
+    """FSDP groups that replicate each other (HSDP; torchtitan's data_parallel_replicate_degree; default 1)"""
+    fsdp_param_dtype: FsdpDtype | None = opt(metavar="DTYPE", aliases_of_values=DTYPE_ALIASES,
+                                             what="FSDP parameter dtype")
+    """the dtype FSDP2 gathers parameters in (MixedPrecisionPolicy.param_dtype: fp32, bf16, fp16; default: the
+    parameters' own)"""
+    fsdp_reduce_dtype: FsdpDtype | None = opt(metavar="DTYPE", aliases_of_values=DTYPE_ALIASES,
+                                              what="FSDP reduce dtype")
+    """the dtype FSDP2 reduce-scatters gradients in (MixedPrecisionPolicy.reduce_dtype; default: --fsdp-param-dtype
+    where given, as FSDP2 does, else the gradients' own)"""
+    fp8: Fp8Recipe | None = opt(metavar="RECIPE", what="FP8 recipe")
+    """FP8 training of the linear layers but the head (torchao float8, Transformer Engine): tensorwise or rowwise
+    scales computed from each tensor (dynamic), delayed from an amax history; the three matmuls of each at the
+    fp8 rate, the casts as kernels of their own (with bf16 or fp16 arithmetic; none: off)"""
+    network: str | None = opt(metavar="ID")
+    """the network between nodes when --gpus spans several (ib-edr, ib-hdr, ib-ndr, eth-100g, eth-200g,
+    eth-400g; hardware/networks.toml)"""
+    network_gbps: float | None = opt(metavar="GBPS")
+    """a network between nodes given by its speed: Gb/s per NIC port, one direction (with --network: replaces its
+    port speed)"""
+    nics_per_node: int | None = opt(metavar="N")
+    """NIC ports per node for the network between nodes (default: --network's, or one per GPU)"""
+    gpus_per_node: int = opt(8, metavar="N")
+    """GPUs per node"""
+    bucket_view: bool = opt(False)
+    """DDP with gradient_as_bucket_view=True (no second copy of the gradients)"""
+
+    def check(self) -> None:
+        if self.gpus < 1:
+            raise FootprintError(f"--gpus must be at least 1, got {self.gpus}")
+        if self.gpus_per_node < 1:
+            raise FootprintError(f"--gpus-per-node must be at least 1, got {self.gpus_per_node}")
+        for name in ("pp", "vpp", "cp", "ep", "grad_accum", "dp_shard", "dp_replicate", "nics_per_node"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise FootprintError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.network_gbps is not None and not self.network_gbps > 0:
+            raise FootprintError(f"--network-gbps must be more than 0, got {self.network_gbps}")
+        if self.nics_per_node is not None and self.network is None and self.network_gbps is None:
+            raise FootprintError("--nics-per-node describes a network between nodes: add --network or "
+                                 "--network-gbps")
+        if self.tp is not None and (self.tp < 1 or self.gpus % self.tp):
+            raise FootprintError(f"--tp {self.tp} must divide --gpus {self.gpus}")
+        if self.strategy == "tp" and self.tp not in (None, self.gpus):
+            raise FootprintError(f"--strategy tp puts every GPU in one tensor-parallel group: --tp {self.tp} "
+                                 f"contradicts it (--gpus {self.gpus})")
+        if self.strategy == "tp" and self.pp * self.cp > 1:
+            raise FootprintError(f"--strategy tp puts every GPU in one tensor-parallel group: --pp {self.pp} and "
+                                 f"--cp {self.cp} leave no GPU for them; give --tp instead")
+        self._check_pipeline()
+        replica = self.tensor * self.pp * self.cp
+        if self.gpus % replica:
+            raise FootprintError(f"--tp {self.tensor} x --pp {self.pp} x --cp {self.cp} = {replica} GPUs per model "
+                                 f"replica does not divide --gpus {self.gpus}")
+        if (self.data * self.cp) % self.ep:
+            raise FootprintError(f"--ep {self.ep} must divide the data- x context-parallel ranks, {self.data} x "
+                                 f"{self.cp} = {self.data * self.cp} (--gpus / (--tp x --pp))")
+        self._check_fsdp()
+
+    def _check_pipeline(self) -> None:
+        if self.pp_schedule is not None and self.pp == 1:
+            raise FootprintError(f"--pp-schedule {self.pp_schedule} schedules a pipeline: add --pp 2 or more")
+        if self.vpp > 1 and self.pp == 1:
+            raise FootprintError(f"--vpp {self.vpp} interleaves a pipeline: add --pp 2 or more")
+        if self.vpp > 1 and self.pp_schedule in ("1f1b", "gpipe"):
+            raise FootprintError(f"--pp-schedule {self.pp_schedule} runs one stage per rank: --vpp {self.vpp} needs "
+                                 "interleaved-1f1b")
+
+    def _check_fsdp(self) -> None:
+        for name in ("dp_shard", "dp_replicate", "fsdp_param_dtype", "fsdp_reduce_dtype"):
+            if getattr(self, name) is not None and self.strategy not in FSDP_STRATEGIES:
+                raise FootprintError(f"--{name.replace('_', '-')} sets up FSDP: add --strategy fsdp (it is "
+                                     f"--strategy {self.strategy})")
+        shard, rep = self.dp_shard, self.dp_replicate
+        if shard is not None and rep is not None and shard * rep != self.data:
+            raise FootprintError(f"--dp-shard {shard} x --dp-replicate {rep} must be the {self.data} data-parallel "
+                                 "ranks (--gpus / (--tp x --pp x --cp))")
+        for name, value in (("--dp-shard", shard), ("--dp-replicate", rep)):
+            if value is not None and self.data % value:
+                raise FootprintError(f"{name} {value} must divide the {self.data} data-parallel ranks (--gpus / "
+                                     "(--tp x --pp x --cp))")
+
+    @property
+    def tensor(self) -> int:
+        """The tensor-parallel degree of a training layout (1 unless --tp or --strategy tp)."""
+        return self.gpus if self.strategy == "tp" else self.tp or 1
+
+    @property
+    def data(self) -> int:
+        """Data-parallel ranks: --gpus / (--tp x --pp x --cp)."""
+        return self.gpus // (self.tensor * self.pp * self.cp)
+
+    @property
+    def sharding(self) -> str:
+        """How the data-parallel ranks hold the model states (tp: no data parallelism, ddp's)."""
+        return "ddp" if self.strategy == "tp" else self.strategy
+
+    @property
+    def shard_group(self) -> int:
+        """The data-parallel ranks one FSDP group shards the model states over (HSDP: --dp-shard)."""
+        if self.dp_shard is not None:
+            return self.dp_shard
+        return self.data // self.dp_replicate if self.dp_replicate else self.data
+
+    @property
+    def schedule(self) -> str:
+        """The pipeline schedule: the one named, else 1f1b (interleaved-1f1b with --vpp 2 or more)."""
+        return self.pp_schedule or ("interleaved-1f1b" if self.vpp > 1 else "1f1b")

@@ -1,0 +1,78 @@
+"""FP8 training priced by hand on the tiny Llama (hidden 128, 4 heads of 32 with 2 key/value heads,
+MLP 344, vocab 1000, 2 layers) in bf16 autocast: which matmuls run in fp8, their casts, their rate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torch_footprint import api
+from torch_footprint.cli import main
+from torch_footprint.estimate.kernels import constants as fitted
+from torch_footprint.estimate.kernels.roofline import estimate_latency, fp8_casts
+from torch_footprint.estimate.workload import trace_step
+from torch_footprint.hardware import get
+from torch_footprint.settings import Training, Workload
+
+LLAMA = str(Path(__file__).resolve().parents[1] / "configs" / "llama-tiny")
+IDS = {"input_ids": "2,64:int64"}
+
+
+def _trace():
+    return trace_step(Workload(LLAMA, IDS, precision="bf16-mixed"), Training(train=True, optimizer="adamw"))[0]
+
+
+def test_the_linear_layers_with_sixteen_aligned_sides_run_in_fp8():
+    t = _trace()
+    casts = fp8_casts(t, "tensorwise")
+    # q, o (128 x 128) and k, v (128 x 64) per layer; gate, up and down have 344 (not a multiple of 16, as
+    # torchao requires) and the head stays in bf16: 4 linears x 3 matmuls (forward, input and weight
+    # gradients) x 2 layers
+    assert len(casts) == 24
+    q = next(i for i, e in enumerate(t.events) if e.module == "model.layers.0.self_attn.q_proj"
+             and e.phase == "forward" and e.kind == "matrix")
+    # its operands: the 128 tokens x 128 input and the 128 x 128 weight, bf16: 32,768 elements; dynamic
+    # scaling reads each for its amax (2 B), again to cast (2 B) and writes a byte: 163,840 B
+    assert t.events[q].bytes_read == 65_536 and casts[q] == 163_840
+    assert fp8_casts(t, "delayed")[q] == 32_768 * 3  # the amax history: no pass of its own
+
+
+def test_fp8_matmuls_at_the_fp8_rate_and_casts_as_their_own_kernels():
+    t = _trace()
+    h100 = get("h100-sxm")  # dense bf16 989.4 TFLOP/s, fp8 1978.9 (the datasheet's sparse figures halved)
+    bf16 = estimate_latency(t, h100)
+    fp8 = estimate_latency(t, h100, fp8="tensorwise")
+    floor = fitted.current().kernel_floor_s
+    # the same matmul at the achievable fp8 rate instead of the bf16 one (the ceilings' figures: the
+    # datasheet's x the kernel model's efficiency of each dtype)
+    ratio = fp8.ceilings.matrix["bf16"] / fp8.ceilings.matrix["fp8"]
+    assert ratio == pytest.approx(989.4 / 1978.9, rel=0.05)
+    for i, extra in fp8_casts(t, "tensorwise").items():
+        a, b = bf16.ops[i], fp8.ops[i]
+        assert (b.compute_s - floor) == pytest.approx((a.compute_s - floor) * ratio, rel=1e-9)
+        assert b.kernels_s == pytest.approx(extra / fp8.ceilings.bandwidth)
+    assert any("24 matmuls of linear layers at the fp8 rate" in n for n in fp8.notes)
+
+
+def test_fit_keeps_the_gpus_with_fp8_units():
+    res = api.fit(LLAMA, IDS, train=True, optimizer="adamw", precision="bf16-mixed", fp8="tensorwise")
+    ids = {r.accelerator.id for r in res.rows}
+    assert "h100-sxm" in ids and "a100-sxm-80gb" not in ids and "t4" not in ids
+    assert any("only the accelerators with fp8 units" in n for n in res.notes)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--fp8", "tensorwise", "--precision", "bf16-mixed", "--gpu", "a100-sxm-80gb"],
+     "--fp8 tensorwise: a100-sxm-80gb has no fp8 units (no fp8 rate in its row)"),
+    (["--fp8", "rowwise", "--gpu", "h100-sxm"], "--fp8 rowwise casts bf16 or fp16 matmuls to fp8: add --precision"),
+    (["--fp8", "mxfp8", "--gpu", "h100-sxm"], "unknown FP8 recipe 'mxfp8': use none, tensorwise, rowwise, delayed"),
+])
+def test_fp8_bad_input_is_one_line_and_exit_code_2(argv: list[str], message: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(["fit", LLAMA, "--input-ids", "2,64", "--train", *argv])
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err

@@ -1,0 +1,117 @@
+"""Communication priced where it runs, worked by hand: tensor-parallel all-reduces on the GPUs'
+own link when the group sits in a node, rings between nodes at their share of the node's NICs,
+FSDP2's gathers and reduce-scatters in its mixed-precision dtypes, HSDP's replica all-reduce.
+
+Ring volumes (Thakur et al. 2005; NCCL's "Performance reported by NCCL tests"): an all-gather or
+a reduce-scatter moves (n-1)/n of the whole buffer per rank, an all-reduce 2(n-1)/n of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+from torch_footprint import api
+from torch_footprint.estimate.layouts import comm
+from torch_footprint.estimate.workload import trace_step
+from torch_footprint.hardware import get
+from torch_footprint.hardware.networks import network_for
+from torch_footprint.settings import Parallel, Training, Workload
+
+LLAMA = str(Path(__file__).resolve().parents[1] / "configs" / "llama-tiny")
+LINK = comm.Link(bandwidth=1e6, latency=0.0, source="test")  # 1 MB/s, no latency: times are bytes / 1e6
+FAST = comm.Link(bandwidth=1e9, latency=0.0, source="test")  # 1 GB/s
+PHASES = {"forward": 1.0, "loss": 0.0, "backward": 2.0, "optimizer": 0.4}
+
+
+def _mlp_trace():
+    # 100x50 + 50 and 50x10 + 10: 5,560 fp32 parameters, W = G = 22,240 bytes; FSDP's units "0" (5,050
+    # parameters, 20,200 B) and "2" (510 parameters, 2,040 B)
+    model = nn.Sequential(nn.Linear(100, 50), nn.ReLU(), nn.Linear(50, 10))
+    return trace_step(Workload(model, ["4,100"], batch=4), Training(train=True, optimizer="adam"))[0]
+
+
+def test_fsdp_gathers_in_the_param_dtype_and_reduces_in_the_reduce_dtype():
+    t = _mlp_trace()
+    assert comm.fsdp_bytes(t, "bf16", "fp32") == (5_560 * 2, 5_560 * 4)
+    f = comm.step_time(t, PHASES, "fsdp", 2, LINK, param_dtype="bf16", reduce_dtype="fp32")
+    gather, again, scatter = f.collectives
+    # all-gather of the bf16 parameters over 2 ranks: 1/2 x 11,120 B at 1 MB/s = 5.56 ms, forward and backward
+    assert gather.nbytes == again.nbytes == 11_120 and gather.time_s == pytest.approx(5.56e-3)
+    # reduce-scatter of the fp32 gradients: 1/2 x 22,240 B = 11.12 ms
+    assert scatter.nbytes == 22_240 and scatter.time_s == pytest.approx(11.12e-3)
+    # both in bf16 (FSDP2 reduces in param_dtype when reduce_dtype is not given): 3 x 5.56 ms
+    both = comm.step_time(t, PHASES, "fsdp", 2, LINK, param_dtype="bf16", reduce_dtype="bf16")
+    assert both.comm_s == pytest.approx(3 * 5.56e-3)
+    # neither: as stored, fp32 (what the step cost before these settings): 3 x 11.12 ms
+    assert comm.step_time(t, PHASES, "fsdp", 2, LINK).comm_s == pytest.approx(3 * 11.12e-3)
+
+
+def test_hsdp_all_reduces_each_gradient_shard_across_the_replicas():
+    t = _mlp_trace()
+    h = comm.step_time(t, PHASES, "fsdp", 2, LINK, replicas=2, replica_link=LINK)
+    assert h.ranks == 4 and [c.op for c in h.collectives][-1] == "all-reduce"
+    # each unit's gradient shard (half the unit) all-reduced over 2 replicas: 2 x 1/2 x (20,200 + 2,040) / 2 B
+    # = 11.12 ms, on top of FSDP's 3 x 11.12 ms
+    assert h.collectives[-1].time_s == pytest.approx(11.12e-3)
+    assert h.comm_s == pytest.approx(4 * 11.12e-3)
+    # hidden behind 1 s of forward and 2 s of backward but the first unit's gather (10.1 ms) and, at the
+    # end of the backward, its reduce-scatter (10.1 ms) and its shard's all-reduce (2 x 1/2 x 10,100 B = 10.1 ms)
+    assert h.exposed_s == pytest.approx(3 * 10.1e-3)
+    # the sharded optimizer steps 1/2 of the parameters: the shard group's, not all 4 ranks'
+    assert h.compute_s["optimizer"] == pytest.approx(0.2)
+
+
+def test_tensor_parallel_all_reduces_go_over_their_own_link():
+    half = trace_step(Workload(LLAMA, {"input_ids": "2,64:int64"}), Training(train=True, optimizer="adamw"),
+                      Parallel(gpus=2, tp=2))[0]
+    # 14 all-reduces of [2, 64, 128] fp32 = 65,536 B over 2 ranks: 2 x 1/2 x 65,536 B at 1 GB/s = 65.536 us
+    # each on the tensor-parallel link, whatever the data-parallel ring's link
+    step = comm.step_time(half, {"forward": 1.0, "backward": 1.0}, "ddp", 1, LINK, 2, tp_link=FAST)
+    assert step.exposed_s == pytest.approx(14 * 65.536e-6)
+
+
+def test_rings_between_nodes_share_the_nodes_nics():
+    a100 = get("a100-sxm-80gb")  # NVLink 300 GB/s x 0.8 = 240 GB/s
+    hdr = network_for("ib-hdr")  # DGX A100: 8 x 200 Gb/s = 8 x 25 GB/s per node
+    assert hdr is not None
+    # a ring of 16 ranks 2 apart (the FSDP group beside --tp 2): 4 of its ranks on each node, and the node's
+    # other tensor-parallel rank's ring beside it: half the node's NICs, 4 x 25 x 0.8 = 80 GB/s
+    ring = comm.link_of(a100, ranks=8, per_node=8, network=hdr, stride=2)
+    assert ring is not None and ring.bandwidth == pytest.approx(80e9)
+    # the tensor-parallel pair sits in one node: NVLink
+    pair = comm.link_of(a100, ranks=2, per_node=8, network=hdr)
+    assert pair is not None and pair.bandwidth == pytest.approx(240e9)
+    # a network given by its speed: 4 NICs of 200 Gb/s per node of 8 GPUs, 12.5 GB/s per GPU; a ring of all
+    # 16 ranks, 8 per node, gets the node's 4 x 25 GB/s = 100 GB/s x 0.8 = 80 GB/s
+    given = network_for(None, 200, 4, 8)
+    assert given is not None and given.per_gpu(8) == pytest.approx(12.5e9)
+    ring = comm.link_of(a100, ranks=16, per_node=8, network=given)
+    assert ring is not None and ring.bandwidth == pytest.approx(80e9)
+    faster = network_for("ib-hdr", 400)  # HDR's row at 400 Gb/s a port
+    assert faster is not None and faster.per_gpu(8) == pytest.approx(50e9)
+
+
+def test_fit_prices_tp_on_nvlink_and_the_fsdp_ring_on_the_network():
+    res = api.fit(LLAMA, {"input_ids": "2,64:int64"}, train=True, optimizer="adamw", gpus=16, tp=2,
+                  strategy="fsdp", network="ib-hdr", gpu=["a100-sxm-80gb"])
+    step = res.rows[0].step
+    assert step is not None and step.link is not None and step.link.bandwidth == pytest.approx(80e9)
+    rows = next(c for c in step.collectives if c.what == "row-parallel outputs")
+    # 4 all-reduces of 65,536 B over the NVLink pair: 2 x 1/2 x 65,536 / 240e9 s + 2 steps x 0.6 us (NCCL's
+    # NVLink ring step) + 6.6 us a call = 8.0731 us each
+    assert rows.time_s == pytest.approx(4 * (65_536 / 240e9 + 2 * 0.6e-6 + 6.6e-6), rel=1e-9)
+
+
+def test_hsdp_shards_the_model_states_over_its_shard_group():
+    base = dict(train=True, optimizer="adamw", strategy="fsdp", gpu=["h100-sxm"])
+    hsdp = api.fit(LLAMA, {"input_ids": "2,64:int64"}, gpus=8, dp_shard=4, **base)
+    # the tiny Llama's 2 x 1000 x 128 + 128 + 4 x 128 + 2 x 181,248 = 619,136 fp32 parameters; AdamW keeps two
+    # moments and a 4-byte step count per tensor (21 tensors: 9 per layer, the embedding, the head and the
+    # final norm): 8 x 619,136 + 84 B of optimizer state, a quarter of it on each of the 4 ranks of a shard group
+    assert hsdp.states is not None and hsdp.states.optimizer == (8 * 619_136 + 21 * 4) // 4
+    assert hsdp.states.weights == 4 * 619_136 // 4
+    step = hsdp.rows[0].step
+    assert step is not None and step.ranks == 8
+    assert step.collectives[-1].what == "gradient shards across replicas"

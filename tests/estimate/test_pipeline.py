@@ -1,0 +1,152 @@
+"""Pipeline parallelism and gradient accumulation by hand on a tiny Llama (tests/configs/llama-tiny:
+hidden 128, 4 heads of 32 with 2 key/value heads, MLP 344, vocab 1000, 2 layers): the bubble and the
+micro-batches in flight of each schedule, the stages' split of the parameters, the step's parts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torch_footprint import api
+from torch_footprint.analysis.memory import replay
+from torch_footprint.estimate.layouts.pipeline import bubble_fraction, in_flight, stage_map
+from torch_footprint.estimate.layouts.schedule import schedule_peak
+from torch_footprint.estimate.workload import trace_step
+from torch_footprint.settings import Training, Workload
+
+LLAMA = Path(__file__).resolve().parents[1] / "configs" / "llama-tiny"
+IDS = {"input_ids": "2,64:int64"}
+STEP = dict(train=True, optimizer="adamw", gpu=["h100-sxm"])
+# per layer: q, o 128x128; k, v 128x64; gate, up, down 128x344; two norms of 128 = 181,504 parameters
+LAYER = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 344 + 2 * 128
+
+
+def test_bubble_is_narayanans():
+    # Narayanan et al. 2021, section 2.2: the bubble is (p-1)/m of the ideal time for 1F1B and GPipe,
+    # (p-1)/(v m) interleaved; of the whole step (p-1)/(m+p-1) and ((p-1)/v)/(m+(p-1)/v)
+    assert bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    assert bubble_fraction(4, 8, v=2) == pytest.approx(1.5 / 9.5)  # 3/16 of the ideal 8
+    assert bubble_fraction(4, 8, v=2) / (1 - bubble_fraction(4, 8, v=2)) == pytest.approx(3 / 16)
+    assert bubble_fraction(1, 8) == 0
+
+
+def test_micro_batches_in_flight_per_schedule():
+    # 1F1B over 4 ranks, 8 micro-batches: rank r runs 4-r-1 warm-up forwards and one more before its
+    # first backward: 4, 3, 2, 1; never more than the micro-batches there are
+    assert [in_flight("1f1b", 4, r, 8) for r in range(4)] == [4, 3, 2, 1]
+    assert [in_flight("1f1b", 4, r, 2) for r in range(4)] == [2, 2, 2, 1]
+    assert in_flight("gpipe", 4, 3, 8) == 8  # every forward before any backward
+    # interleaved, 2 chunks a rank (Megatron-LM's warm-up: (p-r-1) x 2 + (v-1) x p chunk forwards, + 1):
+    # rank 0 (3 x 2 + 4 + 1) = 11 chunks of half its layers = 5.5 micro-batches; rank 3 (0 + 4 + 1) = 2.5
+    assert in_flight("interleaved-1f1b", 4, 0, 8, 2) == 5.5
+    assert in_flight("interleaved-1f1b", 4, 3, 8, 2) == 2.5
+    assert in_flight("interleaved-1f1b", 4, 0, 2, 2) == 2  # capped at m x v = 4 chunks
+
+
+def _trace(config: Path = LLAMA):
+    # gradients kept (they accumulate over the micro-batches), as fit traces a pipelined step
+    return trace_step(Workload(str(config), IDS), Training(train=True, optimizer="adamw", grads="zero"))[0]
+
+
+def test_stages_split_the_blocks_and_the_ends():
+    sm = stage_map(_trace(), 2)
+    mods = sm.modules
+    # rank 0: the embedding (1000 x 128) and layer 0; rank 1: layer 1, the final norm and the head (1000 x 128)
+    assert mods["model.embed_tokens"] == 0 and mods["model.layers.0.mlp"] == 0
+    assert mods["model.layers.1.self_attn"] == 1 and mods["model.norm"] == 1 and mods["lm_head"] == 1
+    t = _trace()
+    per = [sum(q.numel for q in t.params if sm.rank(sm.chunk_of_module(q.module)) == r) for r in (0, 1)]
+    assert per == [128_000 + LAYER, LAYER + 128 + 128_000]
+
+
+def test_interleaved_chunks_go_round_the_ranks(tmp_path: Path):
+    # 4 layers over 2 ranks x 2 chunks: chunk c on rank c mod 2, so rank 0 holds layers 0 and 2
+    config = json.loads((LLAMA / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, num_hidden_layers=4)))
+    sm = stage_map(_trace(tmp_path), 2, 2)
+    assert [sm.rank(sm.chunk_of_module(f"model.layers.{i}")) for i in range(4)] == [0, 1, 0, 1]
+
+
+def test_a_stage_holds_its_share_and_its_micro_batches_in_flight():
+    t = _trace()
+    peak = replay(t, keep_timeline=True, steady=True)  # a later step: the optimizer state exists throughout
+    states = sum(peak.persistent.values())
+    staged, figures = schedule_peak(t, peak, states, pp=2, vpp=1, microbatches=4, schedule="1f1b")
+    sm = stage_map(t, 2)
+    acts = [sum(b for mod, b in peak.activations_by_module.items() if sm.rank(sm.chunk_of_module(mod)) == r)
+            for r in (0, 1)]
+    fb = max(h for h, e in zip(peak.highs[1:], t.events) if e.phase != "optimizer")
+    opt = max(h for h, e in zip(peak.highs[1:], t.events) if e.phase == "optimizer")
+    transient = fb - states - sum(acts)
+    assert transient >= 0 and sum(acts) > 0
+    # rank 0 holds 309,504 of the 619,136 parameters and 2 micro-batches in flight (p - 0); rank 1 309,632
+    # and 1. Each needs the larger of its forward/backward moment (its states, its micro-batches' saved
+    # activations, the transient) and its share of the optimizer step's live bytes
+    assert figures[0]["in_flight"] == 2 and figures[1]["in_flight"] == 1
+    for r, (held, mine) in enumerate(((2, 309_504), (1, 309_632))):
+        share = mine / 619_136
+        assert figures[r]["need"] == pytest.approx(max(states * share + held * acts[r] + transient, opt * share),
+                                                   abs=1)
+    assert staged.peak_bytes == max(f["need"] for f in figures)
+    # a pipeline of one rank and one micro-batch is the step as traced
+    whole, _ = schedule_peak(t, peak, states, pp=1, vpp=1, microbatches=1, schedule="1f1b")
+    assert whole.peak_bytes == pytest.approx(peak.peak_bytes, abs=1)
+
+
+def test_a_pipelined_step_by_hand():
+    res = api.fit(str(LLAMA), IDS, gpus=2, pp=2, grad_accum=4, **STEP)
+    step = res.rows[0].step
+    assert step is not None and step.pipeline is not None
+    assert step.pipeline["bubble_fraction"] == pytest.approx(1 / 5)  # (2-1)/(4+2-1)
+    # 4 micro-batches of the slowest rank's forward and backward, and a bubble of (p-1) = 1 of them
+    slowest = max(step.pipeline["rank_microbatch_s"])
+    assert step.compute_s["micro-batches"] == pytest.approx(4 * slowest)
+    assert step.compute_s["pipeline bubble"] == pytest.approx(slowest)
+    # the boundary activation [2, 64, 128] fp32 = 65,536 B sent to the next rank inside the node (NVLink
+    # 450 GB/s x 0.8): 65,536 / 360e9 s + a 0.6 us step + a 6.6 us call; the first micro-batch's forward and
+    # the last one's gradient cross the 1 boundary: 2 sends exposed, no data parallelism to add
+    send = 65_536 / 360e9 + 0.6e-6 + 6.6e-6
+    assert step.exposed_s == pytest.approx(2 * send, rel=1e-9)
+
+
+def test_gradient_accumulation_repeats_the_micro_step_and_syncs_once():
+    base = dict(gpus=2, **STEP)
+    one = api.fit(str(LLAMA), IDS, grads="zero", **base).rows[0].step  # gradients kept, as from the 2nd micro-batch
+    four = api.fit(str(LLAMA), IDS, grad_accum=4, **base).rows[0].step
+    assert one is not None and four is not None
+    micro = sum(v for k, v in one.compute_s.items() if k != "optimizer")
+    # 4 forwards and backwards, one optimizer step, DDP's all-reduce once (no_sync on the other three)
+    assert four.compute_s["micro-batches"] == pytest.approx(4 * micro)
+    assert four.compute_s["optimizer"] == pytest.approx(one.compute_s["optimizer"])
+    assert four.exposed_s == pytest.approx(one.exposed_s)
+    # FSDP gathers and reduce-scatters every micro-batch: 4 times one micro-batch's exposed collectives
+    f1 = api.fit(str(LLAMA), IDS, grads="zero", strategy="fsdp", **base).rows[0].step
+    f4 = api.fit(str(LLAMA), IDS, grad_accum=4, strategy="fsdp", **base).rows[0].step
+    assert f1 is not None and f4 is not None
+    assert f4.exposed_s == pytest.approx(4 * f1.exposed_s)
+
+
+def test_each_pipeline_rank_gathers_its_own_blocks():
+    # FSDP over 2 data-parallel ranks beside 2 pipeline ranks: rank 1's units are layer 1 (181,504 fp32
+    # parameters = 726,016 B) and, outside the blocks, its final norm and head (128 + 128,000 = 128,128 x 4 B)
+    from torch_footprint.estimate.layouts.schedule import _rank_trace
+    from torch_footprint.estimate.layouts.sharding import root_bytes, wrap_units
+
+    t = _trace()
+    one = _rank_trace(t, stage_map(t, 2), 1)
+    assert wrap_units(one) == {"model.layers.1": 4 * LAYER}
+    assert root_bytes(one) == 4 * (128 + 128_000)
+
+
+def test_predict_takes_the_layout_fit_takes():
+    # the same step as fit's row: one rank's micro-batch by operator, the whole step beside it
+    layout = dict(gpus=2, pp=2, grad_accum=4, train=True, optimizer="adamw")
+    pred = api.predict(str(LLAMA), "h100-sxm", IDS, **layout)
+    row = api.fit(str(LLAMA), IDS, gpu=["h100-sxm"], **layout).rows[0]
+    assert pred.step is not None and row.step is not None
+    assert pred.step.time_s == pytest.approx(row.step.time_s)
+    assert pred.to_dict()["step"]["pipeline"]["microbatches"] == 4
+    with pytest.raises(Exception, match="add --train"):
+        api.predict(str(LLAMA), "h100-sxm", IDS, gpus=2)
