@@ -74,7 +74,8 @@ def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
         ["prefill activations", binary(r.activation_bytes),
          f"{s.batch} x {min(s.prompt, s.chunk or s.prompt):,} tokens, transient"],
         ["runtime", binary(r.overhead_bytes), "CUDA context, cuBLAS workspace" if r.overhead_bytes else ""],
-        ["needed", binary(r.total_bytes), f"of {binary(r.capacity)}: {'fits' if r.fits else 'does not fit'}"],
+        ["needed", binary(r.total_bytes), f"of {binary(r.capacity)}: {'fits' if r.fits else 'does not fit'} (the "
+         "larger of the prefill's peak and the full context's)"],
         ["largest batch", f"{r.max_batch:,}", f"at {s.context:,} tokens"],
         ["longest context", f"{r.max_context:,}", f"at batch {s.batch}"],
     ]
@@ -91,7 +92,8 @@ def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
               ["tokens/s in all", _rate(s.batch / r.tpot_s) if r.tpot_s else "", f"batch {s.batch}"],
               ["request latency", _ms(r.ttft_s + s.output * r.tpot_s), f"{s.output:,} tokens"]]
     if r.max_batch:
-        cells.append(["tokens/s at max batch", _rate(r.max_batch_tokens_per_s), f"batch {r.max_batch:,}"])
+        cells.append(["tokens/s at max batch", _rate(r.max_batch_tokens_per_s),
+                      f"batch {r.max_batch:,}: output tokens over its prefill and {s.output:,} decode steps"])
     cols = [Column("", "left"), Column("value"), Column("note", "left", wrap=True, style="dim")]
     return fit_tables(cols, cells, width)
 
@@ -154,7 +156,8 @@ def render_llm(res: LlmResult, console: Console, max_context: bool = False) -> N
     if res.rows and len(res.rows) > 1:
         notes.append("needs: weights + runtime + the larger of (KV cache at the prompt + the prefill's "
                      "activations) and (KV cache at the full context); max batch at the full context; TTFT: "
-                     "the prefill of the whole batch; per token: the mean decode step over the output")
+                     "the prefill of the whole batch; per token: the mean decode step over the output; tok/s at "
+                     "max batch: output tokens over the largest batch's prefill and decode")
     for n in notes:
         console.print(Text("note: " + n, style="dim"))
 

@@ -243,10 +243,11 @@ class Memory(Record):
 class Serving(Record):
     """How a language model is served: request lengths, storage schemes, engine."""
 
-    prompt: int = opt(1024, metavar="TOKENS")
-    """prompt tokens per request"""
-    output: int = opt(256, metavar="TOKENS")
-    """generated tokens per request"""
+    prompt: int | None = opt(metavar="TOKENS")
+    """prompt tokens per request (default 1024, halved with --output's default until both fit the model's
+    maximum positions)"""
+    output: int | None = opt(metavar="TOKENS")
+    """generated tokens per request (default 256, or what the model's maximum leaves after --prompt)"""
     quant: Quant | None = opt(metavar="SCHEME", deprecated={"--weights": None}, aliases_of_values=QUANT_ALIASES,
                               what="weight scheme")
     """weights stored as fp32, bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4, q4_0, q8_0,
@@ -265,7 +266,7 @@ class Serving(Record):
     def check(self) -> None:
         if self.chunk is not None and self.chunk < 1:
             raise FootprintError(f"--chunk must be at least 1 token, got {self.chunk}")
-        if self.prompt < 1 or self.output < 1:
+        if (self.prompt is not None and self.prompt < 1) or (self.output is not None and self.output < 1):
             raise FootprintError(f"--prompt and --output must be at least 1 token, got {self.prompt} and "
                                  f"{self.output}")
 

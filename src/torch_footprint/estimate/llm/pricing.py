@@ -267,16 +267,23 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     lengths = sorted({s.prompt, mid, s.context - 1})
     pre_g = Grouped.of(scaled(st.prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp))
     # datasheet rows are priced as engines serve; a calibrated (local) device as eager PyTorch runs
-    traces_at = {engine: {L: st.decode_at(L, engine) for L in lengths}
+    # an engine reads a quantized cache at its own bytes; eager PyTorch (a calibrated device) as traced
+    traces_at = {engine: {L: st.decode_at(L, engine, kv_ratio if engine else 1.0) for L in lengths}
                  for engine in {not a.calibrated for a in accelerators}}
     dec_gs = {engine: {L: Grouped.of(scaled(t, s.batch, traced, priced, reached(s.batch), tp))
                        for L, t in ts.items()} for engine, ts in traces_at.items()}
     at_batch: dict[tuple[bool, int], Grouped] = {}
+    prefill_at: dict[int, Grouped] = {s.batch: pre_g}
 
     def decode_at_batch(b: int, engine: bool) -> Grouped:
         if (engine, b) not in at_batch:
             at_batch[engine, b] = Grouped.of(scaled(traces_at[engine][mid], b, traced, priced, reached(b), tp))
         return at_batch[engine, b]
+
+    def prefill_at_batch(b: int) -> Grouped:
+        if b not in prefill_at:
+            prefill_at[b] = Grouped.of(scaled(st.prefill, b, traced, priced, reached(b * s.prompt), tp))
+        return prefill_at[b]
 
     for acc in accelerators:
         row_notes: list[str] = []
@@ -284,7 +291,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         mem = _Memory(per_rank_weights, overhead, act, kv_ratio, st, tp, s.chunk)
         kv_end, act_now = mem.peak(s.batch, s.prompt, s.context)
         total = mem.total(s.batch, s.prompt, s.context)
-        cap = acc.memory_bytes
+        cap = acc.usable_bytes  # what CUDA reports, where known (hardware/db.py)
         fits = total <= cap
 
         def fits_batch(b: int, mem: _Memory = mem, cap: int = cap) -> bool:
@@ -327,7 +334,13 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         tpot = {L: time_of(g) + comm_decode for L, g in dec_g.items()}
         tpot_mean = tpot[mid]
         mb = max(max_batch, 1)
-        t_mb = time_of(decode_at_batch(mb, engine)) + tp_comm(mb)
+
+        def output_rate(b: int, engine: bool = engine, time_of: Any = time_of, tp_comm: Any = tp_comm) -> float:
+            """Output tokens per second of ``b`` requests served whole: their prefill, then
+            ``output`` decode steps (each at the mean step's time)."""
+            whole = (time_of(prefill_at_batch(b)) + tp_comm(b * s.prompt)
+                     + s.output * (time_of(decode_at_batch(b, engine)) + tp_comm(b)))
+            return b * s.output / whole if whole else 0.0
         key = compute or _rate(st.dtype)
         # against the highest rate the prefill was priced at, where that is above the datasheet's
         # (a calibrated CPU's bf16 rate over its theoretical fp32 peak): never above 100%
@@ -340,11 +353,11 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
         batches = _doubling(1, max_batch) if max_batch else []
-        by_batch = [(b, b / (time_of(decode_at_batch(b, engine)) + tp_comm(b))) for b in batches]
+        by_batch = [(b, output_rate(b)) for b in batches]
         rows.append(LlmRow(acc, per_rank_weights, kv_end, act_now, overhead, fits, max_batch if fits_batch(1) else 0,
                            max_ctx, ttft, tpot_mean, tpot[s.prompt], tpot[s.context - 1],
-                           mb / t_mb if max_batch else 0.0, mfu, mbu, comm_decode, vllm, row_notes,
-                           by_context, by_batch))
+                           output_rate(mb) if max_batch else 0.0, mfu, mbu, comm_decode, vllm, row_notes,
+                           by_context, by_batch, needed_bytes=total))
     if s.weights is not None:
         notes.append(f"weights in {s.weights.label}: {total_weights / 2**30:.2f} GiB ({s.weights.source})")
     return LlmResult(

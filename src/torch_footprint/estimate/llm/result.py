@@ -39,7 +39,7 @@ class LlmRow:
     tpot_s: float  # mean time per output token over the output
     tpot_first_s: float
     tpot_last_s: float
-    max_batch_tokens_per_s: float
+    max_batch_tokens_per_s: float  # output tokens/s of the largest batch: its prefill, then its decode
     mfu: float  # prefill: model FLOPs / (TTFT x peak)
     mbu: float  # decode: bytes read per step / (time per token x bandwidth)
     comm_s: float = 0.0  # tensor-parallel all-reduces in one decode step
@@ -48,14 +48,20 @@ class LlmRow:
     # the curves a report draws: (context, bytes needed at the batch), (batch, tokens/s in all)
     memory_by_context: list[tuple[int, int]] = field(default_factory=list)
     tokens_by_batch: list[tuple[int, float]] = field(default_factory=list)
+    # the peak the verdict tests: weights + runtime + the larger of (the cache at the prompt + the
+    # prefill's activations) and the cache at the end (None: all four parts added)
+    needed_bytes: int | None = None
 
     @property
     def total_bytes(self) -> int:
+        """The memory needed, the figure ``fits`` compares with the capacity."""
+        if self.needed_bytes is not None:
+            return self.needed_bytes
         return self.weights_bytes + self.kv_bytes + self.activation_bytes + self.overhead_bytes
 
     @property
     def capacity(self) -> int:
-        return self.accelerator.memory_bytes
+        return self.accelerator.usable_bytes
 
     def to_dict(self, batch: int, output: int) -> dict[str, Any]:
         e2e = self.ttft_s + output * self.tpot_s
