@@ -81,8 +81,13 @@ def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
     ]
     if r.vllm:
         v = r.vllm
-        cells.append(["vLLM KV blocks", f"{v.blocks:,}", f"{v.tokens:,} tokens in {binary(v.capacity_bytes)}; "
-                                                          f"{v.concurrency:.1f}x concurrency at {s.context:,} tokens"])
+        unit = "blocks" if v.block > 1 else "tokens"
+        held = ", ".join(f"{k} {binary(b)}" for k, b in v.held_back.items())
+        cells.append([f"{v.title} KV {unit}", f"{v.blocks:,}",
+                      f"{v.tokens:,} tokens in {binary(v.capacity_bytes)}; {v.concurrency:.1f}x concurrency at "
+                      f"{s.context:,} tokens (held back: {held})"])
+        if v.error:
+            cells.append(["", "", v.error])
     cells += [["time to first token", _ms(r.ttft_s), f"MFU {100 * r.mfu:.0f}%"],
               ["time per output token", _ms(r.tpot_s),
                f"{_ms(r.tpot_first_s)} first, {_ms(r.tpot_last_s)} last; MBU {100 * r.mbu:.0f}%"]]

@@ -41,6 +41,29 @@ def default_lengths(prompt: int | None, output: int | None, most: int | None) ->
                   f"{o:,} (set --prompt and --output to choose)")
 
 
+KNOBS = ("max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size",
+         "mem_fraction_static", "kv_cache_free_gpu_memory_fraction", "ctx_size", "ubatch_size")
+
+
+def engine_knobs(s: Serving) -> dict[str, float]:
+    """The engine knobs given, checked against the engine's own (one it lacks is an error)."""
+    from ...hardware.engines import profile, profiles
+
+    given = {k: getattr(s, k) for k in KNOBS if getattr(s, k) is not None}
+    if not given:
+        return {}
+    if s.engine is None:
+        owners = [p.name for p in profiles().values() if any(p.takes(k) for k in given)]
+        raise FootprintError(f"--{next(iter(given)).replace('_', '-')} is an engine's knob: add --engine "
+                             f"{' or --engine '.join(owners) or 'NAME'}")
+    p = profile(s.engine)
+    for k in given:
+        if not p.takes(k):
+            raise FootprintError(f"{p.title} has no --{k.replace('_', '-')} (its knobs: "
+                                 f"{', '.join('--' + n.replace('_', '-') for n in p.knobs if 'small' not in n)})")
+    return {k: float(v) for k, v in given.items() if k != "max_model_len"}
+
+
 def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Target = Target(),
                 progress: Callable[[str], None] | None = None) -> LlmResult:
     """What ``w``'s causal language model needs to serve ``s`` on ``p.gpus`` per replica
@@ -53,10 +76,11 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     if p.gpus % tp:
         raise FootprintError(f"--gpus must be a multiple of --tp (both at least 1), got gpus {p.gpus}, tp {tp}")
     scheme = weight_scheme(s.quant) if s.quant else None
+    knobs = engine_knobs(s)
     prompt, output, _ = default_lengths(s.prompt, s.output, None)
     priced = Priced(batch=w.batch or DEFAULT_BATCH, prompt=prompt, output=output, weights=scheme,
                     kv_bytes=kv_scheme(s.kv) if s.kv else None, kv_name=s.kv, gpus=p.gpus, tp=tp, engine=s.engine,
-                    chunk=s.chunk)
+                    chunk=s.chunk, knobs=knobs, max_model_len=s.max_model_len)
     check_context(priced, None, s.allow_longer)
     fitted: list[str] = []
 
@@ -66,6 +90,10 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
             priced.prompt, priced.output, note = default_lengths(s.prompt, s.output, most)
             fitted.extend([note] if note else [])
         check_context(priced, most, s.allow_longer)
+        if s.max_model_len and most and s.max_model_len > most and not s.allow_longer:
+            raise FootprintError(f"--max-model-len {s.max_model_len:,} is greater than the model's maximum of "
+                                 f"{most:,} positions (max_position_embeddings): {s.engine or 'the engine'} refuses "
+                                 "it; lower it, or pass --allow-longer")
         return priced.prompt
 
     dtype = activation_dtype(scheme)
@@ -85,6 +113,11 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     res = serve(st, priced, wanted, max_context=None if s.allow_longer else st.max_context,
                 efficiency=target.efficiencies)
     res.notes[:0] = fitted
+    for row in res.rows:
+        if row.vllm is not None and row.vllm.error:
+            if len(res.rows) == 1:  # the one accelerator asked for: the engine would not start
+                raise FootprintError(f"on {row.accelerator.id}, {row.vllm.error}")
+            row.notes.append(row.vllm.error)
     if s.measure and not wanted:
         res.notes.append(f"no prediction for {target.device or 'cpu'}: run `footprint calibrate` first to measure "
                          "its rates")

@@ -30,27 +30,26 @@ twice per layer (after attention and after the MLP): a ring all-reduce moves
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...analysis.memory import replay
 from ...errors import FootprintError
 from ...hardware.db import Accelerator
+from ...hardware.engines import profile
 from ...search import largest_true
 from ...trace.records import OpEvent, Trace
 from ..kernels.roofline import ceilings, estimate_latency
 from ..layouts.comm import LINK_EFFICIENCY, Link, all_reduce_s, link_of, nccl_link
 from ..memory import CUDA_OVERHEADS
+from .engines import engine_cache
 from .quantization import Param, Scheme
-from .result import LlmResult, LlmRow, VllmCache
+from .result import EngineCache, LlmResult, LlmRow
 from .trace import ServingTrace
 
 LLM_EFFICIENCY = {"matrix": 0.6, "vector": 0.5, "memory": 0.7}
 ENGINE_OVERHEAD_S = {"gpu": 0.5e-6, "soc": 2e-6, "cpu": 5e-6}
 PCIE4_GBS = 32.0  # PCIe 4.0 x16, one direction: the link assumed where the database has none
-VLLM_UTILISATION = 0.9
-VLLM_BLOCK = 16
-VLLM_BATCHED_TOKENS = 8192
 
 
 @dataclass
@@ -68,7 +67,8 @@ class Priced:
     tp: int = 1
     engine: str | None = None
     chunk: int | None = None  # chunked prefill: tokens per chunk
-    batched_tokens: int = VLLM_BATCHED_TOKENS
+    knobs: dict[str, float] = field(default_factory=dict)  # the engine's knobs given (the rest: its defaults)
+    max_model_len: int | None = None  # the engine's longest request (None: the model's maximum)
 
     @property
     def context(self) -> int:
@@ -349,7 +349,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         mfu = prefill_flops / tp / ttft / peak if ttft and peak else 0.0
         bandwidth = max(acc.bandwidth or 0.0, rates.highest_bandwidth())
         mbu = dec_g[mid].bytes_read / tpot_mean / bandwidth if tpot_mean and bandwidth else 0.0
-        vllm = _vllm(mem, cap, s) if s.engine == "vllm" else None
+        vllm = _engine(mem, cap, s, st.max_context) if s.engine else None
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
         batches = _doubling(1, max_batch) if max_batch else []
@@ -383,15 +383,10 @@ def _rate(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp32")
 
 
-def _vllm(mem: _Memory, cap: int, s: Priced) -> VllmCache:
-    """vLLM's cache: 90% of the memory, less the weights, the profile run's activation peak
-    (a prefill of ``batched_tokens`` tokens) and the memory outside torch, in 16-token blocks."""
-    profile = mem.activation(s.batched_tokens, 1)
-    capacity = int(cap * VLLM_UTILISATION) - mem.weights - profile - mem.overhead
-    per_block = max(mem.kv(VLLM_BLOCK) - mem.kv(0), 1)
-    blocks = max(capacity // per_block, 0)
-    tokens = blocks * VLLM_BLOCK
-    return VllmCache(max(capacity, 0), blocks, tokens, tokens / s.context if s.context else 0.0)
+def _engine(mem: _Memory, cap: int, s: Priced, model_max: int | None) -> EngineCache:
+    """The engine's cache sizing on this accelerator (:mod:`.engines`)."""
+    return engine_cache(profile(s.engine or "vllm"), s.knobs, mem, cap, s.tp,
+                        s.max_model_len or model_max or s.context, s.context)
 
 
 def check_context(serving: Priced, max_context: int | None, allow_longer: bool) -> None:
@@ -404,4 +399,4 @@ def check_context(serving: Priced, max_context: int | None, allow_longer: bool) 
                              "or pass --allow-longer")
 
 
-__all__ = ["LlmResult", "LlmRow", "Priced", "VllmCache", "check_context", "serve"]
+__all__ = ["EngineCache", "LlmResult", "LlmRow", "Priced", "check_context", "serve"]

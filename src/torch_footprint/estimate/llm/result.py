@@ -11,16 +11,27 @@ if TYPE_CHECKING:
     from .pricing import Priced
 
 @dataclass
-class VllmCache:
-    """How vLLM sizes its cache: blocks of 16 tokens in what is left of 90% of the memory."""
+class EngineCache:
+    """How a serving engine sizes its KV cache on one accelerator (per rank): the bytes it
+    gives the cache, in blocks (or pages) of ``block`` tokens, and what that holds."""
 
     capacity_bytes: int
     blocks: int
     tokens: int
     concurrency: float  # requests of the asked context it holds at once
+    engine: str = "vllm"
+    title: str = "vLLM"
+    block: int = 16
+    max_model_len: int | None = None
+    knobs: dict[str, float] = field(default_factory=dict)  # the values the sizing used
+    held_back: dict[str, int] = field(default_factory=dict)  # bytes the rule takes before the cache, by name
+    error: str | None = None  # what the engine would say where the cache has no room
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+VllmCache = EngineCache  # the earlier name
 
 
 @dataclass
@@ -43,7 +54,7 @@ class LlmRow:
     mfu: float  # prefill: model FLOPs / (TTFT x peak)
     mbu: float  # decode: bytes read per step / (time per token x bandwidth)
     comm_s: float = 0.0  # tensor-parallel all-reduces in one decode step
-    vllm: VllmCache | None = None
+    vllm: EngineCache | None = None  # the engine's cache sizing (any engine; the name is the first one's)
     notes: list[str] = field(default_factory=list)
     # the curves a report draws: (context, bytes needed at the batch), (batch, tokens/s in all)
     memory_by_context: list[tuple[int, int]] = field(default_factory=list)
@@ -75,7 +86,8 @@ class LlmRow:
             "tokens_per_s_per_request": 1 / self.tpot_s if self.tpot_s else None,
             "tokens_per_s": batch / self.tpot_s if self.tpot_s else None, "e2e_s": e2e,
             "max_batch_tokens_per_s": self.max_batch_tokens_per_s, "mfu": self.mfu, "mbu": self.mbu,
-            "comm_s": self.comm_s, "vllm": self.vllm.to_dict() if self.vllm else None, "notes": self.notes,
+            "comm_s": self.comm_s, "vllm": self.vllm.to_dict() if self.vllm and self.vllm.engine == "vllm" else None,
+            "engine_cache": self.vllm.to_dict() if self.vllm else None, "notes": self.notes,
             "memory_by_context": [list(x) for x in self.memory_by_context],
             "tokens_by_batch": [list(x) for x in self.tokens_by_batch],
         }
