@@ -3,8 +3,9 @@
 file it comes from), per tensor-parallel rank:
 
 * vLLM: total x gpu_memory_utilization - weights - the activation peak of a profile run of
-  max_num_batched_tokens tokens - the memory outside PyTorch (more where ranks talk) - CUDA
-  graphs counted in the budget; in blocks of block_size tokens;
+  max_num_batched_tokens tokens - the memory outside PyTorch (more where tensor-parallel ranks
+  talk over NVLink: the custom all-reduce's buffers, which vLLM leaves out between PCIe cards
+  without peer access) - CUDA graphs counted in the budget; in blocks of block_size tokens;
 * SGLang: total x mem_fraction_static - what is in use once the weights are loaded (the
   weights, the CUDA context, the memory outside PyTorch); a token pool of page_size pages;
 * TensorRT-LLM: kv_cache_free_gpu_memory_fraction x what is still free after the weights, a
@@ -49,14 +50,15 @@ def _no_room(p: EngineProfile, tokens: int, max_model_len: int) -> str | None:
 
 
 def engine_cache(p: EngineProfile, given: dict[str, float], mem: _Memory, total: int, tp: int,
-                 max_model_len: int, context: int) -> EngineCache:
+                 max_model_len: int, context: int, nvlink: bool = True) -> EngineCache:
     """``p``'s cache on an accelerator of ``total`` bytes (as CUDA reports it), per rank, with
-    the knobs ``given`` (the rest at the engine's defaults)."""
+    the knobs ``given`` (the rest at the engine's defaults); ``nvlink``: the ranks talk over
+    NVLink (vllm/distributed/device_communicators/custom_all_reduce.py)."""
     knobs = {name: p.knob(name, given.get(name), tp, total) for name in p.knobs
              if name not in ("max_num_batched_tokens_small", "small_device_gib")}
     block = int(knobs.get(p.block_knob, 1)) if p.block_knob else 1
     per_block = max(mem.kv(block) - mem.kv(0), 1)
-    non_torch = int((p.non_torch_tp_gib if tp > 1 else p.non_torch_gib) * GIB)
+    non_torch = int((p.non_torch_tp_gib if tp > 1 and nvlink else p.non_torch_gib) * GIB)
     held: dict[str, int] = {"weights": mem.weights}
     if p.profile_tokens_knob:
         held["activations"] = mem.act_per_token * int(knobs[p.profile_tokens_knob])

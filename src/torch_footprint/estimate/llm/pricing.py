@@ -349,7 +349,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         mfu = prefill_flops / tp / ttft / peak if ttft and peak else 0.0
         bandwidth = max(acc.bandwidth or 0.0, rates.highest_bandwidth())
         mbu = dec_g[mid].bytes_read / tpot_mean / bandwidth if tpot_mean and bandwidth else 0.0
-        vllm = _engine(mem, cap, s, st.max_context) if s.engine else None
+        vllm = _engine(mem, cap, s, st.max_context, "NVLink" in acc.link) if s.engine else None
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
         batches = _doubling(1, max_batch) if max_batch else []
@@ -383,10 +383,10 @@ def _rate(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp32")
 
 
-def _engine(mem: _Memory, cap: int, s: Priced, model_max: int | None) -> EngineCache:
+def _engine(mem: _Memory, cap: int, s: Priced, model_max: int | None, nvlink: bool) -> EngineCache:
     """The engine's cache sizing on this accelerator (:mod:`.engines`)."""
     return engine_cache(profile(s.engine or "vllm"), s.knobs, mem, cap, s.tp,
-                        s.max_model_len or model_max or s.context, s.context)
+                        s.max_model_len or model_max or s.context, s.context, nvlink)
 
 
 def check_context(serving: Priced, max_context: int | None, allow_longer: bool) -> None:
