@@ -99,6 +99,19 @@ def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
     if r.max_batch:
         cells.append(["tokens/s at max batch", _rate(r.max_batch_tokens_per_s),
                       f"batch {r.max_batch:,}: output tokens over its prefill and {s.output:,} decode steps"])
+    if r.simulation:
+        m = r.simulation
+
+        def pcts(key: str) -> str:
+            return " / ".join(_ms(m[key][q]) for q in ("p50", "p90", "p99"))
+
+        cells += [["simulated serving", f"{_rate(m['output_tokens_per_s'])}",
+                   f"output tokens/s: {m['requests']:,} requests from {m['concurrency']} clients in "
+                   f"{m['duration_s']:.1f} s; {m['preemptions']} preemptions; cache at most "
+                   f"{100 * m['kv_peak_fraction']:.0f}% full"],
+                  ["TTFT p50/p90/p99", pcts("ttft_s"), "chunked prefill beside the running decodes"],
+                  ["TPOT p50/p90/p99", pcts("tpot_s"), ""],
+                  ["latency p50/p90/p99", pcts("e2e_s"), f"{s.prompt:,} + {s.output:,} tokens"]]
     cols = [Column("", "left"), Column("value"), Column("note", "left", wrap=True, style="dim")]
     return fit_tables(cols, cells, width)
 

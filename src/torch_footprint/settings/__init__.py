@@ -282,6 +282,14 @@ class Serving(Record):
     """with --engine llamacpp: tokens per micro-batch, what the compute buffer is sized for (default 512)"""
     chunk: int | None = opt(metavar="TOKENS")
     """chunked prefill: tokens per chunk"""
+    simulate: bool = opt(False)
+    """also simulate continuous batching as the engine schedules it (chunked prefill under
+    --max-num-batched-tokens, admission by free cache blocks and --max-num-seqs, preemption): --num-prompts
+    requests of --prompt + --output tokens from --concurrency clients; throughput, TTFT, TPOT, latency p50/p90/p99"""
+    concurrency: int = opt(8, metavar="N")
+    """with --simulate: clients, each sending its next request when the last one ends"""
+    num_prompts: int | None = opt(metavar="N")
+    """with --simulate: requests in all (default 10 per client)"""
     allow_longer: bool = opt(False)
     """allow a context beyond the model's maximum"""
     measure: bool = opt(False)
@@ -289,7 +297,7 @@ class Serving(Record):
 
     def check(self) -> None:
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "ctx_size",
-                     "ubatch_size"):
+                     "ubatch_size", "concurrency", "num_prompts"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise FootprintError(f"--{name.replace('_', '-')} must be at least 1, got {value}")

@@ -80,7 +80,8 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     prompt, output, _ = default_lengths(s.prompt, s.output, None)
     priced = Priced(batch=w.batch or DEFAULT_BATCH, prompt=prompt, output=output, weights=scheme,
                     kv_bytes=kv_scheme(s.kv) if s.kv else None, kv_name=s.kv, gpus=p.gpus, tp=tp, engine=s.engine,
-                    chunk=s.chunk, knobs=knobs, max_model_len=s.max_model_len)
+                    chunk=s.chunk, knobs=knobs, max_model_len=s.max_model_len,
+                    simulate=(s.concurrency, s.num_prompts or 10 * s.concurrency) if s.simulate else None)
     check_context(priced, None, s.allow_longer)
     fitted: list[str] = []
 

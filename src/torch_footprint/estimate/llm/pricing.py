@@ -45,6 +45,7 @@ from ..memory import CUDA_OVERHEADS
 from .engines import engine_cache
 from .quantization import Param, Scheme
 from .result import EngineCache, LlmResult, LlmRow
+from .simulate import StepCost, simulate
 from .trace import ServingTrace
 
 LLM_EFFICIENCY = {"matrix": 0.6, "vector": 0.5, "memory": 0.7}
@@ -69,6 +70,7 @@ class Priced:
     chunk: int | None = None  # chunked prefill: tokens per chunk
     knobs: dict[str, float] = field(default_factory=dict)  # the engine's knobs given (the rest: its defaults)
     max_model_len: int | None = None  # the engine's longest request (None: the model's maximum)
+    simulate: tuple[int, int] | None = None  # continuous batching: (clients, requests)
 
     @property
     def context(self) -> int:
@@ -349,7 +351,21 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         mfu = prefill_flops / tp / ttft / peak if ttft and peak else 0.0
         bandwidth = max(acc.bandwidth or 0.0, rates.highest_bandwidth())
         mbu = dec_g[mid].bytes_read / tpot_mean / bandwidth if tpot_mean and bandwidth else 0.0
-        vllm = _engine(mem, cap, s, st.max_context, "NVLink" in acc.link) if s.engine else None
+        vllm = _engine(mem, cap, s, st.max_context, "NVLink" in acc.link) if s.engine or s.simulate else None
+        simulated = None
+        if s.simulate and vllm is not None:
+            def decode_s(b: int, ctx: int, engine: bool = engine, time_of: Any = time_of,
+                         tp_comm: Any = tp_comm) -> float:
+                return time_of(Grouped.of(scaled(traces_at[engine][ctx], b, traced, priced, reached(b), tp))) \
+                    + tp_comm(b)
+
+            seqs = int(vllm.knobs.get("max_num_seqs", 256))
+            cost = StepCost(decode_s, (time_of(prefill_at_batch(1)) + tp_comm(s.prompt)) / s.prompt, lengths,
+                            max(2, min(seqs, 64)))
+            simulated = simulate(cost, prompt=s.prompt, output=s.output, concurrency=s.simulate[0],
+                                 requests=s.simulate[1], kv_blocks=vllm.blocks, block=vllm.block, max_num_seqs=seqs,
+                                 budget=int(vllm.knobs.get("max_num_batched_tokens",
+                                                           vllm.knobs.get("ubatch_size", 2048))))
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
         batches = _doubling(1, max_batch) if max_batch else []
@@ -357,7 +373,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         rows.append(LlmRow(acc, per_rank_weights, kv_end, act_now, overhead, fits, max_batch if fits_batch(1) else 0,
                            max_ctx, ttft, tpot_mean, tpot[s.prompt], tpot[s.context - 1],
                            output_rate(mb) if max_batch else 0.0, mfu, mbu, comm_decode, vllm, row_notes,
-                           by_context, by_batch, needed_bytes=total))
+                           by_context, by_batch, needed_bytes=total, simulation=simulated))
     if s.weights is not None:
         notes.append(f"weights in {s.weights.label}: {total_weights / 2**30:.2f} GiB ({s.weights.source})")
     return LlmResult(

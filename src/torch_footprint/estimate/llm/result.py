@@ -62,6 +62,7 @@ class LlmRow:
     # the peak the verdict tests: weights + runtime + the larger of (the cache at the prompt + the
     # prefill's activations) and the cache at the end (None: all four parts added)
     needed_bytes: int | None = None
+    simulation: dict[str, Any] | None = None  # continuous batching simulated (estimate/llm/simulate.py)
 
     @property
     def total_bytes(self) -> int:
@@ -87,7 +88,8 @@ class LlmRow:
             "tokens_per_s": batch / self.tpot_s if self.tpot_s else None, "e2e_s": e2e,
             "max_batch_tokens_per_s": self.max_batch_tokens_per_s, "mfu": self.mfu, "mbu": self.mbu,
             "comm_s": self.comm_s, "vllm": self.vllm.to_dict() if self.vllm and self.vllm.engine == "vllm" else None,
-            "engine_cache": self.vllm.to_dict() if self.vllm else None, "notes": self.notes,
+            "engine_cache": self.vllm.to_dict() if self.vllm else None, "simulation": self.simulation,
+            "notes": self.notes,
             "memory_by_context": [list(x) for x in self.memory_by_context],
             "tokens_by_batch": [list(x) for x in self.tokens_by_batch],
         }
