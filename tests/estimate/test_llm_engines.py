@@ -99,3 +99,23 @@ def test_bad_knobs_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], a
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_an_engine_prefills_within_its_token_budget(tiny) -> None:
+    # the whole batch's prompts at once (64 x 128 tokens) without an engine; at most
+    # max_num_batched_tokens a step with one (chunked prefill), so the activations shrink by that ratio
+    h100 = [get("h100-sxm")]
+    eager = serve(tiny, Priced(batch=64, prompt=128, output=32), h100, max_context=256).rows[0]
+    chunked = serve(tiny, Priced(batch=64, prompt=128, output=32, engine="vllm",
+                                 knobs={"max_num_batched_tokens": 256}), h100, max_context=256).rows[0]
+    assert chunked.activation_bytes * 64 * 128 == eager.activation_bytes * 256
+    assert chunked.max_context >= eager.max_context
+
+
+def test_the_largest_batch_is_what_the_engine_admits(tiny) -> None:
+    # 128 + 32 tokens a request: 10 blocks of 16; the engine admits blocks // 10 requests, at most max_num_seqs
+    gpu = [get("rtx-3090")]
+    for knobs in ({"max_num_seqs": 5}, {"gpu_memory_utilization": 0.05, "max_num_seqs": 100000}):
+        row = serve(tiny, Priced(batch=1, prompt=128, output=32, engine="vllm", knobs=knobs), gpu,
+                    max_context=256).rows[0]
+        assert row.max_batch == min(row.vllm.blocks // 10, knobs["max_num_seqs"])

@@ -64,6 +64,17 @@ def table(res: LlmResult, width: int) -> list[Table]:
     return fit_tables(cols, cells, width, row_styles=[None if r.fits else "dim" for r in res.rows])
 
 
+def _prefill_tokens(res: LlmResult, r: LlmRow) -> str:
+    """The tokens the prefill's activations are held for: all the batch's prompts, a chunk of
+    each, or the engine's tokens per step."""
+    s = res.serving
+    each = min(s.prompt, s.chunk or s.prompt)
+    budget = (r.vllm.knobs.get("max_num_batched_tokens") or r.vllm.knobs.get("ubatch_size")) if r.vllm else None
+    if budget and budget < s.batch * each:
+        return f"{int(budget):,} tokens a step (the engine's chunked prefill), transient"
+    return f"{s.batch} x {each:,} tokens, transient"
+
+
 def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
     """One accelerator in full: where the memory goes and how the time is spent."""
     s = res.serving
@@ -71,8 +82,7 @@ def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
     cells = [
         ["weights" + per, binary(r.weights_bytes), res.weights_scheme],
         ["KV cache" + per, binary(r.kv_bytes), f"{s.batch} x {s.context:,} tokens"],
-        ["prefill activations", binary(r.activation_bytes),
-         f"{s.batch} x {min(s.prompt, s.chunk or s.prompt):,} tokens, transient"],
+        ["prefill activations", binary(r.activation_bytes), _prefill_tokens(res, r)],
         ["runtime", binary(r.overhead_bytes), "CUDA context, cuBLAS workspace" if r.overhead_bytes else ""],
         ["needed", binary(r.total_bytes), f"of {binary(r.capacity)}: {'fits' if r.fits else 'does not fit'} (the "
          "larger of the prefill's peak and the full context's)"],

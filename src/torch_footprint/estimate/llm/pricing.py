@@ -202,6 +202,7 @@ class _Memory:
     st: ServingTrace
     tp: int
     chunk: int | None
+    budget: int | None = None  # an engine's tokens per step (chunked prefill under it)
 
     def kv(self, tokens: int, batch: int = 1) -> int:
         total = 0
@@ -211,8 +212,12 @@ class _Memory:
         return int(batch * total * self.kv_elem_ratio)
 
     def activation(self, prompt: int, batch: int) -> int:
-        tokens = prompt if self.chunk is None else min(prompt, self.chunk)
-        return batch * tokens * self.act_per_token
+        """The prefill's transient bytes: every prompt token at once, or a chunk of each
+        (``chunk``), or at most an engine's token budget per step (``budget``)."""
+        tokens = batch * (prompt if self.chunk is None else min(prompt, self.chunk))
+        if self.budget is not None:
+            tokens = min(tokens, self.budget)
+        return tokens * self.act_per_token
 
     def peak(self, batch: int, prompt: int, context: int) -> tuple[int, int]:
         """(KV at the end, prefill transient) such that weights + overhead + max(...) is the peak."""
@@ -290,7 +295,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     for acc in accelerators:
         row_notes: list[str] = []
         overhead = sum(CUDA_OVERHEADS.values()) if acc.kind == "gpu" else 0
-        mem = _Memory(per_rank_weights, overhead, act, kv_ratio, st, tp, s.chunk)
+        mem = _Memory(per_rank_weights, overhead, act, kv_ratio, st, tp, s.chunk, _budget(s, acc.usable_bytes))
         kv_end, act_now = mem.peak(s.batch, s.prompt, s.context)
         total = mem.total(s.batch, s.prompt, s.context)
         cap = acc.usable_bytes  # what CUDA reports, where known (hardware/db.py)
@@ -304,6 +309,11 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
 
         max_batch = largest_true(fits_batch, limit=1 << 20)
         max_ctx = largest_true(fits_context, limit=limit or (1 << 24))
+        vllm = _engine(mem, cap, s, st.max_context, "NVLink" in acc.link) if s.engine or s.simulate else None
+        if vllm is not None and s.engine:  # the engine admits what its cache blocks and max_num_seqs allow
+            held = vllm.blocks // -(-s.context // vllm.block)
+            seqs = vllm.knobs.get("max_num_seqs")
+            max_batch = min(max_batch, held, int(seqs) if seqs else held)
         compute = None
         if s.weights is not None and s.weights.compute:
             if acc.peak(s.weights.compute) is not None:
@@ -351,7 +361,6 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         mfu = prefill_flops / tp / ttft / peak if ttft and peak else 0.0
         bandwidth = max(acc.bandwidth or 0.0, rates.highest_bandwidth())
         mbu = dec_g[mid].bytes_read / tpot_mean / bandwidth if tpot_mean and bandwidth else 0.0
-        vllm = _engine(mem, cap, s, st.max_context, "NVLink" in acc.link) if s.engine or s.simulate else None
         simulated = None
         if s.simulate and vllm is not None:
             def decode_s(b: int, ctx: int, engine: bool = engine, time_of: Any = time_of,
@@ -397,6 +406,16 @@ def _doubling(first: int, last: int) -> list[int]:
 
 def _rate(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp32")
+
+
+def _budget(s: Priced, total: int) -> int | None:
+    """The engine's tokens per step (its chunked prefill's budget) on a device of ``total``
+    bytes: the knob given, else the engine's default; None without an engine."""
+    if not s.engine:
+        return None
+    p = profile(s.engine)
+    return int(p.knob(p.profile_tokens_knob, s.knobs.get(p.profile_tokens_knob), s.tp, total)) \
+        if p.profile_tokens_knob else None
 
 
 def _engine(mem: _Memory, cap: int, s: Priced, model_max: int | None, nvlink: bool) -> EngineCache:
