@@ -47,6 +47,7 @@ bench: $(VENV)/.installed-all,dev,bench
 	$(PY) benchmarks/watch_overhead.py
 	$(PY) benchmarks/llm_measure.py
 	$(PY) benchmarks/llm_published.py
+	$(PY) benchmarks/validate_serving_kv.py
 	$(PY) benchmarks/llm_quantized.py
 	$(PY) benchmarks/train_published.py
 	$(PY) benchmarks/train_multi_published.py

@@ -224,7 +224,9 @@ def llm(model: ModelLike, *, progress: Callable[[str], None] | None = None, **se
     if s.measure:
         from .measure.generate import measure_model
 
-        res.measured = measure_model(w, s, target.device or "cpu", progress)
+        # the lengths priced (a default fitted to the model's maximum) are the ones run
+        res.measured = measure_model(w, dataclasses.replace(s, prompt=res.serving.prompt, output=res.serving.output),
+                                     target.device or "cpu", progress)
     return res
 
 

@@ -315,7 +315,9 @@ def test_a_window_that_keeps_the_prompt_is_not_taken_at_its_word() -> None:
 
 
 @pytest.mark.parametrize("extra, message", [
-    ([], "beyond the model's maximum of 512"),  # said before the trace, which fails on BERT's position buffer
+    # said before the trace, which fails on BERT's position buffer
+    (["--prompt", "1024", "--output", "256"], "beyond the model's maximum of 512"),
+    ([], "returned no cache"),  # the default lengths fitted within the 512 positions
     (["--prompt", "256", "--output", "16"], "returned no cache"),
 ])
 def test_an_encoders_lm_head_from_a_config_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -30,7 +30,7 @@ KINDS = ("gpu", "soc", "cpu")
 BUILTIN = Path(__file__).with_name("accelerators.toml")
 _REQUIRED = ("id", "name", "vendor", "kind", "memory_gb", "bandwidth_gbs", "tflops", "source")
 _OPTIONAL = ("tdp_w", "vector_fp32", "notes", "estimated", "aliases", "link_gbs", "link", "link_source", "units",
-             "memory_type", "units_source", "architecture")
+             "memory_type", "units_source", "architecture", "cuda_memory_mib", "cuda_memory_source")
 _ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 
@@ -60,11 +60,21 @@ class Accelerator:
     memory_type: str = ""  # HBM3, GDDR6X, ...
     units_source: str = ""
     architecture: str = ""  # volta, ampere, hopper, ... (the whitepaper of units_source)
+    cuda_memory_mib: float | None = None  # the total CUDA reports (cudaGetDeviceProperties), MiB
+    cuda_memory_source: str = ""  # where that figure was printed
 
     @property
     def memory_bytes(self) -> int:
         """Capacity in bytes: memory is sold in binary sizes ("80 GB" HBM is 80 GiB of chips)."""
         return int(self.memory_gb * 2**30)
+
+    @property
+    def usable_bytes(self) -> int:
+        """The memory CUDA reports as the device's total (``torch.cuda.get_device_properties``'s
+        ``total_memory``, what serving engines size against), where the database has the figure:
+        the driver keeps part of the chips for itself (an "80 GB" H100 reports 79.2 GiB); else
+        the capacity as sold."""
+        return int(self.cuda_memory_mib * 2**20) if self.cuda_memory_mib is not None else self.memory_bytes
 
     @property
     def bandwidth(self) -> float | None:
@@ -90,7 +100,8 @@ class Accelerator:
         d = {k: getattr(self, k) for k in ("id", "name", "vendor", "kind", "memory_gb", "bandwidth_gbs", "tdp_w",
                                             "tflops", "vector_fp32", "source", "notes", "estimated", "aliases",
                                             "origin", "link_gbs", "link", "link_source", "units",
-                                            "memory_type", "units_source", "architecture")}
+                                            "memory_type", "units_source", "architecture", "cuda_memory_mib",
+                                            "cuda_memory_source")}
         d["estimated"], d["aliases"] = list(self.estimated), list(self.aliases)
         if self.calibrated:
             d["calibrated"] = self.calibrated
@@ -156,6 +167,11 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
     link_source = raw.get("link_source", "")
     if link_source and not (isinstance(link_source, str) and re.match(r"^https?://\S+$", link_source)):
         raise FootprintError(f"{at}: field 'link_source' must be a URL, got {link_source!r}")
+    cuda_source = raw.get("cuda_memory_source", "")
+    if ("cuda_memory_mib" in raw) != bool(cuda_source) or (
+            cuda_source and not (isinstance(cuda_source, str) and re.match(r"^https?://\S+$", cuda_source))):
+        raise FootprintError(f"{at}: fields 'cuda_memory_mib' and 'cuda_memory_source' go together (the figure and "
+                             "the URL where it is printed)")
     return Accelerator(
         id=raw["id"], name=raw["name"], vendor=raw["vendor"], kind=raw["kind"],
         memory_gb=_number(raw["memory_gb"], f"{at}: field 'memory_gb'"),
@@ -169,6 +185,8 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
         units=int(_number(raw["units"], f"{at}: field 'units'")) if "units" in raw else None,
         memory_type=str(raw.get("memory_type", "")), units_source=str(raw.get("units_source", "")),
         architecture=str(raw.get("architecture", "")),
+        cuda_memory_mib=_number(raw["cuda_memory_mib"], f"{at}: field 'cuda_memory_mib'")
+        if "cuda_memory_mib" in raw else None, cuda_memory_source=cuda_source,
     )
 
 

@@ -95,7 +95,7 @@ def measure_generation(model: nn.Module, *, batch: int, prompt: int, output: int
 def measure_model(w: Workload, s: Serving, device: str, progress: Callable[[str], None] | None = None) -> dict:
     """Time ``w``'s language model for real on ``device`` (random weights): its prefill and
     decode as ``s`` asks, in the activations' dtype its weight scheme implies."""
-    from ..estimate.llm import DEFAULT_BATCH
+    from ..estimate.llm import DEFAULT_BATCH, DEFAULT_OUTPUT, DEFAULT_PROMPT
     from ..estimate.llm.quantization import activation_dtype, weight_scheme
     from ..estimate.llm.trace import cache_argument, last_logits_only
     from ..sources import prepare
@@ -103,10 +103,11 @@ def measure_model(w: Workload, s: Serving, device: str, progress: Callable[[str]
 
     scheme = weight_scheme(s.quant) if s.quant else None
     dtype = activation_dtype(scheme)
+    prompt, output = s.prompt or DEFAULT_PROMPT, s.output or DEFAULT_OUTPUT
     if progress:
-        progress(f"running the model on {device}: prefill and {s.output} decode steps")
+        progress(f"running the model on {device}: prefill and {output} decode steps")
     with real_weights():
         work = prepare(w.model, "1,1:int64", dtype=dtype, trust_remote_code=w.trust_remote_code)
     m = work.model.to(device)
-    return measure_generation(m, batch=w.batch or DEFAULT_BATCH, prompt=s.prompt, output=s.output, device=device,
+    return measure_generation(m, batch=w.batch or DEFAULT_BATCH, prompt=prompt, output=output, device=device,
                               cache_kwarg=cache_argument(m), prefill_kwargs=last_logits_only(m))

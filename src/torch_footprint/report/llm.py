@@ -64,6 +64,17 @@ def table(res: LlmResult, width: int) -> list[Table]:
     return fit_tables(cols, cells, width, row_styles=[None if r.fits else "dim" for r in res.rows])
 
 
+def _prefill_tokens(res: LlmResult, r: LlmRow) -> str:
+    """The tokens the prefill's activations are held for: all the batch's prompts, a chunk of
+    each, or the engine's tokens per step."""
+    s = res.serving
+    each = min(s.prompt, s.chunk or s.prompt)
+    budget = (r.vllm.knobs.get("max_num_batched_tokens") or r.vllm.knobs.get("ubatch_size")) if r.vllm else None
+    if budget and budget < s.batch * each:
+        return f"{int(budget):,} tokens a step (the engine's chunked prefill), transient"
+    return f"{s.batch} x {each:,} tokens, transient"
+
+
 def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
     """One accelerator in full: where the memory goes and how the time is spent."""
     s = res.serving
@@ -71,17 +82,22 @@ def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
     cells = [
         ["weights" + per, binary(r.weights_bytes), res.weights_scheme],
         ["KV cache" + per, binary(r.kv_bytes), f"{s.batch} x {s.context:,} tokens"],
-        ["prefill activations", binary(r.activation_bytes),
-         f"{s.batch} x {min(s.prompt, s.chunk or s.prompt):,} tokens, transient"],
+        ["prefill activations", binary(r.activation_bytes), _prefill_tokens(res, r)],
         ["runtime", binary(r.overhead_bytes), "CUDA context, cuBLAS workspace" if r.overhead_bytes else ""],
-        ["needed", binary(r.total_bytes), f"of {binary(r.capacity)}: {'fits' if r.fits else 'does not fit'}"],
+        ["needed", binary(r.total_bytes), f"of {binary(r.capacity)}: {'fits' if r.fits else 'does not fit'} (the "
+         "larger of the prefill's peak and the full context's)"],
         ["largest batch", f"{r.max_batch:,}", f"at {s.context:,} tokens"],
         ["longest context", f"{r.max_context:,}", f"at batch {s.batch}"],
     ]
     if r.vllm:
         v = r.vllm
-        cells.append(["vLLM KV blocks", f"{v.blocks:,}", f"{v.tokens:,} tokens in {binary(v.capacity_bytes)}; "
-                                                          f"{v.concurrency:.1f}x concurrency at {s.context:,} tokens"])
+        unit = "blocks" if v.block > 1 else "tokens"
+        held = ", ".join(f"{k} {binary(b)}" for k, b in v.held_back.items())
+        cells.append([f"{v.title} KV {unit}", f"{v.blocks:,}",
+                      f"{v.tokens:,} tokens in {binary(v.capacity_bytes)}; {v.concurrency:.1f}x concurrency at "
+                      f"{s.context:,} tokens (held back: {held})"])
+        if v.error:
+            cells.append(["", "", v.error])
     cells += [["time to first token", _ms(r.ttft_s), f"MFU {100 * r.mfu:.0f}%"],
               ["time per output token", _ms(r.tpot_s),
                f"{_ms(r.tpot_first_s)} first, {_ms(r.tpot_last_s)} last; MBU {100 * r.mbu:.0f}%"]]
@@ -91,7 +107,21 @@ def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
               ["tokens/s in all", _rate(s.batch / r.tpot_s) if r.tpot_s else "", f"batch {s.batch}"],
               ["request latency", _ms(r.ttft_s + s.output * r.tpot_s), f"{s.output:,} tokens"]]
     if r.max_batch:
-        cells.append(["tokens/s at max batch", _rate(r.max_batch_tokens_per_s), f"batch {r.max_batch:,}"])
+        cells.append(["tokens/s at max batch", _rate(r.max_batch_tokens_per_s),
+                      f"batch {r.max_batch:,}: output tokens over its prefill and {s.output:,} decode steps"])
+    if r.simulation:
+        m = r.simulation
+
+        def pcts(key: str) -> str:
+            return " / ".join(_ms(m[key][q]) for q in ("p50", "p90", "p99"))
+
+        cells += [["simulated serving", f"{_rate(m['output_tokens_per_s'])}",
+                   f"output tokens/s: {m['requests']:,} requests from {m['concurrency']} clients in "
+                   f"{m['duration_s']:.1f} s; {m['preemptions']} preemptions; cache at most "
+                   f"{100 * m['kv_peak_fraction']:.0f}% full"],
+                  ["TTFT p50/p90/p99", pcts("ttft_s"), "chunked prefill beside the running decodes"],
+                  ["TPOT p50/p90/p99", pcts("tpot_s"), ""],
+                  ["latency p50/p90/p99", pcts("e2e_s"), f"{s.prompt:,} + {s.output:,} tokens"]]
     cols = [Column("", "left"), Column("value"), Column("note", "left", wrap=True, style="dim")]
     return fit_tables(cols, cells, width)
 
@@ -154,7 +184,8 @@ def render_llm(res: LlmResult, console: Console, max_context: bool = False) -> N
     if res.rows and len(res.rows) > 1:
         notes.append("needs: weights + runtime + the larger of (KV cache at the prompt + the prefill's "
                      "activations) and (KV cache at the full context); max batch at the full context; TTFT: "
-                     "the prefill of the whole batch; per token: the mean decode step over the output")
+                     "the prefill of the whole batch; per token: the mean decode step over the output; tok/s at "
+                     "max batch: output tokens over the largest batch's prefill and decode")
     for n in notes:
         console.print(Text("note: " + n, style="dim"))
 

@@ -66,8 +66,8 @@ def _tokens_chart(shown: list[dict[str, Any]]) -> str:
     xb = Log(1, max(bmax, 2), L, W - R)
     yt = Log(max(tmin * 0.8, 1e-3), tmax * 1.25, H - B, T)
     parts = [open_svg(W, H, "tokens per second against batch", "llm-batch"),
-             f'<text class="pt" x="{L}" y="14">tokens per second (all requests) against the batch, up to the largest '
-             "that fits</text>",
+             f'<text class="pt" x="{L}" y="14">output tokens per second (all requests, their prefill '
+             "included) against the batch, up to the largest that fits</text>",
              y_axis(yt, L, W - R, lambda v: f"{v:,.0f}" if v >= 1 else f"{v:.2g}", "tokens/s (all requests)")]
     ends = [yt(r["tokens_by_batch"][-1][1]) + 4 for r in tps]
     for r, ly in zip(tps, spread(ends, 13, T + 4, H - B)):

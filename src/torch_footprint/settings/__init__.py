@@ -31,7 +31,7 @@ Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
 Quant = Literal["fp32", "bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "q4_0",
                 "q8_0", "q4_k_m", "q5_k_m", "q6_k"]
 KvCache = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
-Engine = Literal["vllm"]
+Engine = Literal["vllm", "sglang", "trtllm", "llamacpp"]  # one profile each in hardware/engines/
 
 # other spellings people type, per vocabulary (normalised before the check)
 PRECISION_ALIASES = {"float32": "fp32", "float": "fp32", "f32": "fp32", "float16": "fp16", "half": "fp16",
@@ -164,10 +164,11 @@ class Memory(Record):
 class Serving(Record):
     """How a language model is served: request lengths, storage schemes, engine."""
 
-    prompt: int = opt(1024, metavar="TOKENS")
-    """prompt tokens per request"""
-    output: int = opt(256, metavar="TOKENS")
-    """generated tokens per request"""
+    prompt: int | None = opt(metavar="TOKENS")
+    """prompt tokens per request (default 1024, halved with --output's default until both fit the model's
+    maximum positions)"""
+    output: int | None = opt(metavar="TOKENS")
+    """generated tokens per request (default 256, or what the model's maximum leaves after --prompt)"""
     quant: Quant | None = opt(metavar="SCHEME", deprecated={"--weights": None}, aliases_of_values=QUANT_ALIASES,
                               what="weight scheme")
     """weights stored as fp32, bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4, q4_0, q8_0,
@@ -175,18 +176,59 @@ class Serving(Record):
     kv: KvCache | None = opt(metavar="DTYPE", what="KV-cache scheme")
     """KV cache: fp32, bf16, fp16, fp8, int8 (default: the activations')"""
     engine: Engine | None = opt(metavar="NAME", what="engine")
-    """add the engine's cache sizing (vllm: 90% of memory, 16-token blocks)"""
+    """add how this engine sizes its KV cache: vllm, sglang, trtllm, llamacpp (hardware/engines/NAME.toml; the
+    knobs below take the engine's defaults)"""
+    max_model_len: int | None = opt(metavar="TOKENS")
+    """with --engine: the longest request the engine admits (default: the model's maximum positions)"""
+    gpu_memory_utilization: float | None = opt(metavar="F")
+    """with --engine vllm: the fraction of the GPU's memory vLLM may use (default 0.9)"""
+    max_num_seqs: int | None = opt(metavar="N")
+    """with --engine vllm or trtllm: requests in flight at most (default 256; TensorRT-LLM's max_batch_size 2048)"""
+    max_num_batched_tokens: int | None = opt(metavar="TOKENS")
+    """with --engine: tokens in one step, the size of the profile run whose activations are held back (vLLM
+    8192 on a device of 70 GiB or more, else 2048; SGLang's chunked_prefill_size and TensorRT-LLM's
+    max_num_tokens 8192)"""
+    block_size: int | None = opt(metavar="TOKENS")
+    """with --engine: tokens per cache block or page (vLLM 16, SGLang page_size 1, TensorRT-LLM
+    tokens_per_block 32)"""
+    mem_fraction_static: float | None = opt(metavar="F")
+    """with --engine sglang: the fraction of memory for weights and the token pool (default by tensor
+    parallelism: 0.88 at 1 GPU, 0.87 at 2, 0.85 at 4, 0.81 at 8)"""
+    kv_cache_free_gpu_memory_fraction: float | None = opt(metavar="F")
+    """with --engine trtllm: the fraction of the memory left free after the weights and activations that the
+    KV cache takes (default 0.9)"""
+    ctx_size: int | None = opt(metavar="TOKENS")
+    """with --engine llamacpp: the cache's cells, allocated whole (llama-server's --ctx-size, default 4096)"""
+    ubatch_size: int | None = opt(metavar="TOKENS")
+    """with --engine llamacpp: tokens per micro-batch, what the compute buffer is sized for (default 512)"""
     chunk: int | None = opt(metavar="TOKENS")
     """chunked prefill: tokens per chunk"""
+    simulate: bool = opt(False)
+    """also simulate continuous batching as the engine schedules it (chunked prefill under
+    --max-num-batched-tokens, admission by free cache blocks and --max-num-seqs, preemption): --num-prompts
+    requests of --prompt + --output tokens from --concurrency clients; throughput, TTFT, TPOT, latency p50/p90/p99"""
+    concurrency: int = opt(8, metavar="N")
+    """with --simulate: clients, each sending its next request when the last one ends"""
+    num_prompts: int | None = opt(metavar="N")
+    """with --simulate: requests in all (default 10 per client)"""
     allow_longer: bool = opt(False)
     """allow a context beyond the model's maximum"""
     measure: bool = opt(False)
     """also run the model on --device (random weights): prefill and decode timed"""
 
     def check(self) -> None:
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "ctx_size",
+                     "ubatch_size", "concurrency", "num_prompts"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise FootprintError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        for name in ("gpu_memory_utilization", "mem_fraction_static", "kv_cache_free_gpu_memory_fraction"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= 1:
+                raise FootprintError(f"--{name.replace('_', '-')} must be in (0, 1], got {value}")
         if self.chunk is not None and self.chunk < 1:
             raise FootprintError(f"--chunk must be at least 1 token, got {self.chunk}")
-        if self.prompt < 1 or self.output < 1:
+        if (self.prompt is not None and self.prompt < 1) or (self.output is not None and self.output < 1):
             raise FootprintError(f"--prompt and --output must be at least 1 token, got {self.prompt} and "
                                  f"{self.output}")
 

@@ -14,8 +14,54 @@ from .quantization import activation_dtype, checkpoint_scheme, kv_scheme, weight
 from .trace import trace_serving
 
 DEFAULT_BATCH = 1
+DEFAULT_PROMPT = 1024
+DEFAULT_OUTPUT = 256
 
-__all__ = ["DEFAULT_BATCH", "serve_model", "weight_scheme"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_OUTPUT", "DEFAULT_PROMPT", "default_lengths", "serve_model", "weight_scheme"]
+
+
+def default_lengths(prompt: int | None, output: int | None, most: int | None) -> tuple[int, int, str | None]:
+    """The prompt and output lengths to price: those given, and for those not given the defaults
+    (1,024 + 256), fitted within the model's ``most`` positions where it has a maximum: both
+    halved together while neither is given, else what the given one leaves. Returns (prompt,
+    output, a note saying what was fitted, or None)."""
+    p, o = prompt or DEFAULT_PROMPT, output or DEFAULT_OUTPUT
+    if not most or p + o <= most or (prompt is not None and output is not None):
+        return p, o, None
+    if prompt is None and output is None:
+        while p + o > most and o > 1:
+            p, o = max(p // 2, 1), max(o // 2, 1)
+    elif prompt is None:
+        p = max(most - o, 1)
+    else:
+        o = max(most - p, 1)
+    given = f"the default prompt {DEFAULT_PROMPT:,} + output {DEFAULT_OUTPUT:,}" if prompt is None and output is None \
+        else f"the default {'prompt' if prompt is None else 'output'}"
+    return p, o, (f"{given} would pass the model's maximum of {most:,} positions: priced at prompt {p:,} + output "
+                  f"{o:,} (set --prompt and --output to choose)")
+
+
+KNOBS = ("max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size",
+         "mem_fraction_static", "kv_cache_free_gpu_memory_fraction", "ctx_size", "ubatch_size")
+
+
+def engine_knobs(s: Serving) -> dict[str, float]:
+    """The engine knobs given, checked against the engine's own (one it lacks is an error)."""
+    from ...hardware.engines import profile, profiles
+
+    given = {k: getattr(s, k) for k in KNOBS if getattr(s, k) is not None}
+    if not given:
+        return {}
+    if s.engine is None:
+        owners = [p.name for p in profiles().values() if any(p.takes(k) for k in given)]
+        raise FootprintError(f"--{next(iter(given)).replace('_', '-')} is an engine's knob: add --engine "
+                             f"{' or --engine '.join(owners) or 'NAME'}")
+    p = profile(s.engine)
+    for k in given:
+        if not p.takes(k):
+            raise FootprintError(f"{p.title} has no --{k.replace('_', '-')} (its knobs: "
+                                 f"{', '.join('--' + n.replace('_', '-') for n in p.knobs if 'small' not in n)})")
+    return {k: float(v) for k, v in given.items() if k != "max_model_len"}
 
 
 def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Target = Target(),
@@ -30,13 +76,30 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     if p.gpus % tp:
         raise FootprintError(f"--gpus must be a multiple of --tp (both at least 1), got gpus {p.gpus}, tp {tp}")
     scheme = weight_scheme(s.quant) if s.quant else None
-    priced = Priced(batch=w.batch or DEFAULT_BATCH, prompt=s.prompt, output=s.output, weights=scheme,
+    knobs = engine_knobs(s)
+    prompt, output, _ = default_lengths(s.prompt, s.output, None)
+    priced = Priced(batch=w.batch or DEFAULT_BATCH, prompt=prompt, output=output, weights=scheme,
                     kv_bytes=kv_scheme(s.kv) if s.kv else None, kv_name=s.kv, gpus=p.gpus, tp=tp, engine=s.engine,
-                    chunk=s.chunk)
+                    chunk=s.chunk, knobs=knobs, max_model_len=s.max_model_len,
+                    simulate=(s.concurrency, s.num_prompts or 10 * s.concurrency) if s.simulate else None)
     check_context(priced, None, s.allow_longer)
+    fitted: list[str] = []
+
+    def fit_lengths(most: int | None) -> int:
+        """The lengths within the model's maximum (defaults fitted; given ones checked)."""
+        if not s.allow_longer:
+            priced.prompt, priced.output, note = default_lengths(s.prompt, s.output, most)
+            fitted.extend([note] if note else [])
+        check_context(priced, most, s.allow_longer)
+        if s.max_model_len and most and s.max_model_len > most and not s.allow_longer:
+            raise FootprintError(f"--max-model-len {s.max_model_len:,} is greater than the model's maximum of "
+                                 f"{most:,} positions (max_position_embeddings): {s.engine or 'the engine'} refuses "
+                                 "it; lower it, or pass --allow-longer")
+        return priced.prompt
+
     dtype = activation_dtype(scheme)
-    st = trace_serving(w.model, batch=1, prompt=s.prompt, dtype=dtype, trust_remote_code=w.trust_remote_code,
-                       on_step=progress, check_context=lambda most: check_context(priced, most, s.allow_longer))
+    st = trace_serving(w.model, batch=1, prompt=prompt, dtype=dtype, trust_remote_code=w.trust_remote_code,
+                       on_step=progress, check_context=fit_lengths)
     if scheme is None:
         priced.weights = checkpoint_scheme(st.config)
     rows = load(target.hardware)
@@ -50,6 +113,12 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
         wanted = [a for a in rows if a.bandwidth_gbs is not None or a.calibrated]
     res = serve(st, priced, wanted, max_context=None if s.allow_longer else st.max_context,
                 efficiency=target.efficiencies)
+    res.notes[:0] = fitted
+    for row in res.rows:
+        if row.vllm is not None and row.vllm.error:
+            if len(res.rows) == 1:  # the one accelerator asked for: the engine would not start
+                raise FootprintError(f"on {row.accelerator.id}, {row.vllm.error}")
+            row.notes.append(row.vllm.error)
     if s.measure and not wanted:
         res.notes.append(f"no prediction for {target.device or 'cpu'}: run `footprint calibrate` first to measure "
                          "its rates")

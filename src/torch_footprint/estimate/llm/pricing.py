@@ -30,27 +30,27 @@ twice per layer (after attention and after the MLP): a ring all-reduce moves
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...analysis.memory import replay
 from ...errors import FootprintError
 from ...hardware.db import Accelerator
+from ...hardware.engines import profile
 from ...search import largest_true
 from ...trace.records import OpEvent, Trace
 from ..kernels.roofline import ceilings, estimate_latency
 from ..layouts.comm import LINK_EFFICIENCY, Link, all_reduce_s, link_of, nccl_link
 from ..memory import CUDA_OVERHEADS
+from .engines import engine_cache
 from .quantization import Param, Scheme
-from .result import LlmResult, LlmRow, VllmCache
+from .result import EngineCache, LlmResult, LlmRow
+from .simulate import StepCost, simulate
 from .trace import ServingTrace
 
 LLM_EFFICIENCY = {"matrix": 0.6, "vector": 0.5, "memory": 0.7}
 ENGINE_OVERHEAD_S = {"gpu": 0.5e-6, "soc": 2e-6, "cpu": 5e-6}
 PCIE4_GBS = 32.0  # PCIe 4.0 x16, one direction: the link assumed where the database has none
-VLLM_UTILISATION = 0.9
-VLLM_BLOCK = 16
-VLLM_BATCHED_TOKENS = 8192
 
 
 @dataclass
@@ -68,7 +68,9 @@ class Priced:
     tp: int = 1
     engine: str | None = None
     chunk: int | None = None  # chunked prefill: tokens per chunk
-    batched_tokens: int = VLLM_BATCHED_TOKENS
+    knobs: dict[str, float] = field(default_factory=dict)  # the engine's knobs given (the rest: its defaults)
+    max_model_len: int | None = None  # the engine's longest request (None: the model's maximum)
+    simulate: tuple[int, int] | None = None  # continuous batching: (clients, requests)
 
     @property
     def context(self) -> int:
@@ -200,6 +202,7 @@ class _Memory:
     st: ServingTrace
     tp: int
     chunk: int | None
+    budget: int | None = None  # an engine's tokens per step (chunked prefill under it)
 
     def kv(self, tokens: int, batch: int = 1) -> int:
         total = 0
@@ -209,8 +212,12 @@ class _Memory:
         return int(batch * total * self.kv_elem_ratio)
 
     def activation(self, prompt: int, batch: int) -> int:
-        tokens = prompt if self.chunk is None else min(prompt, self.chunk)
-        return batch * tokens * self.act_per_token
+        """The prefill's transient bytes: every prompt token at once, or a chunk of each
+        (``chunk``), or at most an engine's token budget per step (``budget``)."""
+        tokens = batch * (prompt if self.chunk is None else min(prompt, self.chunk))
+        if self.budget is not None:
+            tokens = min(tokens, self.budget)
+        return tokens * self.act_per_token
 
     def peak(self, batch: int, prompt: int, context: int) -> tuple[int, int]:
         """(KV at the end, prefill transient) such that weights + overhead + max(...) is the peak."""
@@ -267,24 +274,31 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     lengths = sorted({s.prompt, mid, s.context - 1})
     pre_g = Grouped.of(scaled(st.prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp))
     # datasheet rows are priced as engines serve; a calibrated (local) device as eager PyTorch runs
-    traces_at = {engine: {L: st.decode_at(L, engine) for L in lengths}
+    # an engine reads a quantized cache at its own bytes; eager PyTorch (a calibrated device) as traced
+    traces_at = {engine: {L: st.decode_at(L, engine, kv_ratio if engine else 1.0) for L in lengths}
                  for engine in {not a.calibrated for a in accelerators}}
     dec_gs = {engine: {L: Grouped.of(scaled(t, s.batch, traced, priced, reached(s.batch), tp))
                        for L, t in ts.items()} for engine, ts in traces_at.items()}
     at_batch: dict[tuple[bool, int], Grouped] = {}
+    prefill_at: dict[int, Grouped] = {s.batch: pre_g}
 
     def decode_at_batch(b: int, engine: bool) -> Grouped:
         if (engine, b) not in at_batch:
             at_batch[engine, b] = Grouped.of(scaled(traces_at[engine][mid], b, traced, priced, reached(b), tp))
         return at_batch[engine, b]
 
+    def prefill_at_batch(b: int) -> Grouped:
+        if b not in prefill_at:
+            prefill_at[b] = Grouped.of(scaled(st.prefill, b, traced, priced, reached(b * s.prompt), tp))
+        return prefill_at[b]
+
     for acc in accelerators:
         row_notes: list[str] = []
         overhead = sum(CUDA_OVERHEADS.values()) if acc.kind == "gpu" else 0
-        mem = _Memory(per_rank_weights, overhead, act, kv_ratio, st, tp, s.chunk)
+        mem = _Memory(per_rank_weights, overhead, act, kv_ratio, st, tp, s.chunk, _budget(s, acc.usable_bytes))
         kv_end, act_now = mem.peak(s.batch, s.prompt, s.context)
         total = mem.total(s.batch, s.prompt, s.context)
-        cap = acc.memory_bytes
+        cap = acc.usable_bytes  # what CUDA reports, where known (hardware/db.py)
         fits = total <= cap
 
         def fits_batch(b: int, mem: _Memory = mem, cap: int = cap) -> bool:
@@ -295,6 +309,11 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
 
         max_batch = largest_true(fits_batch, limit=1 << 20)
         max_ctx = largest_true(fits_context, limit=limit or (1 << 24))
+        vllm = _engine(mem, cap, s, st.max_context, "NVLink" in acc.link) if s.engine or s.simulate else None
+        if vllm is not None and s.engine:  # the engine admits what its cache blocks and max_num_seqs allow
+            held = vllm.blocks // -(-s.context // vllm.block)
+            seqs = vllm.knobs.get("max_num_seqs")
+            max_batch = min(max_batch, held, int(seqs) if seqs else held)
         compute = None
         if s.weights is not None and s.weights.compute:
             if acc.peak(s.weights.compute) is not None:
@@ -327,7 +346,13 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         tpot = {L: time_of(g) + comm_decode for L, g in dec_g.items()}
         tpot_mean = tpot[mid]
         mb = max(max_batch, 1)
-        t_mb = time_of(decode_at_batch(mb, engine)) + tp_comm(mb)
+
+        def output_rate(b: int, engine: bool = engine, time_of: Any = time_of, tp_comm: Any = tp_comm) -> float:
+            """Output tokens per second of ``b`` requests served whole: their prefill, then
+            ``output`` decode steps (each at the mean step's time)."""
+            whole = (time_of(prefill_at_batch(b)) + tp_comm(b * s.prompt)
+                     + s.output * (time_of(decode_at_batch(b, engine)) + tp_comm(b)))
+            return b * s.output / whole if whole else 0.0
         key = compute or _rate(st.dtype)
         # against the highest rate the prefill was priced at, where that is above the datasheet's
         # (a calibrated CPU's bf16 rate over its theoretical fp32 peak): never above 100%
@@ -336,15 +361,28 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         mfu = prefill_flops / tp / ttft / peak if ttft and peak else 0.0
         bandwidth = max(acc.bandwidth or 0.0, rates.highest_bandwidth())
         mbu = dec_g[mid].bytes_read / tpot_mean / bandwidth if tpot_mean and bandwidth else 0.0
-        vllm = _vllm(mem, cap, s) if s.engine == "vllm" else None
+        simulated = None
+        if s.simulate and vllm is not None:
+            def decode_s(b: int, ctx: int, engine: bool = engine, time_of: Any = time_of,
+                         tp_comm: Any = tp_comm) -> float:
+                return time_of(Grouped.of(scaled(traces_at[engine][ctx], b, traced, priced, reached(b), tp))) \
+                    + tp_comm(b)
+
+            seqs = int(vllm.knobs.get("max_num_seqs", 256))
+            cost = StepCost(decode_s, (time_of(prefill_at_batch(1)) + tp_comm(s.prompt)) / s.prompt, lengths,
+                            max(2, min(seqs, 64)))
+            simulated = simulate(cost, prompt=s.prompt, output=s.output, concurrency=s.simulate[0],
+                                 requests=s.simulate[1], kv_blocks=vllm.blocks, block=vllm.block, max_num_seqs=seqs,
+                                 budget=int(vllm.knobs.get("max_num_batched_tokens",
+                                                           vllm.knobs.get("ubatch_size", 2048))))
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
         batches = _doubling(1, max_batch) if max_batch else []
-        by_batch = [(b, b / (time_of(decode_at_batch(b, engine)) + tp_comm(b))) for b in batches]
+        by_batch = [(b, output_rate(b)) for b in batches]
         rows.append(LlmRow(acc, per_rank_weights, kv_end, act_now, overhead, fits, max_batch if fits_batch(1) else 0,
                            max_ctx, ttft, tpot_mean, tpot[s.prompt], tpot[s.context - 1],
-                           mb / t_mb if max_batch else 0.0, mfu, mbu, comm_decode, vllm, row_notes,
-                           by_context, by_batch))
+                           output_rate(mb) if max_batch else 0.0, mfu, mbu, comm_decode, vllm, row_notes,
+                           by_context, by_batch, needed_bytes=total, simulation=simulated))
     if s.weights is not None:
         notes.append(f"weights in {s.weights.label}: {total_weights / 2**30:.2f} GiB ({s.weights.source})")
     return LlmResult(
@@ -370,15 +408,20 @@ def _rate(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp32")
 
 
-def _vllm(mem: _Memory, cap: int, s: Priced) -> VllmCache:
-    """vLLM's cache: 90% of the memory, less the weights, the profile run's activation peak
-    (a prefill of ``batched_tokens`` tokens) and the memory outside torch, in 16-token blocks."""
-    profile = mem.activation(s.batched_tokens, 1)
-    capacity = int(cap * VLLM_UTILISATION) - mem.weights - profile - mem.overhead
-    per_block = max(mem.kv(VLLM_BLOCK) - mem.kv(0), 1)
-    blocks = max(capacity // per_block, 0)
-    tokens = blocks * VLLM_BLOCK
-    return VllmCache(max(capacity, 0), blocks, tokens, tokens / s.context if s.context else 0.0)
+def _budget(s: Priced, total: int) -> int | None:
+    """The engine's tokens per step (its chunked prefill's budget) on a device of ``total``
+    bytes: the knob given, else the engine's default; None without an engine."""
+    if not s.engine:
+        return None
+    p = profile(s.engine)
+    return int(p.knob(p.profile_tokens_knob, s.knobs.get(p.profile_tokens_knob), s.tp, total)) \
+        if p.profile_tokens_knob else None
+
+
+def _engine(mem: _Memory, cap: int, s: Priced, model_max: int | None, nvlink: bool) -> EngineCache:
+    """The engine's cache sizing on this accelerator (:mod:`.engines`)."""
+    return engine_cache(profile(s.engine or "vllm"), s.knobs, mem, cap, s.tp,
+                        s.max_model_len or model_max or s.context, s.context, nvlink)
 
 
 def check_context(serving: Priced, max_context: int | None, allow_longer: bool) -> None:
@@ -391,4 +434,4 @@ def check_context(serving: Priced, max_context: int | None, allow_longer: bool) 
                              "or pass --allow-longer")
 
 
-__all__ = ["LlmResult", "LlmRow", "Priced", "VllmCache", "check_context", "serve"]
+__all__ = ["EngineCache", "LlmResult", "LlmRow", "Priced", "check_context", "serve"]

@@ -11,16 +11,27 @@ if TYPE_CHECKING:
     from .pricing import Priced
 
 @dataclass
-class VllmCache:
-    """How vLLM sizes its cache: blocks of 16 tokens in what is left of 90% of the memory."""
+class EngineCache:
+    """How a serving engine sizes its KV cache on one accelerator (per rank): the bytes it
+    gives the cache, in blocks (or pages) of ``block`` tokens, and what that holds."""
 
     capacity_bytes: int
     blocks: int
     tokens: int
     concurrency: float  # requests of the asked context it holds at once
+    engine: str = "vllm"
+    title: str = "vLLM"
+    block: int = 16
+    max_model_len: int | None = None
+    knobs: dict[str, float] = field(default_factory=dict)  # the values the sizing used
+    held_back: dict[str, int] = field(default_factory=dict)  # bytes the rule takes before the cache, by name
+    error: str | None = None  # what the engine would say where the cache has no room
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+VllmCache = EngineCache  # the earlier name
 
 
 @dataclass
@@ -39,23 +50,30 @@ class LlmRow:
     tpot_s: float  # mean time per output token over the output
     tpot_first_s: float
     tpot_last_s: float
-    max_batch_tokens_per_s: float
+    max_batch_tokens_per_s: float  # output tokens/s of the largest batch: its prefill, then its decode
     mfu: float  # prefill: model FLOPs / (TTFT x peak)
     mbu: float  # decode: bytes read per step / (time per token x bandwidth)
     comm_s: float = 0.0  # tensor-parallel all-reduces in one decode step
-    vllm: VllmCache | None = None
+    vllm: EngineCache | None = None  # the engine's cache sizing (any engine; the name is the first one's)
     notes: list[str] = field(default_factory=list)
     # the curves a report draws: (context, bytes needed at the batch), (batch, tokens/s in all)
     memory_by_context: list[tuple[int, int]] = field(default_factory=list)
     tokens_by_batch: list[tuple[int, float]] = field(default_factory=list)
+    # the peak the verdict tests: weights + runtime + the larger of (the cache at the prompt + the
+    # prefill's activations) and the cache at the end (None: all four parts added)
+    needed_bytes: int | None = None
+    simulation: dict[str, Any] | None = None  # continuous batching simulated (estimate/llm/simulate.py)
 
     @property
     def total_bytes(self) -> int:
+        """The memory needed, the figure ``fits`` compares with the capacity."""
+        if self.needed_bytes is not None:
+            return self.needed_bytes
         return self.weights_bytes + self.kv_bytes + self.activation_bytes + self.overhead_bytes
 
     @property
     def capacity(self) -> int:
-        return self.accelerator.memory_bytes
+        return self.accelerator.usable_bytes
 
     def to_dict(self, batch: int, output: int) -> dict[str, Any]:
         e2e = self.ttft_s + output * self.tpot_s
@@ -69,7 +87,9 @@ class LlmRow:
             "tokens_per_s_per_request": 1 / self.tpot_s if self.tpot_s else None,
             "tokens_per_s": batch / self.tpot_s if self.tpot_s else None, "e2e_s": e2e,
             "max_batch_tokens_per_s": self.max_batch_tokens_per_s, "mfu": self.mfu, "mbu": self.mbu,
-            "comm_s": self.comm_s, "vllm": self.vllm.to_dict() if self.vllm else None, "notes": self.notes,
+            "comm_s": self.comm_s, "vllm": self.vllm.to_dict() if self.vllm and self.vllm.engine == "vllm" else None,
+            "engine_cache": self.vllm.to_dict() if self.vllm else None, "simulation": self.simulation,
+            "notes": self.notes,
             "memory_by_context": [list(x) for x in self.memory_by_context],
             "tokens_by_batch": [list(x) for x in self.tokens_by_batch],
         }

@@ -1,0 +1,86 @@
+"""How a serving engine sizes its KV cache on one accelerator, by the engine's own rule
+(:mod:`torch_footprint.hardware.engines`: one profile per engine, each rule with the source
+file it comes from), per tensor-parallel rank:
+
+* vLLM: total x gpu_memory_utilization - weights - the activation peak of a profile run of
+  max_num_batched_tokens tokens - the memory outside PyTorch (more where tensor-parallel ranks
+  talk over NVLink: the custom all-reduce's buffers, which vLLM leaves out between PCIe cards
+  without peer access) - CUDA graphs counted in the budget; in blocks of block_size tokens;
+* SGLang: total x mem_fraction_static - what is in use once the weights are loaded (the
+  weights, the CUDA context, the memory outside PyTorch); a token pool of page_size pages;
+* TensorRT-LLM: kv_cache_free_gpu_memory_fraction x what is still free after the weights, a
+  profile run of max_num_tokens tokens and the CUDA context; in blocks of tokens_per_block;
+* llama.cpp: ctx_size cells allocated whole, beside the weights and a compute buffer sized
+  for one micro-batch of ubatch_size tokens.
+
+The activation peak of a profile run is the traced prefill's transient bytes per token
+times the run's tokens (every token of the run at once: engines run it unchunked)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...hardware.engines import EngineProfile
+from .result import EngineCache
+
+if TYPE_CHECKING:
+    from .pricing import _Memory
+
+GIB = 2**30
+
+
+def _no_room(p: EngineProfile, tokens: int, max_model_len: int) -> str | None:
+    """What the engine says when its cache holds nothing, or less than one longest request."""
+    if p.name == "vllm":
+        if tokens <= 0:
+            return ("vLLM: no available memory for the cache blocks; increase --gpu-memory-utilization or lower "
+                    "--max-num-batched-tokens")
+        if tokens < max_model_len:
+            return (f"vLLM: the model's max seq len ({max_model_len:,}) is larger than the maximum number of tokens "
+                    f"the KV cache can store ({tokens:,}); increase --gpu-memory-utilization or decrease "
+                    "--max-model-len")
+    elif p.name == "sglang" and tokens <= 0:
+        return "SGLang: not enough memory for the token pool; increase --mem-fraction-static"
+    elif p.name == "trtllm" and tokens <= 0:
+        return ("TensorRT-LLM: no memory left for the KV cache after the weights and activations; increase "
+                "--kv-cache-free-gpu-memory-fraction or lower --max-num-batched-tokens")
+    elif p.name == "llamacpp" and tokens <= 0:
+        return "llama.cpp: failed to allocate the KV cache and compute buffers; lower --ctx-size or --ubatch-size"
+    return None
+
+
+def engine_cache(p: EngineProfile, given: dict[str, float], mem: _Memory, total: int, tp: int,
+                 max_model_len: int, context: int, nvlink: bool = True) -> EngineCache:
+    """``p``'s cache on an accelerator of ``total`` bytes (as CUDA reports it), per rank, with
+    the knobs ``given`` (the rest at the engine's defaults); ``nvlink``: the ranks talk over
+    NVLink (vllm/distributed/device_communicators/custom_all_reduce.py)."""
+    knobs = {name: p.knob(name, given.get(name), tp, total) for name in p.knobs
+             if name not in ("max_num_batched_tokens_small", "small_device_gib")}
+    block = int(knobs.get(p.block_knob, 1)) if p.block_knob else 1
+    per_block = max(mem.kv(block) - mem.kv(0), 1)
+    non_torch = int((p.non_torch_tp_gib if tp > 1 and nvlink else p.non_torch_gib) * GIB)
+    held: dict[str, int] = {"weights": mem.weights}
+    if p.profile_tokens_knob:
+        held["activations"] = mem.act_per_token * int(knobs[p.profile_tokens_knob])
+    if non_torch:
+        held["outside PyTorch"] = non_torch
+    if p.cuda_graph_gib:
+        held["CUDA graphs"] = int(p.cuda_graph_gib * GIB)
+    if p.budget == "total_fraction":
+        capacity = int(total * knobs[p.fraction_knob]) - sum(held.values())
+    elif p.budget == "static_fraction":
+        held["CUDA context"] = mem.overhead
+        capacity = int(total * knobs[p.fraction_knob]) - sum(held.values())
+    elif p.budget == "free_fraction":
+        held["CUDA context"] = mem.overhead
+        capacity = int((total - sum(held.values())) * knobs[p.fraction_knob])
+    else:  # context: the cells asked for, if they fit beside the rest
+        held["CUDA context"] = mem.overhead
+        cells = int(knobs["ctx_size"])
+        capacity = mem.kv(cells) if mem.kv(cells) <= total - sum(held.values()) else 0
+        max_model_len = cells
+    blocks = max(capacity // per_block, 0)
+    tokens = blocks * block
+    return EngineCache(max(capacity, 0), blocks, tokens, tokens / context if context else 0.0, engine=p.name,
+                       title=p.title, block=block, max_model_len=max_model_len, knobs=knobs, held_back=held,
+                       error=_no_room(p, tokens, max_model_len))
