@@ -65,7 +65,7 @@ def _real_run(model: Any, prompt: int, steps: int) -> list[int]:
     """Cache bytes after each of ``steps`` decode steps following a prefill of ``prompt`` tokens."""
     gen = torch.Generator().manual_seed(0)
     params = inspect.signature(model.forward).parameters
-    kw = next(k for k in ("cache", "past_key_values", "cache_params") if k in params)  # transformers 5.24: cache
+    kw = next(k for k in ("cache", "past_key_values", "cache_params") if k in params)  # transformers 5.x: cache
     out: list[int] = []
     with torch.no_grad():
         o = model(input_ids=torch.randint(0, 512, (1, prompt), generator=gen), use_cache=True)

@@ -160,11 +160,26 @@ class CpuKernels:
                 "mask": a.get("attn_mask") is not None, "causal": bool(a.get("is_causal", False)),
                 "dropout": float(a.get("dropout_p", 0.0) or 0.0), "grad": grad,
                 "enable_gqa": bool(a.get("enable_gqa", False)), "cpu_path": path}
-        for seen in self.attention:
-            if all(seen[key] == value for key, value in call.items()):
-                seen["calls"] += 1
-                return
-        self.attention.append({**call, "calls": 1})
+        self.add_attention([(call, 1)])
+
+    def attention_counts(self) -> list[int]:
+        """How many calls each distinct attention call has had so far (for :meth:`attention_since`)."""
+        return [seen["calls"] for seen in self.attention]
+
+    def attention_since(self, counts: list[int]) -> list[tuple[dict[str, Any], int]]:
+        """The attention calls noted since ``counts`` was taken: (call, how many)."""
+        return [({k: v for k, v in seen.items() if k != "calls"}, seen["calls"] - (counts[i] if i < len(counts) else 0))
+                for i, seen in enumerate(self.attention) if seen["calls"] > (counts[i] if i < len(counts) else 0)]
+
+    def add_attention(self, calls: list[tuple[dict[str, Any], int]]) -> None:
+        """Note attention calls (a replayed block's, as its recorded call noted them)."""
+        for call, n in calls:
+            for seen in self.attention:
+                if all(seen[key] == value for key, value in call.items()):
+                    seen["calls"] += n
+                    break
+            else:
+                self.attention.append({**call, "calls": n})
 
     def __exit__(self, *exc: Any) -> None:
         F.scaled_dot_product_attention = self._saved

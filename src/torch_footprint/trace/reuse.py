@@ -111,14 +111,16 @@ class _Recorded:
     paths: list[str] = field(default_factory=list)
     params: list[int | None] = field(default_factory=list)
     usable: bool = True
+    attention: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # the kernels' notes of its calls
 
 
 class BlockReuse:
     """Replays equal calls of repeated blocks during one traced run (see the module's docstring)."""
 
-    def __init__(self, model: nn.Module, stack: ModuleStack, rec: Recorder) -> None:
+    def __init__(self, model: nn.Module, stack: ModuleStack, rec: Recorder, kernels: Any = None) -> None:
         self.stack = stack
         self.rec = rec
+        self.kernels = kernels  # the device's kernels (trace/kernels.py): a replay notes its attention calls
         self.recorded: dict[Any, list[_Recorded]] = {}
         self.tries: dict[Any, int] = {}
         self.busy = False  # a call is being recorded: the blocks inside it run as they are
@@ -264,6 +266,7 @@ class BlockReuse:
         self._reads, self._watched = set(), {i: frozenset(a) for i, a in before.items()}
         classes = {i: type(m) for i, (_, m) in unique.items()}
         ev0, fr0, uid0, pc0 = len(rec.events), len(rec.frees), rec._uid, len(rec.param_casts)
+        noted = self.kernels.attention_counts() if self.kernels is not None else []
         log: list[tuple[str, list[list[int]]]] = []
         prev_log, stack.log = stack.log, log
         self.busy = True
@@ -283,7 +286,8 @@ class BlockReuse:
             stack.log = prev_log
         values = {(unique[i][0], name): before[i][name] for i, name in self._reads}
         done = _Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log,
-                         paths=[stack.paths.get(id(m), "?") for _, m in subs])
+                         paths=[stack.paths.get(id(m), "?") for _, m in subs],
+                         attention=self.kernels.attention_since(noted) if self.kernels is not None else [])
         done.usable = (len(swapped) == len(unique) and all(type(m) is classes[id(m)] for _, m in unique.values())
                        and self._unchanged(unique, before, contents))
         if done.usable:
@@ -376,6 +380,8 @@ class BlockReuse:
         rec.frees.extend(MemFree(after=base + a, storage=shift + u, nbytes=n) for a, u, n in done.frees)
         rec.param_casts.extend(shift + u for u in done.casts)
         rec._uid += done.nuids
+        if self.kernels is not None and done.attention:
+            self.kernels.add_attention(done.attention)
         made: dict[int, torch.Tensor] = {}
         outs: list[Any] = []
         with _disable_current_modes():

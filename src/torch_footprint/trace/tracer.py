@@ -328,7 +328,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                         new = rec.watch(t) if isinstance(t, torch.Tensor) else None
                         if new is not None:
                             pre.append([new[0], new[1], "optimizer state"])
-                blocks = (BlockReuse(model, stack, rec)
+                blocks = (BlockReuse(model, stack, rec, kernels if isinstance(kernels, CpuKernels) else None)
                           if reusable(stack, reuse=reuse, tensors=tensors, backward=backward, step=step) else None)
                 with rec:
                     out = run_step(model, args, kwargs, backward=backward, optimizer=opt, autocast=step.autocast,

@@ -48,7 +48,7 @@ from ...trace.records import OpEvent, Trace
 from ...trace.tracer import REAL_FALLBACK_LIMIT, meta_specific
 from .cache import CacheLayer, Latent, cache_layers, latents, storage_bytes
 
-CACHE_KWARGS = ("cache", "past_key_values", "cache_params")  # what transformers names the cache argument (5.24: cache)
+CACHE_KWARGS = ("cache", "past_key_values", "cache_params")  # transformers models' cache argument (5.x: cache)
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 EXPERT_TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
@@ -107,11 +107,13 @@ class ServingTrace:
         """Bytes one more token adds to one sequence's cache (layers below their cap)."""
         return sum(layer.per_token for layer in self.layers)
 
-    def decode_at(self, cache_len: int, engine: bool = True) -> Trace:
+    def decode_at(self, cache_len: int, engine: bool = True, kv_ratio: float = 1.0) -> Trace:
         """The decode step at the traced batch over ``cache_len`` cached tokens, every operator
         on its line between the two traced steps (capped layers stop at their cap). ``engine``:
         with the serving engines' conventions (module docstring); without, as transformers'
-        eager code runs it (what ``--measure`` times)."""
+        eager code runs it (what ``--measure`` times). ``kv_ratio``: the cache stored at this
+        fraction of the traced bytes (an fp8 cache of a bf16 model: 0.5), so attention reads
+        and the new token's write move that many bytes (engines only)."""
         a, b = self.decode
         if not engine:
             return replace(a, events=[_on_line(ea, eb, cache_len - self.prompt)
@@ -127,7 +129,7 @@ class ServingTrace:
             length = cache_len if cap is None else min(cache_len, cap)
             steps = length - self.prompt
             if ea.kind in ("data", "view"):  # the cache written in place: the new token only
-                events.append(_new_token_only(ea, eb))
+                events.append(_new_token_only(ea, eb, kv_ratio))
                 continue
             dflops, dmacs = eb.flops - ea.flops, eb.macs - ea.macs
             if layer in self.latents and ea.kind == "matrix":  # absorbed latent attention (module docstring)
@@ -136,19 +138,20 @@ class ServingTrace:
             flops = ea.flops - self.prompt * (eb.flops - ea.flops) + length * dflops
             macs = ea.macs - self.prompt * (eb.macs - ea.macs) + length * dmacs
             events.append(replace(ea, flops=max(flops, 0), macs=max(macs, 0),
-                                  bytes_read=self._read_at(layer, length, ea, eb),
+                                  bytes_read=self._read_at(layer, length, ea, eb, kv_ratio),
                                   bytes_written=ea.bytes_written + steps * (eb.bytes_written - ea.bytes_written)))
         return replace(a, events=events)
 
-    def _read_at(self, layer: int | None, length: int, ea: OpEvent, eb: OpEvent) -> int:
+    def _read_at(self, layer: int | None, length: int, ea: OpEvent, eb: OpEvent, kv_ratio: float = 1.0) -> int:
         """An attention operator's reads at ``length`` cached tokens: what it reads besides the
-        cache (from the trace) plus the layer's cache once (see the module docstring)."""
+        cache (from the trace) plus the layer's cache once, in its storage (see the module
+        docstring)."""
         if layer is None:
             return ea.bytes_read + (length - self.prompt) * (eb.bytes_read - ea.bytes_read)
         share = self._share(layer)
         slope = eb.bytes_read - ea.bytes_read
         other = ea.bytes_read - slope * self.prompt  # the traced read at zero cache length
-        return max(other, 0) + self.batch * self.layers[layer].bytes_at(length) // share
+        return max(other, 0) + int(self.batch * self.layers[layer].bytes_at(length) * kv_ratio) // share
 
     @cached_property
     def _growing_matrix_ops(self) -> dict[int, int]:
@@ -183,10 +186,11 @@ def _on_line(ea: OpEvent, eb: OpEvent, steps: int) -> OpEvent:
                    bytes_written=max(ea.bytes_written + steps * (eb.bytes_written - ea.bytes_written), 0))
 
 
-def _new_token_only(ea: OpEvent, eb: OpEvent) -> OpEvent:
-    """A cache update at the cost of writing the new token: what the second step wrote beyond the first."""
+def _new_token_only(ea: OpEvent, eb: OpEvent, kv_ratio: float = 1.0) -> OpEvent:
+    """A cache update at the cost of writing the new token (in the cache's storage): what the
+    second step wrote beyond the first."""
     grew = max(eb.bytes_written - ea.bytes_written, 0)
-    new = grew if grew else min(ea.bytes_written, eb.bytes_written)
+    new = int((grew if grew else min(ea.bytes_written, eb.bytes_written)) * kv_ratio)
     return replace(ea, bytes_read=new, bytes_written=new)
 
 
@@ -352,10 +356,11 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
 
 def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str | None = None,
                   trust_remote_code: bool = False, on_step: Callable[[str], None] | None = None,
-                  check_context: Callable[[int | None], None] | None = None) -> ServingTrace:
+                  check_context: Callable[[int | None], int | None] | None = None) -> ServingTrace:
     """Trace a prefill of ``batch`` x ``prompt`` tokens and two decode steps with the model's cache.
     ``check_context(max_context)`` runs once the model is built, before any trace (a prompt
-    beyond learned position embeddings fails inside the model otherwise)."""
+    beyond learned position embeddings fails inside the model otherwise); where it returns a
+    number, that is the prompt traced (a default length fitted to the model's maximum)."""
     if batch < 1 or prompt < 1:
         raise FootprintError(f"batch and prompt must be at least 1, got batch {batch}, prompt {prompt}")
     step = on_step or (lambda _msg: None)
@@ -366,7 +371,8 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     config = m.config
     tcfg = text_config(m)
     if check_context is not None:
-        check_context(_config_int(tcfg, CONTEXT_KEYS))
+        fitted = check_context(_config_int(tcfg, CONTEXT_KEYS))
+        prompt = fitted if fitted is not None else prompt
     meta = [{"name": "input_ids", "shape": [batch, prompt], "dtype": "int64"}]
     was_training = m.training
     m.eval()
