@@ -40,6 +40,9 @@ except ImportError:  # Python 3.10
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = HERE / "configs"
+# the rows' spellings of torchtitan's per-operator selective checkpointing (priced as --ac selective);
+# "selective" alone (torchtitan's default option is every second layer) and layer-wise ones are not
+PER_OP = ("selective (per-op SAC)", "selective op")
 NOT_PRICED = ("context parallelism", "expert parallelism", "fp8 recipe not stated or mxfp8", "selective checkpointing",
               "torch.compile")
 
@@ -74,7 +77,9 @@ def features(r: dict[str, Any]) -> list[str]:
     if r.get("fsdp") == "hybrid_shard":
         out.append("hsdp")
     ac = str(r.get("activation_checkpointing") or "none")
-    if ac.startswith("selective"):
+    if ac in PER_OP:
+        out.append("per-operator selective checkpointing")
+    elif ac.startswith("selective"):
         out.append("selective checkpointing")
     if r.get("compile"):
         out.append("torch.compile")
@@ -109,6 +114,8 @@ def expressible(r: dict[str, Any], before: bool, lenient: bool = False) -> str:
     if before:
         lacking += [f for f in features(r) if f in ("pipeline parallelism", "virtual pipeline stages", "hsdp",
                                                     "gradient accumulation", "fp8")]
+        if "per-operator selective checkpointing" in features(r) and not lenient:
+            lacking.append("selective checkpointing")
     return ", ".join(lacking)
 
 
@@ -161,9 +168,10 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
             extra["dp_shard"] = min(dp, r.get("hsdp_shard") or per_node)
     p = Parallel(gpus=n, tp=tp if tp > 1 else None, strategy=strategy, gpus_per_node=per_node,
                  network=network_of(r), **extra)
-    full = str(r.get("activation_checkpointing") or "").startswith("full")
+    ac = str(r.get("activation_checkpointing") or "")
     kept = not before and (m > 1 or pp > 1)  # gradients accumulate over the micro-batches
-    t = Training(train=True, optimizer="adamw", checkpointing=full, grads="zero" if kept else "none")
+    mode = "full" if ac.startswith("full") else "selective" if ac in PER_OP and not before else None
+    t = Training(train=True, optimizer="adamw", ac=mode, grads="zero" if kept else "none")
     w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed")
     trace, _ = trace_step(w, t, p)
     acc = get(r["gpu"])

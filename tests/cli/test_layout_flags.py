@@ -48,7 +48,7 @@ BAD = [
     # networks and checkpointing
     ([*FIT, "--gpus", "16", "--network-gbps", "0"], "--network-gbps must be more than 0, got 0.0"),
     ([*FIT, "--gpus", "16", "--nics-per-node", "4"], "--nics-per-node describes a network between nodes: add"),
-    ([*FIT, "--ac", "selective"], "unknown activation checkpointing mode 'selective': use none, full"),
+    ([*FIT, "--ac", "partial"], "unknown activation checkpointing mode 'partial': use none, full, selective"),
     # a layout whose cost is not modelled is refused, not priced as if the flag were absent
     ([*FIT, "--gpus", "2", "--cp", "2"], "--cp is not priced yet"),
     ([*FIT, "--ac", "none", "--checkpointing"], "--ac none contradicts --checkpointing"),

@@ -59,7 +59,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
                          "sequence; each split linear's input gathered, its output reduce-scattered")
     undo: Any = lambda: None  # noqa: E731
     if t.checkpointing:
-        what, undo = setups.enable_checkpointing(m)
+        what, undo = setups.enable_checkpointing(m, selective=t.selective)
         notes.append("activation checkpointing: " + what)
     try:
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,

@@ -17,7 +17,7 @@ Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "a
                     "adamw-foreach", "adamw-fused"]
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
 Grads = Literal["none", "zero"]
-Checkpointing = Literal["none", "full"]
+Checkpointing = Literal["none", "full", "selective"]
 PipelineSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]
 FsdpDtype = Literal["fp32", "bf16", "fp16"]
 Fp8Recipe = Literal["none", "tensorwise", "rowwise", "delayed"]
@@ -40,14 +40,21 @@ class Training(Record):
     NAME-fused (with --train; default: no optimizer step, but bench and predict time sgd's)"""
     checkpointing: bool = opt(False)
     """activation checkpointing (with --train)"""
-    ac: Checkpointing | None = opt(metavar="none|full", what="activation checkpointing mode")
-    """activation checkpointing as torchtitan names it: none, or full (every repeated block recomputed in the
-    backward, the same as --checkpointing)"""
+    ac: Checkpointing | None = opt(metavar="none|full|selective", what="activation checkpointing mode",
+                                   aliases_of_values={"op": "selective", "selective-op": "selective"})
+    """activation checkpointing as torchtitan names it: none; full (every repeated block recomputed in the
+    backward, the same as --checkpointing); selective (torchtitan's per-operator policy: each block keeps
+    its attention's output and every other matmul's, and recomputes the rest)"""
     grads: Grads = opt("none", metavar="none|zero")
     """none: gradients appear in the backward (first step, zero_grad(set_to_none=True)); zero: kept between
     steps, so they exist before the forward"""
 
     STEP_OPTIMIZER: ClassVar[str] = "sgd"  # the optimizer of a step that is timed, unless one is named
+
+    @property
+    def selective(self) -> bool:
+        """Selective (per-operator) checkpointing rather than whole blocks recomputed."""
+        return self.ac == "selective"
 
     @property
     def step_optimizer(self) -> str:
@@ -57,12 +64,12 @@ class Training(Record):
     def check(self) -> None:
         if self.ac == "none" and self.checkpointing:
             raise FootprintError("--ac none contradicts --checkpointing: give one of them")
-        if self.ac == "full":
+        if self.ac in ("full", "selective"):
             object.__setattr__(self, "checkpointing", True)
         if self.optimizer is not None and not self.train:
             raise FootprintError("--optimizer needs --train (an optimizer only runs in a training step)")
         if self.checkpointing and not self.train:
-            flag = "--ac full" if self.ac == "full" else "--checkpointing"
+            flag = f"--ac {self.ac}" if self.ac in ("full", "selective") else "--checkpointing"
             raise FootprintError(f"{flag} only changes training memory: add --train")
 
 

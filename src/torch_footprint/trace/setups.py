@@ -85,18 +85,58 @@ def precision(name: str) -> tuple[torch.dtype, torch.dtype | None]:
     return table[key]
 
 
-def enable_checkpointing(model: nn.Module) -> tuple[str, Callable[[], None]]:
+# what torchtitan's per-operator selective checkpointing keeps (models/llama3/infra/parallelize.py,
+# _save_list: matmuls and the attention kernels; every second matmul of a block is recomputed)
+_SAC_MATMUL = "aten.mm.default"
+_SAC_KEEP = ("aten.mm.default", "aten._scaled_dot_product_flash_attention.default",
+             "aten._scaled_dot_product_efficient_attention.default",
+             "aten._scaled_dot_product_cudnn_attention.default",
+             "aten._scaled_dot_product_flash_attention_for_cpu.default")
+
+
+def selective_context() -> Any:
+    """The ``context_fn`` of torchtitan's per-operator selective checkpointing for one block's
+    checkpoint: the outputs of its attention and of its odd-numbered matmuls are kept, the rest
+    recomputed in the backward (torch.utils.checkpoint.create_selective_checkpoint_contexts)."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    keep = {op for name in _SAC_KEEP if (op := _aten(name)) is not None}
+    matmul = _aten(_SAC_MATMUL)
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == matmul:
+            counts[mode] += 1
+        save = func in keep and not (func == matmul and counts[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+def _aten(name: str) -> Any:
+    _, op, overload = name.split(".")
+    packet = getattr(torch.ops.aten, op, None)
+    return getattr(packet, overload, None) if packet is not None else None
+
+
+def enable_checkpointing(model: nn.Module, selective: bool = False) -> tuple[str, Callable[[], None]]:
     """Activation checkpointing through torch.utils.checkpoint: what was wrapped, and a
-    function that undoes it.
+    function that undoes it. ``selective``: torchtitan's per-operator policy
+    (:func:`selective_context`) inside each checkpointed block.
 
     Hugging Face models use their own switch; other models get each block of their
     longest run of repeated blocks (a ModuleList or Sequential) wrapped."""
+    kwargs: dict[str, Any] = {"use_reentrant": False}
+    if selective:
+        kwargs["context_fn"] = selective_context
+    how = "selective, per operator, " if selective else ""
     if hasattr(model, "gradient_checkpointing_enable") and getattr(model, "supports_gradient_checkpointing", False):
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5 renamed the switch
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            return "the model's own activation checkpointing", model.activation_checkpointing_disable
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        return "the model's own gradient checkpointing", model.gradient_checkpointing_disable
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            return f"{how}the model's own activation checkpointing", model.activation_checkpointing_disable
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        return f"{how}the model's own gradient checkpointing", model.gradient_checkpointing_disable
     best: tuple[str, list[nn.Module]] | None = None
     for path, mod in model.named_modules():
         if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) > 1:
@@ -106,18 +146,20 @@ def enable_checkpointing(model: nn.Module) -> tuple[str, Callable[[], None]]:
     if best is None:
         raise FootprintError("--checkpointing: found no run of repeated blocks to checkpoint in this model")
     for block in best[1]:
-        block.forward = functools.partial(_checkpointed, block.forward)  # type: ignore[method-assign]
+        block.forward = functools.partial(_checkpointed, block.forward, selective)  # type: ignore[method-assign]
 
     def undo() -> None:
         for block in best[1]:
             vars(block).pop("forward", None)
 
-    return f"each of the {len(best[1])} blocks of '{best[0] or '<root>'}'", undo
+    return f"{how}each of the {len(best[1])} blocks of '{best[0] or '<root>'}'", undo
 
 
-def _checkpointed(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _checkpointed(forward: Callable[..., Any], selective: bool, *args: Any, **kwargs: Any) -> Any:
     from torch.utils.checkpoint import checkpoint
 
     if not torch.is_grad_enabled():
         return forward(*args, **kwargs)
+    if selective:
+        return checkpoint(forward, *args, use_reentrant=False, context_fn=selective_context, **kwargs)
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
