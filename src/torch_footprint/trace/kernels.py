@@ -168,8 +168,9 @@ class CpuKernels:
 
     def attention_since(self, counts: list[int]) -> list[tuple[dict[str, Any], int]]:
         """The attention calls noted since ``counts`` was taken: (call, how many)."""
-        return [({k: v for k, v in seen.items() if k != "calls"}, seen["calls"] - (counts[i] if i < len(counts) else 0))
-                for i, seen in enumerate(self.attention) if seen["calls"] > (counts[i] if i < len(counts) else 0)]
+        before = counts + [0] * (len(self.attention) - len(counts))  # calls first seen since
+        return [({k: v for k, v in seen.items() if k != "calls"}, seen["calls"] - n)
+                for seen, n in zip(self.attention, before, strict=True) if seen["calls"] > n]
 
     def add_attention(self, calls: list[tuple[dict[str, Any], int]]) -> None:
         """Note attention calls (a replayed block's, as its recorded call noted them)."""

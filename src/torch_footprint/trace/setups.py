@@ -85,13 +85,17 @@ def precision(name: str) -> tuple[torch.dtype, torch.dtype | None]:
     return table[key]
 
 
-# what torchtitan's per-operator selective checkpointing keeps (models/llama3/infra/parallelize.py,
-# _save_list: matmuls and the attention kernels; every second matmul of a block is recomputed)
-_SAC_MATMUL = "aten.mm.default"
-_SAC_KEEP = ("aten.mm.default", "aten._scaled_dot_product_flash_attention.default",
-             "aten._scaled_dot_product_efficient_attention.default",
-             "aten._scaled_dot_product_cudnn_attention.default",
-             "aten._scaled_dot_product_flash_attention_for_cpu.default")
+@functools.cache
+def _sac_ops() -> tuple[frozenset[Any], Any]:
+    """What torchtitan's per-operator selective checkpointing keeps (models/llama3/infra/
+    parallelize.py, _save_list: matmuls and the attention kernels) and its matmul, every second
+    of which a block recomputes."""
+    aten = torch.ops.aten
+    keep = frozenset({aten.mm.default, aten._scaled_dot_product_flash_attention.default,
+                      aten._scaled_dot_product_efficient_attention.default,
+                      aten._scaled_dot_product_cudnn_attention.default,
+                      aten._scaled_dot_product_flash_attention_for_cpu.default})
+    return keep, aten.mm.default
 
 
 def selective_context() -> Any:
@@ -100,8 +104,7 @@ def selective_context() -> Any:
     recomputed in the backward (torch.utils.checkpoint.create_selective_checkpoint_contexts)."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-    keep = {op for name in _SAC_KEEP if (op := _aten(name)) is not None}
-    matmul = _aten(_SAC_MATMUL)
+    keep, matmul = _sac_ops()
     counts = {"forward": 0, "recompute": 0}
 
     def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -112,12 +115,6 @@ def selective_context() -> Any:
         return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)
-
-
-def _aten(name: str) -> Any:
-    _, op, overload = name.split(".")
-    packet = getattr(torch.ops.aten, op, None)
-    return getattr(packet, overload, None) if packet is not None else None
 
 
 def enable_checkpointing(model: nn.Module, selective: bool = False) -> tuple[str, Callable[[], None]]:
@@ -160,6 +157,5 @@ def _checkpointed(forward: Callable[..., Any], selective: bool, *args: Any, **kw
 
     if not torch.is_grad_enabled():
         return forward(*args, **kwargs)
-    if selective:
-        return checkpoint(forward, *args, use_reentrant=False, context_fn=selective_context, **kwargs)
-    return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    context = {"context_fn": selective_context} if selective else {}
+    return checkpoint(forward, *args, use_reentrant=False, **context, **kwargs)

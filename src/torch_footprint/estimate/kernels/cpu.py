@@ -61,6 +61,7 @@ def op_kind(op: str, problem: Sequence[Any] = ()) -> str:
     return "depthwise" if kind == "convolution" and is_depthwise(problem) else kind
 
 
+@functools.lru_cache(maxsize=4096)
 def window_kind(op: str) -> str | None:
     """``max`` or ``avg`` for a forward pooling operator over a window (its FLOPs count one
     compare or add per window element per output), None for every other operator."""

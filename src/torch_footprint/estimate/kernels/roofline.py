@@ -281,7 +281,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops
             else:
                 window = window_kind(e.op) if c.pooling else None
-                compute = e.flops / (c.pooling.get(window) or c.vector if window else c.vector)
+                compute = e.flops / ((c.pooling.get(window) or c.vector) if window else c.vector)
         slowdown = 1.0
         if gpu:
             extra += batch_norm_pass_bytes(e, training)

@@ -12,7 +12,8 @@ from ...errors import FootprintError
 from ...settings import Parallel
 from ...trace import Trace
 
-EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+# what a model config calls its experts per mixture-of-experts layer (transformers' names)
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 
 def repeated_blocks(model: nn.Module) -> tuple[str, int]:
@@ -29,7 +30,7 @@ def expert_count(model: nn.Module) -> int | None:
     """Experts per mixture-of-experts layer: the model config's count, else the longest
     ``experts`` list of modules; None when it has none."""
     config = getattr(model, "config", None)
-    for key in EXPERT_COUNTS:
+    for key in EXPERT_COUNT_KEYS:
         value = getattr(config, key, None)
         if isinstance(value, int) and value > 0:
             return value

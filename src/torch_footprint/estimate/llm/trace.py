@@ -46,10 +46,10 @@ from ...sources import prepare
 from ...trace import trace_model
 from ...trace.records import OpEvent, Trace
 from ...trace.tracer import REAL_FALLBACK_LIMIT, meta_specific
+from ..layouts.pipeline import EXPERT_COUNT_KEYS
 from .cache import CacheLayer, Latent, cache_layers, latents, storage_bytes
 
 CACHE_KWARGS = ("cache", "past_key_values", "cache_params")  # transformers models' cache argument (5.x: cache)
-EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 EXPERT_TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
 
