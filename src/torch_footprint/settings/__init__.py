@@ -180,6 +180,9 @@ class Serving(Record):
     knobs below take the engine's defaults)"""
     max_model_len: int | None = opt(metavar="TOKENS")
     """with --engine: the longest request the engine admits (default: the model's maximum positions)"""
+    engine_version: str | None = opt(metavar="VERSION")
+    """with --engine: the release whose sizing rule applies, e.g. 0.6.4 (default: the newest; vLLM before 0.8
+    profiles max(max_model_len, 2048) tokens and counts memory outside PyTorch as that release did)"""
     gpu_memory_utilization: float | None = opt(metavar="F")
     """with --engine vllm: the fraction of the GPU's memory vLLM may use (default 0.9)"""
     max_num_seqs: int | None = opt(metavar="N")
