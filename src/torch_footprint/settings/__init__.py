@@ -196,7 +196,7 @@ class Serving(Record):
     tokens_per_block 32)"""
     mem_fraction_static: float | None = opt(metavar="F")
     """with --engine sglang: the fraction of memory for weights and the token pool (default by tensor
-    parallelism: 0.88 at 1 GPU, 0.87 at 2, 0.85 at 4, 0.81 at 8)"""
+    parallelism: 0.88 at 1 GPU, 0.87 at 2, 0.85 at 4, 0.81 at 8, 0.79 at 16)"""
     kv_cache_free_gpu_memory_fraction: float | None = opt(metavar="F")
     """with --engine trtllm: the fraction of the memory left free after the weights and activations that the
     KV cache takes (default 0.9)"""
