@@ -17,11 +17,13 @@ from torch_footprint.estimate.kernels.matrix import (
     attention_share,
     conv_gemms,
     is_depthwise,
+    is_simt,
     matrix_share,
     problem_use,
     tile_use,
 )
 from torch_footprint.estimate.kernels.roofline import HOST_OP_S, HOST_VIEW_S, estimate_latency
+from torch_footprint.hardware import get
 from torch_footprint.hardware.db import Accelerator
 
 C = KernelConstants(matrix_a=0.7, matrix_b=0.1, matrix_low=0.35, matrix_high=0.97, amd=0.5, k_half=0.0,
@@ -107,3 +109,24 @@ def test_a_matmul_priced_by_the_kernel_model_by_hand() -> None:
     # the host dispatches the weight's transpose (a view) and the matmul, then the device runs it
     assert pred.time_s == pytest.approx(HOST_VIEW_S + HOST_OP_S + mm.compute_s, rel=1e-6)
     assert math.isclose(pred.effective[-1] + sum(pred.effective[:-1]), pred.time_s)
+
+
+def test_fp32_gemms_run_on_the_fp32_cores_whose_small_tiles_lose_nothing() -> None:
+    # 1024 x 1024 on an A100's 108 SMs: 128 x 128 tiles make 64 tiles, one wave, 64/108 busy;
+    # on the fp32 cores cuBLAS's 32 x 32 sgemm tiles lose nothing: 1,024 tiles in 10 waves of
+    # 108, 1024/1080 busy. bf16 keeps the tensor cores' ladder (the 128 x 128 tile's 64/108).
+    assert tile_use(108, 1, 1024, 1024, simt=True) == pytest.approx(1024 / 1080)
+    assert tile_use(108, 1, 1024, 1024) == pytest.approx(64 / 108)
+    a100 = get("a100-pcie-80gb")
+    assert is_simt(a100, "fp32") and not is_simt(a100, "tf32") and not is_simt(a100, "bf16")
+
+
+def test_an_fp32_matmul_on_an_a100_reproduces_its_published_time() -> None:
+    # cuBLAS fp32 1024 x 1024 x 1024 on an A100 PCIe 80GB: 16.0 TFLOP/s as printed
+    # (https://github.com/triton-lang/triton/issues/2491, benchmarks/published/kernels.toml):
+    # 2 x 1024^3 / 16.0e12 = 134 us. Priced with the shipped constants, within 15%; with the
+    # tensor cores' tile ladder it was 51% too slow (202 us).
+    trace = tfp.profile(nn.Linear(1024, 1024, bias=False), "1024,1024").trace
+    pred = estimate_latency(trace, get("a100-pcie-80gb"))
+    [mm] = [o for o in pred.ops if o.kind == "matrix"]
+    assert mm.device_s == pytest.approx(2 * 1024**3 / 16.0e12, rel=0.15)
