@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 import torch_footprint as tfp
@@ -130,3 +132,36 @@ def test_an_fp32_matmul_on_an_a100_reproduces_its_published_time() -> None:
     pred = estimate_latency(trace, get("a100-pcie-80gb"))
     [mm] = [o for o in pred.ops if o.kind == "matrix"]
     assert mm.device_s == pytest.approx(2 * 1024**3 / 16.0e12, rel=0.15)
+
+
+class _SelfAttention(nn.Module):
+    """q = k = v = x * w, then fused attention (a weight so the step has a backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(128))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = x * self.w
+        return F.scaled_dot_product_attention(q, q, q)
+
+
+def test_flash_attention_reproduces_the_published_flashattention2_figures() -> None:
+    # FlashAttention-2's release benchmark, batch 4 x 16 heads, 4k tokens, head dim 128, no
+    # mask, forward + backward: 326 TFLOP/s on an H100 SXM5, 196 on an A100 80GB
+    # (Dao-AILab/flash-attention assets/flash2_h100_fwd_bwd_benchmark.png and
+    # flash2_a100_fwd_bwd_benchmark.png, benchmarks/published/kernels.toml), counted as
+    # 3.5 x 4 x batch x heads x seq^2 x head dim FLOPs
+    trace = tfp.profile(_SelfAttention(), "4,16,4096,128", precision="fp16", train=True).trace
+    flops = 3.5 * 4 * 4 * 16 * 4096**2 * 128
+    for gpu, tflops, within in (("h100-sxm", 326.0, 0.10), ("a100-sxm-80gb", 196.0, 0.20)):
+        pred = estimate_latency(trace, get(gpu))
+        attn = [(o, e) for o, e in zip(pred.ops, trace.events, strict=True) if e.problem and e.problem[0] == "attn"]
+        assert [e.phase for _, e in attn] == ["forward", "backward"]
+        assert sum(o.device_s for o, _ in attn) == pytest.approx(flops / (tflops * 1e12), rel=within)
+        # the softmax's vector FLOPs are in the fitted share, not added at the elementwise rate
+        o, e = attn[0]
+        c = constants.current()
+        acc = get(gpu)
+        rate = acc.peak("fp16") * matrix_share(acc, "fp16", c) * problem_use(acc, e.problem, c, "fp16")
+        assert e.flops > e.matrix_flops and o.compute_s == pytest.approx(e.matrix_flops / rate + c.kernel_floor_s)
