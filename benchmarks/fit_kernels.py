@@ -34,9 +34,14 @@ import tomllib
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from torch_footprint.estimate.kernels.bandwidth import bandwidth_share  # noqa: E402
+from torch_footprint.estimate.kernels.bandwidth import bandwidth_share, floored_s  # noqa: E402
 from torch_footprint.estimate.kernels.constants import KernelConstants  # noqa: E402
-from torch_footprint.estimate.kernels.matrix import attention_share, gemm_use, matrix_share, tile_use  # noqa: E402
+from torch_footprint.estimate.kernels.matrix import (  # noqa: E402
+    attention_share,
+    gemm_use,
+    matrix_share,
+    tile_use,
+)
 from torch_footprint.hardware import get  # noqa: E402
 from torch_footprint.hardware.db import Accelerator  # noqa: E402
 
@@ -77,9 +82,9 @@ def gemm_rows(data: dict[str, Any]) -> list[Row]:
         def predict(c: KernelConstants, acc: Accelerator = acc, key: str = key, shape: tuple = (b, m, n, k),
                     flops: int = flops, nbytes: int = nbytes) -> float:
             peak = acc.peak(key) or 0.0
-            compute = flops / (peak * matrix_share(acc, key, c) * gemm_use(acc, *shape, c))
+            compute = flops / (peak * matrix_share(acc, key, c) * gemm_use(acc, *shape, c, key))
             memory = nbytes / (acc.bandwidth * bandwidth_share(acc, c))
-            return max(compute, memory) + c.kernel_floor_s
+            return floored_s(max(compute, memory), c)
 
         rows.append(Row("gemm", acc, measured, predict, f"{r['dtype']} {m}x{n}x{k}"))
     return rows
@@ -102,9 +107,9 @@ def attention_rows(data: dict[str, Any]) -> list[Row]:
             rate = (acc.peak(key) or 0.0) * matrix_share(acc, key, c) * tile_use(acc.units, bh, s, 128)
             t = 0.0
             if direction in ("fwd", "fwd_bwd"):
-                t += ours / (rate * attention_share(s, causal, False, c, acc.architecture)) + c.kernel_floor_s
+                t += floored_s(ours / (rate * attention_share(s, causal, False, c, acc.architecture)), c)
             if direction in ("bwd", "fwd_bwd"):
-                t += 2 * ours / (rate * attention_share(s, causal, True, c, acc.architecture)) + c.kernel_floor_s
+                t += floored_s(2 * ours / (rate * attention_share(s, causal, True, c, acc.architecture)), c)
             return t
 
         rows.append(Row("attention", acc, measured, predict,
@@ -124,7 +129,7 @@ def bandwidth_rows(data: dict[str, Any]) -> list[Row]:
         measured = nbytes / (r["gbs"] * 1e9)
 
         def predict(c: KernelConstants, acc: Accelerator = acc, nbytes: int = nbytes) -> float:
-            return nbytes / (acc.bandwidth * bandwidth_share(acc, c)) + c.kernel_floor_s
+            return floored_s(nbytes / (acc.bandwidth * bandwidth_share(acc, c)), c)
 
         rows.append(Row("bandwidth", acc, measured, predict, f"{r['kind']} {nbytes / 2**20:.0f} MiB"))
     return rows

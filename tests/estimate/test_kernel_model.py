@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 import torch_footprint as tfp
@@ -17,11 +19,13 @@ from torch_footprint.estimate.kernels.matrix import (
     attention_share,
     conv_gemms,
     is_depthwise,
+    is_simt,
     matrix_share,
     problem_use,
     tile_use,
 )
 from torch_footprint.estimate.kernels.roofline import HOST_OP_S, HOST_VIEW_S, estimate_latency
+from torch_footprint.hardware import get
 from torch_footprint.hardware.db import Accelerator
 
 C = KernelConstants(matrix_a=0.7, matrix_b=0.1, matrix_low=0.35, matrix_high=0.97, amd=0.5, k_half=0.0,
@@ -107,3 +111,57 @@ def test_a_matmul_priced_by_the_kernel_model_by_hand() -> None:
     # the host dispatches the weight's transpose (a view) and the matmul, then the device runs it
     assert pred.time_s == pytest.approx(HOST_VIEW_S + HOST_OP_S + mm.compute_s, rel=1e-6)
     assert math.isclose(pred.effective[-1] + sum(pred.effective[:-1]), pred.time_s)
+
+
+def test_fp32_gemms_run_on_the_fp32_cores_whose_small_tiles_lose_nothing() -> None:
+    # 1024 x 1024 on an A100's 108 SMs: 128 x 128 tiles make 64 tiles, one wave, 64/108 busy;
+    # on the fp32 cores cuBLAS's 32 x 32 sgemm tiles lose nothing: 1,024 tiles in 10 waves of
+    # 108, 1024/1080 busy. bf16 keeps the tensor cores' ladder (the 128 x 128 tile's 64/108).
+    assert tile_use(108, 1, 1024, 1024, simt=True) == pytest.approx(1024 / 1080)
+    assert tile_use(108, 1, 1024, 1024) == pytest.approx(64 / 108)
+    a100 = get("a100-pcie-80gb")
+    assert is_simt(a100, "fp32") and not is_simt(a100, "tf32") and not is_simt(a100, "bf16")
+
+
+def test_an_fp32_matmul_on_an_a100_reproduces_its_published_time() -> None:
+    # cuBLAS fp32 1024 x 1024 x 1024 on an A100 PCIe 80GB: 16.0 TFLOP/s as printed
+    # (https://github.com/triton-lang/triton/issues/2491, benchmarks/published/kernels.toml):
+    # 2 x 1024^3 / 16.0e12 = 134 us. Priced with the shipped constants, within 15%; with the
+    # tensor cores' tile ladder it was 51% too slow (202 us).
+    trace = tfp.profile(nn.Linear(1024, 1024, bias=False), "1024,1024").trace
+    pred = estimate_latency(trace, get("a100-pcie-80gb"))
+    [mm] = [o for o in pred.ops if o.kind == "matrix"]
+    assert mm.device_s == pytest.approx(2 * 1024**3 / 16.0e12, rel=0.15)
+
+
+class _SelfAttention(nn.Module):
+    """q = k = v = x * w, then fused attention (a weight so the step has a backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(128))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = x * self.w
+        return F.scaled_dot_product_attention(q, q, q)
+
+
+def test_flash_attention_reproduces_the_published_flashattention2_figures() -> None:
+    # FlashAttention-2's release benchmark, batch 4 x 16 heads, 4k tokens, head dim 128, no
+    # mask, forward + backward: 326 TFLOP/s on an H100 SXM5, 196 on an A100 80GB
+    # (Dao-AILab/flash-attention assets/flash2_h100_fwd_bwd_benchmark.png and
+    # flash2_a100_fwd_bwd_benchmark.png, benchmarks/published/kernels.toml), counted as
+    # 3.5 x 4 x batch x heads x seq^2 x head dim FLOPs
+    trace = tfp.profile(_SelfAttention(), "4,16,4096,128", precision="fp16", train=True).trace
+    flops = 3.5 * 4 * 4 * 16 * 4096**2 * 128
+    for gpu, tflops, within in (("h100-sxm", 326.0, 0.10), ("a100-sxm-80gb", 196.0, 0.20)):
+        pred = estimate_latency(trace, get(gpu))
+        attn = [(o, e) for o, e in zip(pred.ops, trace.events, strict=True) if e.problem and e.problem[0] == "attn"]
+        assert [e.phase for _, e in attn] == ["forward", "backward"]
+        assert sum(o.device_s for o, _ in attn) == pytest.approx(flops / (tflops * 1e12), rel=within)
+        # the softmax's vector FLOPs are in the fitted share, not added at the elementwise rate
+        o, e = attn[0]
+        c = constants.current()
+        acc = get(gpu)
+        rate = acc.peak("fp16") * matrix_share(acc, "fp16", c) * problem_use(acc, e.problem, c, "fp16")
+        assert e.flops > e.matrix_flops and o.compute_s == pytest.approx(e.matrix_flops / rate + c.kernel_floor_s)

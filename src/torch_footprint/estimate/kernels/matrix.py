@@ -39,6 +39,9 @@ from .constants import KernelConstants
 # (rows, columns, rate) of the output tiles a GEMM library picks among: CUTLASS's and cuBLAS's
 # common tensor-core tiles; a smaller tile fills more units at a lower rate per unit
 TILES = ((128, 256, 1.0), (128, 128, 1.0), (64, 128, 0.85), (64, 64, 0.7), (32, 32, 0.4), (16, 16, 0.2))
+# cuBLAS's smallest fp32 (SIMT) tile: its sgemm kernels run 128 x 128 down to 32 x 32 output
+# tiles (kernel names such as ampere_sgemm_32x32_sliced1x4_tn in a profile)
+SIMT_SMALLEST_TILE = 32
 DEPTHWISE_CHANNELS = 4  # a convolution with this few channels per group runs as a memory-bound kernel
 MMA_SYNC_SHARE = 2 / 3  # mma.sync's share of Hopper's and Blackwell's tensor-core peak (arXiv:2407.08608)
 WARPGROUP_ARCHITECTURES = ("hopper", "blackwell")
@@ -56,13 +59,15 @@ def matrix_share(acc: Accelerator, key: str, c: KernelConstants) -> float:
     return share * (c.amd if acc.vendor == "amd" else 1.0)
 
 
-def tile_use(units: int | None, batch: int, m: int, n: int) -> float:
+def tile_use(units: int | None, batch: int, m: int, n: int, simt: bool = False) -> float:
     """The share of the units' time a GEMM of ``batch`` x (``m`` x ``n``) outputs keeps busy
-    over its waves of tiles, with the tile the library would pick."""
+    over its waves of tiles, with the tile the library would pick (``simt``: on the fp32
+    cores, where a tile down to 32 x 32 loses nothing: :func:`is_simt`)."""
     if not units or m <= 0 or n <= 0:
         return 1.0
     best = 0.0
-    for tm, tn, rate in TILES:
+    for tm, tn, tile_rate in TILES:
+        rate = 1.0 if simt and tm >= SIMT_SMALLEST_TILE else tile_rate
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * max(batch, 1)
         waves = math.ceil(tiles / units)
         # a tile larger than the matrix computes padding
@@ -71,13 +76,30 @@ def tile_use(units: int | None, batch: int, m: int, n: int) -> float:
     return best
 
 
+def is_simt(acc: Accelerator, key: str) -> bool:
+    """Whether ``key`` matrix work runs on ``acc``'s fp32 cores rather than its tensor cores.
+
+    An fp32 GEMM without TF32 on an NVIDIA GPU runs SIMT kernels (cuBLAS's ``sgemm``). A tile's
+    rate falls with its size on tensor cores because a small tile brings too few FLOPs per
+    operand byte to keep them fed; the fp32 cores are far slower (an A100 SM: 64 fp32 FMAs per
+    clock against 1,024 dense fp16 FMAs on its tensor cores, 16 times more, A100 whitepaper),
+    and a 32 x 32 fp32 tile (8 FLOPs per operand byte it loads) asks 16 bytes per clock of
+    shared memory's 128 (CUDA C++ Programming Guide, compute capability 8.x: 32 banks of 4
+    bytes per clock). Measured: an A100's cuBLAS fp32
+    product of 1024 x 1024 x 1024 reaches 16 of its 19.5 TFLOP/s (82%) where 128 x 128 tiles
+    could fill only 64 of its 108 SMs (triton-lang/triton issue 2491, ``published/kernels.toml``).
+    """
+    return acc.vendor == "nvidia" and key == "fp32"
+
+
 def reduction_use(k: int, c: KernelConstants) -> float:
     return k / (k + c.k_half) if k > 0 else 1.0
 
 
-def gemm_use(acc: Accelerator, batch: int, m: int, n: int, k: int, c: KernelConstants) -> float:
-    """The share of the best rate a GEMM of these sizes reaches (waves of tiles, reduction length)."""
-    return tile_use(acc.units, batch, m, n) * reduction_use(k, c)
+def gemm_use(acc: Accelerator, batch: int, m: int, n: int, k: int, c: KernelConstants, key: str = "") -> float:
+    """The share of the best rate a ``key`` GEMM of these sizes reaches (waves of tiles,
+    reduction length)."""
+    return tile_use(acc.units, batch, m, n, is_simt(acc, key)) * reduction_use(k, c)
 
 
 def conv_gemms(problem: Sequence[Any]) -> list[tuple[int, int, int, int, float]]:
@@ -108,18 +130,19 @@ def is_depthwise(problem: Sequence[Any]) -> bool:
     return int(problem[2]) // g <= DEPTHWISE_CHANNELS and int(problem[3]) // g <= DEPTHWISE_CHANNELS
 
 
-def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants) -> float:
-    """The share of the best rate a traced matrix problem reaches (1.0 where none is known)."""
+def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants, key: str = "") -> float:
+    """The share of the best rate a traced matrix problem reaches at dtype ``key`` (1.0 where
+    none is known)."""
     if not problem:
         return 1.0
     kind = problem[0]
     if kind == "gemm":
         _, batch, m, n, k = problem[:5]
-        return gemm_use(acc, int(batch), int(m), int(n), int(k), c)
+        return gemm_use(acc, int(batch), int(m), int(n), int(k), c, key)
     if kind == "conv":
         parts = conv_gemms(problem)
         # harmonic: the parts run one after another, each FLOP share at its own rate
-        return 1.0 / sum(share / max(gemm_use(acc, b, m, n, k, c), 1e-6) for b, m, n, k, share in parts)
+        return 1.0 / sum(share / max(gemm_use(acc, b, m, n, k, c, key), 1e-6) for b, m, n, k, share in parts)
     if kind == "attn":
         _, bh, lq, lk, _e, _ev, causal, backward = problem[:8]
         return attention_share(int(max(lq, lk)), bool(causal), bool(backward), c, acc.architecture) * tile_use(

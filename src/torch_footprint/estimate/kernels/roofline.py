@@ -229,7 +229,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     k_const = fitted.current()
     floor = k_const.kernel_floor_s if kernels else 0.0
     total_flops = 0
-    uses: dict[tuple[Any, ...], float] = {}  # problem_use by problem: layers repeat their shapes
+    uses: dict[tuple[Any, ...], float] = {}  # problem_use by problem and dtype: layers repeat their shapes
     casts = fp8_casts(trace, fp8) if fp8 and fp8 != "none" else {}
     for i, (e, dkey) in enumerate(zip(trace.events, _rate_keys(trace), strict=True)):
         nbytes = e.bytes_read + e.bytes_written
@@ -269,13 +269,18 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                     missing.add(key)
                     rate = rates.get("fp32") or c.matrix["fp32"]
                 vec = e.flops - e.matrix_flops  # a bias add or scaling inside the op
+                if kernels and e.problem and e.problem[0] == "attn":
+                    # a fused attention's softmax runs in its registers beside its matmuls: the
+                    # fitted share (matrix.attention_share, fitted to the FlashAttention tables
+                    # by their matrix FLOPs alone) already holds its time
+                    vec = 0
                 if kernels and is_depthwise(e.problem):  # a memory-bound kernel of its own
                     rate = c.vector
                 elif kernels:  # waves of tiles, short reductions, fused attention
-                    problem = tuple(e.problem)
+                    problem = (*e.problem, key)
                     use = uses.get(problem)
                     if use is None:
-                        use = uses[problem] = problem_use(acc, problem, k_const)
+                        use = uses[problem] = problem_use(acc, e.problem, k_const, key)
                     rate *= use
                 compute = e.matrix_flops / rate + max(vec, 0) / c.vector
                 flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops
