@@ -18,6 +18,8 @@ from torch_footprint.errors import FootprintError
     ("MI300X", "mi300x"), ("mi300", "mi300x"), ("A100 80GB SXM", "a100-sxm-80gb"),
     ("a100 pcie 40 gb", "a100-pcie-40gb"),
     ("nvidia a10", "a10"), ("M2 Max", "apple-m2-max"), ("L40S", "l40s"),
+    # the L40 is its own card (half the L40S's tensor rate), not a short name for the L40S
+    ("L40", "l40"), ("NVIDIA L40", "l40"),
 ])
 def test_one_row_fits(written: str, row: str) -> None:
     assert tfp.hardware.get(written).id == row
