@@ -85,7 +85,7 @@ def _contexts(sent: list[Sent], fixed: tuple[int, int] | None) -> list[int]:
         p, o = fixed
         return sorted({p, p + max(o - 1, 0) // 2, p + o - 1})
     longest = max(s.prompt + s.output for s in sent)
-    out, c = [], 16
+    out, c = [], 128
     while c < longest:
         out.append(c)
         c *= 2

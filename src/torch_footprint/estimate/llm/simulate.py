@@ -112,6 +112,7 @@ class _Request:
     first_token: float | None = None
     last: float = 0.0
     blocks: int = 0
+    tick: int = 0  # the last iteration it decoded in
 
 
 @dataclass
@@ -145,6 +146,7 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
     out = Outcome([], 0.0, kv_blocks=kv_blocks)
     gaps = out.gaps
     tps = tricks.tokens_per_step
+    ahead = tps + tricks.lookahead  # the cache a decode step writes beyond the request's tokens
 
     def make(i: int, at: float) -> _Request:
         s = stream[i]
@@ -186,24 +188,30 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             now = stream[pending[0]].at
             continue
         tokens = budget
-        decoding = [r for r in running if r.prefilled == r.prompt and r.generated < r.output]
+        out.iterations += 1
+        it = out.iterations
+        decoding = [r for r in running if r.generated and r.prefilled == r.prompt]
         # each decoding request takes a token and perhaps a block; preempt the newest where none is free
-        active = set(decoding)  # requests are hashed as themselves (eq=False)
+        gone: set[_Request] | None = None  # preempted in this pass (requests are hashed as themselves)
         for r in decoding:
-            if r not in active:  # preempted by an older request in this pass
+            if gone is not None and r in gone:  # preempted by an older request in this pass
                 continue
-            extra = need(r, r.prompt + r.generated + tps + tricks.lookahead)
-            while extra > free and running and running[-1] is not r:
-                victim = running.pop()
-                preempt(victim)
-                active.discard(victim)
-            if extra > free:  # nothing left to preempt: this one waits
-                active.discard(r)
-                continue
+            extra = -(-(int(r.prompt + r.generated + ahead) - r.skip) // block) - r.blocks
             if extra > 0:
+                while extra > free and running and running[-1] is not r:
+                    victim = running.pop()
+                    preempt(victim)
+                    gone = gone or set()
+                    gone.add(victim)
+                if extra > free:  # nothing left to preempt: this one waits
+                    gone = gone or set()
+                    gone.add(r)
+                    continue
                 free -= extra
                 r.blocks += extra
-        decoding = [r for r in decoding if r in active]
+            r.tick = it
+        if gone:
+            decoding = [r for r in decoding if r not in gone]
         tokens -= len(decoding)
         prefill_tokens = admitted = 0
         # chunked prefill: running requests still in their prompt, then new ones while they fit
@@ -234,40 +242,48 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             admitted += 1
             running.append(r)
         if not decoding and not prefill_tokens:
+            out.iterations -= 1
             if admitted:
                 continue
             if pending:  # the cache is full of requests that cannot move: wait for the next arrival
                 now = max(now, stream[pending[0]].at)
                 continue
             break  # nothing can move (the cache cannot hold one more token of any request)
-        mean_ctx = statistics.fmean([r.prompt + r.generated for r in decoding]) if decoding else 0.0
+        mean_ctx = sum([r.prompt + r.generated for r in decoding]) / len(decoding) if decoding else 0.0
         dt = cost.time_s(len(decoding), mean_ctx, prefill_tokens)
         if decoding and tricks.draft_s is not None:
             dt += tricks.draft_s(len(decoding), mean_ctx)
+        before = now
         now += dt
         out.prefill_s += prefill_tokens * cost.prefill_per_token
         out.decode_s += dt - prefill_tokens * cost.prefill_per_token
-        out.iterations += 1
         used = kv_blocks - free
         out.kv_peak = max(out.kv_peak, used)
         out.kv_over_time.append((now, used))
         finished = []
+        step = 0  # tokens whose gap is this iteration's (their last token came at the end of the one before)
         for r in running:
             if r.prefilled != r.prompt:
                 continue
             if r.generated == 0:  # the prompt's last chunk: its first token
                 r.generated, r.first_token, r.last = 1.0, now, now
-            elif r in active:
+            elif r.tick == it:
                 r.generated += tps
-                gap = now - r.last
-                gaps[gap] = gaps.get(gap, 0) + 1
+                if r.last == before:
+                    step += 1
+                else:
+                    gap = now - r.last
+                    gaps[gap] = gaps.get(gap, 0) + 1
                 r.last = now
             else:
                 continue
             if r.generated >= r.output:
                 finished.append(r)
+        if step:
+            gaps[dt] = gaps.get(dt, 0) + step
+        if finished:
+            running = [r for r in running if r.generated < r.output or r.prefilled != r.prompt]
         for r in finished:
-            running.remove(r)
             free += r.blocks
             out.done.append((r.index, r.arrival, r.first_token if r.first_token is not None else now, now))
             if concurrency is not None and sent < n:
