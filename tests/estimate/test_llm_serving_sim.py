@@ -173,3 +173,25 @@ def test_the_command_simulates_a_rate_sweep(capsys: pytest.CaptureFixture[str], 
     m = json.loads(out_json.read_text())["accelerators"][0]["simulation"]
     assert m["requests"] == 50 and m["slo"]["fraction"] == 1.0 and len(m["sweep"]) == 2
     assert m["kv_over_time"] and m["usd_per_m_output_tokens"] > 0
+
+
+def test_speculation_priced_with_a_draft_model() -> None:
+    # a draft of 2 x 10^5 bytes of weights and 200 bytes of cache a token beside the model's 10^6 and 1,000: each of
+    # its steps reads a fifth of the model's bytes at any batch and context, so takes 0.2 x 1 s; with the
+    # verification of 1 more token (1 ms), a lone request's 9 decode steps take 1.201 s each
+    m = simulate_serving(_setup(), Asked(100, 10, 1, 1, spec_k=1, acceptance=0.0, draft=(200_000, 200.0, "d")))
+    assert m["e2e_s"]["p50"] == pytest.approx(0.1 + 9 * 1.201)
+    # its weights take 200000 / 16000 = 12.5 blocks, its cache 0.2 of each token's: (1000 - 12.5) / 1.2 = 822
+    assert "822 of 1,000 blocks" in " ".join(m["notes"])
+
+
+def test_the_command_prices_a_draft_model(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    from torch_footprint.cli import main
+
+    tiny = str(Path(__file__).parents[1] / "configs" / "llama-tiny")
+    assert main(["llm", tiny, "--gpu", "h100-sxm", "--simulate", "--num-prompts", "20", "--num-speculative-tokens",
+                 "3", "--acceptance-rate", "0.8", "--speculative-model", tiny]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    # (1 - 0.8^4) / (1 - 0.8) = 2.952 tokens per step
+    assert "speculative decoding: 3 tokens proposed by the draft model" in out and "2.95 tokens per step" in out

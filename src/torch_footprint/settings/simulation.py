@@ -35,11 +35,14 @@ class Simulation(Record):
     """prefix caching: this fraction of each prompt's tokens is found in the cache (not prefilled, its blocks
     shared)"""
     num_speculative_tokens: int | None = opt(metavar="K")
-    """speculative decoding: tokens proposed per step by a one-layer draft head of the model (as EAGLE and MTP
-    heads are: its weights and cache counted, its steps priced)"""
+    """speculative decoding: tokens proposed per step, by --speculative-model or else by a one-layer draft head of
+    the model (as EAGLE and MTP heads are): its weights and cache counted, its steps priced"""
     acceptance_rate: float = opt(0.7, metavar="A")
     """speculative decoding: the chance each proposed token is accepted; a step emits (1 - A^(K+1)) / (1 - A)
     tokens on average (Leviathan et al. 2023)"""
+    speculative_model: str | None = opt(metavar="MODEL")
+    """speculative decoding with this draft model (hf:ID or a config folder): its weights and cache beside the
+    model's, its steps priced at the bytes they read"""
     disaggregate: str | None = opt(metavar="P:D")
     """disaggregated prefill and decode: P prefill and D decode instances of --gpus each, the cache moved
     between them over the GPUs' link (needs --request-rate or a timed --request-trace)"""
@@ -51,6 +54,8 @@ class Simulation(Record):
             raise FootprintError(f"--acceptance-rate must be in [0, 1), got {self.acceptance_rate}")
         if self.num_speculative_tokens is not None and not 1 <= self.num_speculative_tokens <= 64:
             raise FootprintError(f"--num-speculative-tokens must be 1 to 64, got {self.num_speculative_tokens}")
+        if self.speculative_model and self.num_speculative_tokens is None:
+            raise FootprintError("--speculative-model proposes --num-speculative-tokens tokens a step: give that too")
         for name in ("slo_ttft", "slo_tpot"):
             value = getattr(self, name)
             if value is not None:

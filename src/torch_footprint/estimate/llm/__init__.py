@@ -134,6 +134,11 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     if priced.sim is not None:
         priced.sim.prompt, priced.sim.output = priced.prompt, priced.output
         priced.sim.most = s.max_model_len or st.max_context
+        if sim.speculative_model:  # the draft: its weights and cache per token, as traced
+            d = trace_serving(sim.speculative_model, batch=1, prompt=min(priced.prompt, 128), dtype=dtype,
+                              trust_remote_code=w.trust_remote_code, on_step=progress)
+            priced.sim.draft = (sum(p.nbytes for p in d.prefill.params) + sum(b.nbytes for b in d.prefill.buffers),
+                                float(d.kv_bytes_per_token), d.name)
     res = serve(st, priced, wanted, max_context=None if s.allow_longer else st.max_context,
                 efficiency=target.efficiencies)
     res.notes[:0] = fitted

@@ -9,7 +9,8 @@ features priced in the iteration model (:mod:`.simulate`):
   prefill's time per token: the weights are read once for the step either way). A draft
   head (EAGLE, MTP) is one decoder layer of the model: 1/layers of a decode step, of the
   weights, and one layer more of cache; a draft model (``speculative_model``) its own
-  traced steps, weights and cache;
+  weights and cache (as traced), each of its steps the model's decode step scaled by the
+  bytes the two read (decode is bound by them);
 * disaggregated prefill and decode (P:D instances): the prefill pool's runs give each
   request its first token; its cache then crosses the GPUs' link (each rank its share, at
   the link's bandwidth) and the decode pool serves the rest, its requests arriving with
@@ -50,7 +51,6 @@ class Setup:
     gpus: int  # per instance
     acc: Accelerator
     prices: tuple[str, ...] = ()
-    draft: Setup | None = None  # a draft model's own steps and sizes
     notes: list[str] = field(default_factory=list)
 
 
@@ -73,6 +73,7 @@ class Asked:
     acceptance: float = 0.7
     pools: tuple[int, int] | None = None
     most: int | None = None  # the engine's longest request (max_model_len)
+    draft: tuple[int, float, str] | None = None  # a draft model: (weight bytes, cache bytes per token, name)
 
 
 def tokens_per_step(k: int, a: float) -> float:
@@ -148,17 +149,19 @@ def _speculation(setup: Setup, a: Asked, blocks: int, notes: list[str]) -> tuple
     tps = tokens_per_step(k, a.acceptance)
     cache = setup.cache
     block_bytes = cache.capacity_bytes / cache.blocks if cache.blocks else 0.0
-    draft = setup.draft
-    if draft is not None:  # a draft model: its own weights, its cache beside each token's, its steps
-        extra_weights = draft.weights_per_rank
-        cache_share = draft.kv_per_token_rank / setup.kv_per_token_rank if setup.kv_per_token_rank else 0.0
+    if a.draft is not None:  # a draft model: its own weights and cache, its steps at the bytes they read
+        d_weights, d_kv, name = a.draft[0] / setup.gpus, a.draft[1] / setup.gpus, a.draft[2]
+        extra_weights = d_weights
+        cache_share = d_kv / setup.kv_per_token_rank if setup.kv_per_token_rank else 0.0
 
         def draft_step(b: int, ctx: float) -> float:
-            return k * draft.decode_s(b, int(ctx)) + k * b * setup.prefill_per_token
-        what = "the draft model"
+            # a decode step is bound by the bytes it reads: the draft's, at the rate the model's step reaches
+            ratio = (d_weights + b * ctx * d_kv) / (setup.weights_per_rank + b * ctx * setup.kv_per_token_rank)
+            return k * setup.decode_s(b, int(ctx)) * ratio + k * b * setup.prefill_per_token
+        what = f"the draft model {name}"
     else:  # a one-layer head (EAGLE, MTP): 1/layers of the model's step, weights and cache
         layers = max(setup.layers, 1)
-        extra_weights = setup.weights_per_rank // layers
+        extra_weights = setup.weights_per_rank / layers
         cache_share = 1 / layers
 
         def draft_step(b: int, ctx: float) -> float:
