@@ -4,7 +4,8 @@ token budget) serving a small Llama built here from a config (random weights, no
 downloaded), at three concurrencies, each a closed loop (a client sends its next request
 when its last one ends); beside it, ``footprint llm --simulate`` of the same model, lengths,
 clients, token budget and cache page, priced for this CPU from ``footprint calibrate``'s
-figures. Printed: output tokens/s, TTFT p50 and TPOT p50, measured and simulated.
+figures. Printed: output tokens/s, TTFT p50 and TPOT p50, measured and simulated, and the
+same model's plain decode step (transformers' forward, no continuous batching) at each batch.
 
     footprint calibrate --threads 1        # the CPU's rates, once, at the thread count used here
     python benchmarks/serving_sim_real.py [--concurrency 1,4,16] [--requests-per-client 3]
@@ -74,6 +75,24 @@ def real(folder: Path, clients: int, n: int, prompt: int, output: int) -> dict[s
             "ttft": statistics.median(ttft), "tpot": statistics.median(tpot)}
 
 
+def eager_step(folder: Path, batch: int, prompt: int, steps: int = 16) -> float:
+    """The same model's decode step in plain transformers (its DynamicCache, no continuous
+    batching) at ``batch`` after a ``prompt``-token prefill: the median of ``steps`` steps."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)).eval()
+    ids = torch.randint(1, CONFIG["vocab_size"] - 1, (batch, prompt))
+    times = []
+    with torch.inference_mode():
+        out = model(ids, use_cache=True)
+        for _ in range(steps):
+            nxt = out.logits[:, -1:].argmax(-1)
+            t = time.perf_counter()
+            out = model(nxt, past_key_values=out.past_key_values, use_cache=True)
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
 def simulated(folder: Path, clients: int, n: int, prompt: int, output: int) -> dict[str, float]:
     from torch_footprint import api
 
@@ -109,6 +128,9 @@ def main() -> None:
                 err = 100 * (sim[key] - got[key]) / got[key]
                 cells.append(fmt.format(got[key] * scale, sim[key] * scale) + f" {err:>+5.0f}%")
             print(f"{c:>7} {n:>8} | " + " | ".join(cells), flush=True)
+        eager = {c: eager_step(folder, c, args.prompt) for c in (int(x) for x in args.concurrency.split(","))}
+        print("for reference, plain transformers' decode step (no continuous batching) at those batches: "
+              + ", ".join(f"batch {b} {1e3 * t:.1f} ms" for b, t in eager.items()))
 
 
 if __name__ == "__main__":

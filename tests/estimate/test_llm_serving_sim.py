@@ -195,3 +195,19 @@ def test_the_command_prices_a_draft_model(capsys: pytest.CaptureFixture[str]) ->
     out = " ".join(capsys.readouterr().out.split())
     # (1 - 0.8^4) / (1 - 0.8) = 2.952 tokens per step
     assert "speculative decoding: 3 tokens proposed by the draft model" in out and "2.95 tokens per step" in out
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--request-rate", "fast"], "--request-rate takes requests per second"),
+    (["--request-rate", "0"], "more than 0"),
+    (["--lengths", "sharegpt-ish"], "no length distribution 'sharegpt-ish'"),
+    (["--prefix-hit-rate", "1"], "--prefix-hit-rate must be in [0, 1)"),
+    (["--disaggregate", "2x3"], "--disaggregate takes P:D"),
+    (["--disaggregate", "1:1"], "give --request-rate"),
+    (["--slo-ttft", "5"], "has no unit"),
+    (["--speculative-model", "x"], "give that too"),
+])
+def test_bad_simulation_flags_are_one_line(flags: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    tiny = str(Path(__file__).parents[1] / "configs" / "llama-tiny")
+    assert says in bad_input_line(["llm", tiny, "--gpu", "h100-sxm", *flags], capsys)

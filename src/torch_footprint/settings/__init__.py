@@ -209,9 +209,9 @@ class Serving(Record):
     --max-num-batched-tokens, admission by free cache blocks and --max-num-seqs, preemption): --num-prompts
     requests of --prompt + --output tokens from --concurrency clients; throughput, TTFT, TPOT, latency p50/p90/p99"""
     concurrency: int = opt(8, metavar="N")
-    """with --simulate: clients, each sending its next request when the last one ends"""
+    """with --simulate: clients, each sending its next request when the last one ends (not with --request-rate)"""
     num_prompts: int | None = opt(metavar="N")
-    """with --simulate: requests in all (default 10 per client)"""
+    """with --simulate: requests in all (default 10 per client; at a --request-rate 1,000; a trace: its rows)"""
     allow_longer: bool = opt(False)
     """allow a context beyond the model's maximum"""
     measure: bool = opt(False)
