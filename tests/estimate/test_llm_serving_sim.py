@@ -143,8 +143,11 @@ def test_trace_files(tmp_path: Path) -> None:
     # sent at the trace's times, from its first
     assert stream(0, prompt=1, output=1, trace=str(jsonl)) == [Sent(0.0, 100, 10), Sent(0.5, 50, 5)]
     csv = tmp_path / "t.csv"
-    csv.write_text("input_tokens,output_tokens\n100,10\n")
-    assert read_trace(str(csv)) == [(None, 100, 10)]
+    csv.write_text("input_tokens,output_tokens\n100,10\n" + "100,10\n" * 99)
+    assert read_trace(str(csv))[0] == (None, 100, 10)
+    # no send times: one client sends them one after another, every row of the trace (100 x 9.1 s)
+    m = simulate_serving(_setup(), Asked(1, 1, 1, None, trace=str(csv)))
+    assert m["requests"] == 100 and m["duration_s"] == pytest.approx(910.0)
 
 
 @pytest.mark.parametrize("text", ['{"input_tokens": 100}\n', "not json\n",

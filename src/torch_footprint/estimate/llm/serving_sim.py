@@ -104,7 +104,7 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
     if a.pools and not open_loop:
         raise FootprintError("--disaggregate serves requests as they come: give --request-rate (or a "
                              "--request-trace with send times)")
-    n = a.num_prompts or (1000 if open_loop else 10 * a.concurrency)
+    n = a.num_prompts or (0 if a.trace else 1000 if open_loop else 10 * a.concurrency)  # 0: all a trace's rows
     blocks, notes = cache.blocks, list(setup.notes)
     tricks = Tricks(prefix_hit=a.prefix_hit)
     if a.spec_k:
