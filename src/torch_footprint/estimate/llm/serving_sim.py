@@ -106,17 +106,18 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
                              "--request-trace with send times)")
     n = a.num_prompts or (0 if a.trace else 1000 if open_loop else 10 * a.concurrency)  # 0: all a trace's rows
     blocks, notes = cache.blocks, list(setup.notes)
+    streams = [stream(n, prompt=a.prompt, output=a.output, lengths=a.lengths, trace=a.trace, rate=rate, seed=a.seed,
+                      most=a.most) for rate in rates]
+    fixed = (a.prompt, a.output) if a.lengths == "fixed" and a.trace is None else None
+    # one step cost for every rate (the same lengths at other times): its priced points are shared
+    cost = StepCost(setup.decode_s, setup.prefill_per_token, _contexts(streams[0], fixed), max(2, min(seqs, 64)))
     tricks = Tricks(prefix_hit=a.prefix_hit)
     if a.spec_k:
-        blocks, tricks = _speculation(setup, a, blocks, notes)
+        blocks, tricks = _speculation(setup, cost, a, blocks, notes)
     if blocks < 1:
         raise FootprintError(f"on {setup.acc.id}, the speculative draft's weights leave no room for the cache")
     runs = []
-    for rate in rates:
-        sent = stream(n, prompt=a.prompt, output=a.output, lengths=a.lengths, trace=a.trace, rate=rate, seed=a.seed,
-                      most=a.most)
-        fixed = (a.prompt, a.output) if a.lengths == "fixed" and a.trace is None else None
-        cost = StepCost(setup.decode_s, setup.prefill_per_token, _contexts(sent, fixed), max(2, min(seqs, 64)))
+    for rate, sent in zip(rates, streams, strict=True):
         conc = None if open_loop else a.concurrency
         if a.pools:
             o = _disaggregated(setup, cost, sent, a.pools, blocks, seqs, budget, tricks)
@@ -143,7 +144,7 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
     return out
 
 
-def _speculation(setup: Setup, a: Asked, blocks: int, notes: list[str]) -> tuple[int, Tricks]:
+def _speculation(setup: Setup, cost: StepCost, a: Asked, blocks: int, notes: list[str]) -> tuple[int, Tricks]:
     """The cache blocks left beside the draft, and the tricks its steps are priced by."""
     k = a.spec_k or 0
     tps = tokens_per_step(k, a.acceptance)
@@ -157,7 +158,7 @@ def _speculation(setup: Setup, a: Asked, blocks: int, notes: list[str]) -> tuple
         def draft_step(b: int, ctx: float) -> float:
             # a decode step is bound by the bytes it reads: the draft's, at the rate the model's step reaches
             ratio = (d_weights + b * ctx * d_kv) / (setup.weights_per_rank + b * ctx * setup.kv_per_token_rank)
-            return k * setup.decode_s(b, int(ctx)) * ratio + k * b * setup.prefill_per_token
+            return k * cost.decode_s(b, ctx) * ratio + k * b * setup.prefill_per_token
         what = f"the draft model {name}"
     else:  # a one-layer head (EAGLE, MTP): 1/layers of the model's step, weights and cache
         layers = max(setup.layers, 1)
@@ -165,7 +166,7 @@ def _speculation(setup: Setup, a: Asked, blocks: int, notes: list[str]) -> tuple
         cache_share = 1 / layers
 
         def draft_step(b: int, ctx: float) -> float:
-            return k * setup.decode_s(b, int(ctx)) / layers + k * b * setup.prefill_per_token
+            return k * cost.decode_s(b, ctx) / layers + k * b * setup.prefill_per_token
         what = "a one-layer draft head"
     left = int((blocks - (extra_weights / block_bytes if block_bytes else 0)) / (1 + cache_share))
     notes.append(f"speculative decoding: {k} tokens proposed by {what}, each accepted with probability "
