@@ -55,9 +55,10 @@ def test_vllm_rule(tiny) -> None:
     big = _cache(tiny, "vllm", max_num_batched_tokens=8192, gpu_memory_utilization=0.5)
     assert big.held_back["activations"] == 4 * v.held_back["activations"]
     assert big.capacity_bytes == int(RTX3090 * 0.5) - sum(big.held_back.values())
-    # tensor parallel over NVLink: NCCL and custom all-reduce buffers outside PyTorch on every rank;
+    # tensor parallel over NVLink: NCCL and custom all-reduce buffers outside PyTorch on every rank (2.07-2.21
+    # GiB printed by vLLM 0.19 at tp 2 and 4 on H100s, benchmarks/published/serving.toml);
     # between PCIe cards vLLM leaves the custom all-reduce out (custom_all_reduce.py)
-    assert _cache(tiny, "vllm", gpu="h100-sxm", tp=2).held_back["outside PyTorch"] == int(1.8 * GIB)
+    assert _cache(tiny, "vllm", gpu="h100-sxm", tp=2).held_back["outside PyTorch"] == int(2.1 * GIB)
     assert _cache(tiny, "vllm", tp=2).held_back["outside PyTorch"] == GIB // 4
 
 

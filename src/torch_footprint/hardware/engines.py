@@ -4,7 +4,8 @@ takes under the flag names ``footprint llm`` gives them, with the engine's defau
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -42,23 +43,65 @@ class EngineProfile:
     non_torch_tp_gib: float = 0.0  # the same where ranks talk (NCCL and all-reduce buffers)
     cuda_graph_gib: float = 0.0  # CUDA graphs' memory counted inside the budget
     fraction_by_tp: dict[int, float] = field(default_factory=dict)  # a default fraction by tensor parallelism
+    # the profile run's tokens: "budget" (the token budget knob) or "longest" (vLLM V0 without chunked
+    # prefill: max(max_model_len, 2048); chunked_tokens from max_model_len chunked_above on)
+    profile_tokens: str = "budget"
+    chunked_above: int = 0
+    chunked_tokens: int = 0
+    sampler_bytes_per_logit: float = 0.0  # the profile's sampler run: bytes per logit of max_num_seqs x vocabulary
+    small_device_names: tuple[str, ...] = ()  # devices given the small defaults whatever their memory
+    context_held: bool = False  # the CUDA context and cuBLAS workspace are held back too (measured as total - free)
+    version: str = ""  # the release whose rule this is ("" the newest)
+    eras: tuple[dict[str, Any], ...] = ()  # earlier rules: {"until": "X.Y.Z", fields overridden...}
 
-    def knob(self, name: str, given: float | None, tp: int = 1, total_bytes: int | None = None) -> float:
+    def knob(self, name: str, given: float | None, tp: int = 1, total_bytes: int | None = None,
+             device: str = "") -> float:
         """A knob's value: the one given, else the engine's default (for the fraction, by
-        tensor parallelism where the engine says so; vLLM's token budget by device size)."""
+        tensor parallelism where the engine says so; vLLM's token budget and requests in flight
+        by device: ``NAME_small`` under ``small_device_gib`` or on ``small_device_names``)."""
         if given is not None:
             return given
         if name == self.fraction_knob and self.fraction_by_tp:
             at = max((k for k in self.fraction_by_tp if k <= tp), default=min(self.fraction_by_tp))
             return self.fraction_by_tp[at]
-        small = self.knobs.get("small_device_gib")
-        if name == "max_num_batched_tokens" and small and total_bytes is not None and total_bytes < small * 2**30:
-            return self.knobs["max_num_batched_tokens_small"]
+        if f"{name}_small" in self.knobs and self.small(total_bytes, device):
+            return self.knobs[f"{name}_small"]
         return self.knobs[name]
+
+    def small(self, total_bytes: int | None, device: str = "") -> bool:
+        """Whether a device gets the engine's small defaults."""
+        limit = self.knobs.get("small_device_gib")
+        if limit and total_bytes is not None and total_bytes < limit * 2**30:
+            return True
+        return any(n in device.lower() for n in self.small_device_names)
+
+    def defaults(self) -> list[str]:
+        """The knobs' names (not their small-device variants)."""
+        return [n for n in self.knobs if not n.endswith("_small") and n != "small_device_gib"]
+
+    def at(self, version: str | None) -> EngineProfile:
+        """The rule of the release ``version`` (its first x.y[.z]: "~0.6.4 (V0)" is 0.6.4): the
+        first era whose ``until`` is at or above it, else the newest; None: the newest."""
+        got = release(version)
+        if got is None:
+            return self
+        for era in self.eras:
+            if got <= release(era["until"]):  # type: ignore[operator]
+                fields = {k: v for k, v in era.items() if k not in ("until", "source", "non_torch_from", "knobs")}
+                if "knobs" in era:
+                    fields["knobs"] = {**self.knobs, **{k: float(v) for k, v in era["knobs"].items()}}
+                return replace(self, **fields, version=str(version), eras=())
+        return replace(self, version=str(version), eras=())
 
     def takes(self, name: str) -> bool:
         """Whether the engine has this knob (max_model_len: every engine with a token budget)."""
         return name in self.knobs or (name == "max_model_len" and self.budget != "context")
+
+
+def release(version: str | None) -> tuple[int, ...] | None:
+    """A version's first x.y[.z] as numbers; None where it has none."""
+    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    return tuple(int(g or 0) for g in found.groups()) if found else None
 
 
 def _profile(path: Path) -> EngineProfile:
@@ -67,7 +110,12 @@ def _profile(path: Path) -> EngineProfile:
         raise FootprintError(f"{path.name}: budget must be one of {', '.join(BUDGETS)}, got {raw.get('budget')!r}")
     by_tp = {int(k): float(v) for k, v in raw.pop("fraction_by_tp", {}).items()}
     knobs = {k: float(v) for k, v in raw.pop("knobs", {}).items()}
-    return EngineProfile(**raw, knobs=knobs, fraction_by_tp=by_tp)
+    eras = tuple(raw.pop("eras", ()))
+    raw["small_device_names"] = tuple(raw.get("small_device_names", ()))
+    for era in eras:
+        if release(era.get("until")) is None:
+            raise FootprintError(f"{path.name}: every era needs an 'until' version, got {era.get('until')!r}")
+    return EngineProfile(**raw, knobs=knobs, fraction_by_tp=by_tp, eras=eras)
 
 
 @cache

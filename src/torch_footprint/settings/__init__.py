@@ -181,6 +181,9 @@ class Serving(Record):
     knobs below take the engine's defaults)"""
     max_model_len: int | None = opt(metavar="TOKENS")
     """with --engine: the longest request the engine admits (default: the model's maximum positions)"""
+    engine_version: str | None = opt(metavar="VERSION")
+    """with --engine: the release whose sizing rule applies, e.g. 0.6.4 (default: the newest; vLLM before 0.8
+    profiles max(max_model_len, 2048) tokens and counts memory outside PyTorch as that release did)"""
     gpu_memory_utilization: float | None = opt(metavar="F")
     """with --engine vllm: the fraction of the GPU's memory vLLM may use (default 0.9)"""
     max_num_seqs: int | None = opt(metavar="N")
@@ -194,7 +197,7 @@ class Serving(Record):
     tokens_per_block 32)"""
     mem_fraction_static: float | None = opt(metavar="F")
     """with --engine sglang: the fraction of memory for weights and the token pool (default by tensor
-    parallelism: 0.88 at 1 GPU, 0.87 at 2, 0.85 at 4, 0.81 at 8)"""
+    parallelism: 0.88 at 1 GPU, 0.87 at 2, 0.85 at 4, 0.81 at 8, 0.79 at 16)"""
     kv_cache_free_gpu_memory_fraction: float | None = opt(metavar="F")
     """with --engine trtllm: the fraction of the memory left free after the weights and activations that the
     KV cache takes (default 0.9)"""

@@ -48,9 +48,14 @@ KNOBS = ("max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_bat
 
 def engine_knobs(s: Serving) -> dict[str, float]:
     """The engine knobs given, checked against the engine's own (one it lacks is an error)."""
-    from ...hardware.engines import profile, profiles
+    from ...hardware.engines import profile, profiles, release
 
     given = {k: getattr(s, k) for k in KNOBS if getattr(s, k) is not None}
+    if s.engine_version is not None:
+        if s.engine is None:
+            raise FootprintError("--engine-version goes with --engine NAME")
+        if release(s.engine_version) is None:
+            raise FootprintError(f"--engine-version must name a release such as 0.6.4, got '{s.engine_version}'")
     if not given:
         return {}
     if s.engine is None:
@@ -96,7 +101,7 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     prompt, output, _ = default_lengths(s.prompt, s.output, None)
     priced = Priced(batch=w.batch or DEFAULT_BATCH, prompt=prompt, output=output, weights=scheme,
                     kv_bytes=kv_scheme(s.kv) if s.kv else None, kv_name=s.kv, gpus=p.gpus, tp=tp, engine=s.engine,
-                    chunk=s.chunk, knobs=knobs, max_model_len=s.max_model_len,
+                    chunk=s.chunk, knobs=knobs, max_model_len=s.max_model_len, engine_version=s.engine_version,
                     simulate=(s.concurrency, s.num_prompts or 10 * s.concurrency) if s.simulate else None,
                     prices=target.price)
     check_context(priced, None, s.allow_longer)

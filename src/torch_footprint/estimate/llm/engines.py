@@ -49,19 +49,46 @@ def _no_room(p: EngineProfile, tokens: int, max_model_len: int) -> str | None:
     return None
 
 
+def longest_profile(p: EngineProfile, max_model_len: int) -> int:
+    """vLLM V0's profile batch without a token budget given: max(max_model_len, 2048) tokens
+    (vllm/config.py SchedulerConfig), or chunked prefill's budget where arg_utils.py turns it on
+    for long contexts (``chunked_above`` tokens and more)."""
+    if p.chunked_above and max_model_len >= p.chunked_above:
+        return p.chunked_tokens
+    return max(max_model_len, 2048)
+
+
+def sampler_run(p: EngineProfile, mem: _Memory, seqs: int) -> int:
+    """The profile's sampler run (vLLM V1 gpu_model_runner.py _dummy_sampler_run: logits of
+    max_num_seqs requests over the whole vocabulary, sampled with top-k and top-p): its bytes,
+    ``sampler_bytes_per_logit`` per logit with 16-bit activations (the head's logits are in the
+    model's dtype: two bytes more in float32); it runs after the forward pass, so the profile's
+    peak is the larger of the two."""
+    if not p.sampler_bytes_per_logit:
+        return 0
+    vocab = getattr(mem.st.config, "vocab_size", None) or getattr(
+        getattr(mem.st.config, "text_config", None), "vocab_size", 0) or 0
+    wide = 2 if mem.st.dtype == "float32" else 0
+    return int((p.sampler_bytes_per_logit + wide) * seqs * vocab)
+
+
 def engine_cache(p: EngineProfile, given: dict[str, float], mem: _Memory, total: int, tp: int,
-                 max_model_len: int, context: int, nvlink: bool = True) -> EngineCache:
+                 max_model_len: int, context: int, nvlink: bool = True, device: str = "") -> EngineCache:
     """``p``'s cache on an accelerator of ``total`` bytes (as CUDA reports it), per rank, with
     the knobs ``given`` (the rest at the engine's defaults); ``nvlink``: the ranks talk over
     NVLink (vllm/distributed/device_communicators/custom_all_reduce.py)."""
-    knobs = {name: p.knob(name, given.get(name), tp, total) for name in p.knobs
-             if name not in ("max_num_batched_tokens_small", "small_device_gib")}
+    knobs = {name: p.knob(name, given.get(name), tp, total, device) for name in p.defaults()}
     block = int(knobs.get(p.block_knob, 1)) if p.block_knob else 1
     per_block = max(mem.kv(block) - mem.kv(0), 1)
     non_torch = int((p.non_torch_tp_gib if tp > 1 and nvlink else p.non_torch_gib) * GIB)
     held: dict[str, int] = {"weights": mem.weights}
     if p.profile_tokens_knob:
-        held["activations"] = mem.act_per_token * int(knobs[p.profile_tokens_knob])
+        if p.profile_tokens == "longest" and p.profile_tokens_knob not in given:
+            knobs[p.profile_tokens_knob] = longest_profile(p, max_model_len)
+        held["activations"] = max(mem.act_per_token * int(knobs[p.profile_tokens_knob]),
+                                  sampler_run(p, mem, int(knobs.get("max_num_seqs", 0))))
+    if p.context_held:
+        held["CUDA context"] = mem.overhead
     if non_torch:
         held["outside PyTorch"] = non_torch
     if p.cuda_graph_gib:

@@ -70,6 +70,7 @@ class Priced:
     chunk: int | None = None  # chunked prefill: tokens per chunk
     knobs: dict[str, float] = field(default_factory=dict)  # the engine's knobs given (the rest: its defaults)
     max_model_len: int | None = None  # the engine's longest request (None: the model's maximum)
+    engine_version: str | None = None  # the engine release whose sizing rule applies (None: the newest)
     simulate: tuple[int, int] | None = None  # continuous batching: (clients, requests)
     sim: Asked | None = None  # the simulation asked in full (requests, rates, features), beside ``simulate``
     prices: tuple[str, ...] = ()  # GPU-hour prices given (ID=USD/H)
@@ -231,6 +232,13 @@ class _Memory:
         return self.weights + self.overhead + max(kv_end, during_prefill)
 
 
+def kv_per_rank(st: ServingTrace, tokens: int, tp: int = 1, kv_bytes: int | None = None) -> int:
+    """The cache bytes of one sequence of ``tokens`` tokens on one of ``tp`` tensor-parallel
+    ranks (heads split; a latent cache whole on every rank), stored at ``kv_bytes`` per element."""
+    elem = 4 if st.dtype == "float32" else 2
+    return _Memory(0, 0, 0, (kv_bytes / elem) if kv_bytes else 1.0, st, tp, None).kv(tokens)
+
+
 def _activation_per_token(st: ServingTrace) -> int:
     """The prefill's transient bytes per prompt token: the traced peak above the weights,
     buffers and inputs, less the cache it built (which stays)."""
@@ -298,7 +306,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     for acc in accelerators:
         row_notes: list[str] = []
         overhead = sum(CUDA_OVERHEADS.values()) if acc.kind == "gpu" else 0
-        mem = _Memory(per_rank_weights, overhead, act, kv_ratio, st, tp, s.chunk, _budget(s, acc.usable_bytes))
+        mem = _Memory(per_rank_weights, overhead, act, kv_ratio, st, tp, s.chunk, _budget(s, acc.usable_bytes, acc.id))
         kv_end, act_now = mem.peak(s.batch, s.prompt, s.context)
         total = mem.total(s.batch, s.prompt, s.context)
         cap = acc.usable_bytes  # what CUDA reports, where known (hardware/db.py)
@@ -312,7 +320,8 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
 
         max_batch = largest_true(fits_batch, limit=1 << 20)
         max_ctx = largest_true(fits_context, limit=limit or (1 << 24))
-        vllm = _engine(mem, cap, s, st.max_context, "NVLink" in acc.link) if s.engine or s.simulate or s.sim else None
+        vllm = _engine(mem, cap, s, st.max_context, "NVLink" in acc.link, acc.id) \
+            if s.engine or s.simulate or s.sim else None
         if vllm is not None and s.engine:  # the engine admits what its cache blocks and max_num_seqs allow
             held = vllm.blocks // -(-s.context // vllm.block)
             seqs = vllm.knobs.get("max_num_seqs")
@@ -411,20 +420,20 @@ def _rate(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp32")
 
 
-def _budget(s: Priced, total: int) -> int | None:
+def _budget(s: Priced, total: int, device: str = "") -> int | None:
     """The engine's tokens per step (its chunked prefill's budget) on a device of ``total``
     bytes: the knob given, else the engine's default; None without an engine."""
     if not s.engine:
         return None
-    p = profile(s.engine)
-    return int(p.knob(p.profile_tokens_knob, s.knobs.get(p.profile_tokens_knob), s.tp, total)) \
+    p = profile(s.engine).at(s.engine_version)
+    return int(p.knob(p.profile_tokens_knob, s.knobs.get(p.profile_tokens_knob), s.tp, total, device)) \
         if p.profile_tokens_knob else None
 
 
-def _engine(mem: _Memory, cap: int, s: Priced, model_max: int | None, nvlink: bool) -> EngineCache:
+def _engine(mem: _Memory, cap: int, s: Priced, model_max: int | None, nvlink: bool, device: str) -> EngineCache:
     """The engine's cache sizing on this accelerator (:mod:`.engines`)."""
-    return engine_cache(profile(s.engine or "vllm"), s.knobs, mem, cap, s.tp,
-                        s.max_model_len or model_max or s.context, s.context, nvlink)
+    return engine_cache(profile(s.engine or "vllm").at(s.engine_version), s.knobs, mem, cap, s.tp,
+                        s.max_model_len or model_max or s.context, s.context, nvlink, device)
 
 
 def check_context(serving: Priced, max_context: int | None, allow_longer: bool) -> None:
@@ -437,4 +446,4 @@ def check_context(serving: Priced, max_context: int | None, allow_longer: bool) 
                              "or pass --allow-longer")
 
 
-__all__ = ["EngineCache", "LlmResult", "LlmRow", "Priced", "check_context", "serve"]
+__all__ = ["EngineCache", "LlmResult", "LlmRow", "Priced", "check_context", "kv_per_rank", "serve"]
