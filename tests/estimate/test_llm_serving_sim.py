@@ -86,6 +86,9 @@ def test_disaggregated_prefill_then_the_cache_over_the_link() -> None:
     assert m["e2e_s"]["p50"] == pytest.approx(9.2)
     assert m["tpot_s"]["p50"] == pytest.approx(9.1 / 9)
     assert m["gpus"] == 2
+    # a one-token request ends with its prefill: it never reaches the decode pool
+    one = simulate_serving(_setup(), Asked(100, 1, 1, 1, rates=[math.inf], pools=(1, 1)))
+    assert one["e2e_s"]["p50"] == pytest.approx(0.1) and one["iterations"] == 1
 
 
 def test_cost_and_energy_per_token() -> None:

@@ -203,7 +203,7 @@ def _disaggregated(setup: Setup, cost: StepCost, sent: list[Sent], pools: tuple[
         return s.prompt * setup.kv_per_token_rank / link if link else 0.0
 
     ends: dict[int, float] = {}
-    ready = [i for i in range(len(sent)) if i in first]
+    ready = [i for i in range(len(sent)) if i in first and sent[i].output > 1]  # one token: done at prefill
     for k in range(d):
         part = [i for n, i in enumerate(ready) if n % d == k]
         mine = [Sent(first[i] + moved(sent[i]), sent[i].prompt, sent[i].output) for i in part]
