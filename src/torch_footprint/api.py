@@ -22,6 +22,7 @@ from .settings import (
     Record,
     Sections,
     Serving,
+    Simulation,
     Target,
     Training,
     Watch,
@@ -64,7 +65,7 @@ VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
     "fit": {Workload: WORK, Training: ALL, Parallel: ALL, Target: (*ESTIMATE, "utilisation", "latency")},
     "report": {Workload: WORK, Training: ALL, Target: ("gpu", "hardware", "utilisation"), Sections: ALL},
     "llm": {Workload: ("model", "batch", "trust_remote_code"), Serving: ALL, Parallel: ("gpus", "tp"),
-            Target: ("gpu", "hardware", "device", "efficiency")},
+            Target: ("gpu", "hardware", "device", "efficiency", "price"), Simulation: ALL},
     "calibrate": {Target: ("device",), Measurement: ("nproc", "threads"), Calibration: ALL},
     "watch": {Watch: ALL, Workload: ("inputs", "batch", "precision", "weights", "trust_remote_code"), Training: ALL,
               Target: ("device", "utilisation")},
@@ -219,8 +220,8 @@ def llm(model: ModelLike, *, progress: Callable[[str], None] | None = None, **se
     from .estimate.llm import serve_model
 
     progress = progress or settings.pop("on_step", None)
-    w, s, p, target = _records("llm", settings, model)
-    res = serve_model(w, s, p, target, progress)
+    w, s, p, target, sim = _records("llm", settings, model)
+    res = serve_model(w, s, p, target, progress, sim)
     if s.measure:
         from .measure.generate import measure_model
 

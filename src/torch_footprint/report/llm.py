@@ -115,13 +115,38 @@ def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
         def pcts(key: str) -> str:
             return " / ".join(_ms(m[key][q]) for q in ("p50", "p90", "p99"))
 
+        rate = m.get("request_rate")
+        sent = (f"at {rate:g} requests/s (Poisson)" if rate and rate != float("inf") else "all at once" if rate
+                else f"from {m['concurrency']} clients" if m.get("concurrency") else "at the trace's times")
+        lengths = m.get("lengths") or "fixed"
         cells += [["simulated serving", f"{_rate(m['output_tokens_per_s'])}",
-                   f"output tokens/s: {m['requests']:,} requests from {m['concurrency']} clients in "
-                   f"{m['duration_s']:.1f} s; {m['preemptions']} preemptions; cache at most "
+                   f"output tokens/s ({_rate(m.get('input_tokens_per_s') or 0)} in): {m['requests']:,} requests "
+                   f"{sent} in {m['duration_s']:.1f} s; {m['preemptions']} preemptions; cache at most "
                    f"{100 * m['kv_peak_fraction']:.0f}% full"],
                   ["TTFT p50/p90/p99", pcts("ttft_s"), "chunked prefill beside the running decodes"],
                   ["TPOT p50/p90/p99", pcts("tpot_s"), ""],
-                  ["latency p50/p90/p99", pcts("e2e_s"), f"{s.prompt:,} + {s.output:,} tokens"]]
+                  ["ITL p50/p90/p99", pcts("itl_s"), "between a request's tokens"] if "itl_s" in m else ["", "", ""],
+                  ["latency p50/p90/p99", pcts("e2e_s"),
+                   f"{s.prompt:,} + {s.output:,} tokens" if lengths == "fixed" else f"lengths: {lengths}"]]
+        if "slo" in m:
+            slo = m["slo"]
+            cells.append(["goodput", f"{m['goodput_requests_per_s']:.3g} req/s",
+                          f"{100 * slo['fraction']:.0f}% of requests meet TTFT <= "
+                          f"{_ms(slo['ttft_s']) if slo['ttft_s'] else '-'} and TPOT <= "
+                          f"{_ms(slo['tpot_s']) if slo['tpot_s'] else '-'}"])
+        if m.get("usd_per_m_output_tokens") is not None:
+            cells.append(["$ per million tokens", f"${m['usd_per_m_output_tokens']:.3g} out",
+                          f"${m['usd_per_m_input_tokens']:.3g} in; {m['gpus']} GPU(s) at "
+                          f"${m['usd_per_gpu_hour']:g}/h ({m['price_source']})"])
+        if m.get("joules_per_output_token") is not None:
+            cells.append(["energy per token", f"{m['joules_per_output_token']:.3g} J out",
+                          f"{m['joules_per_input_token'] or 0:.3g} J in; {m['energy_note']}"])
+        for row in m.get("sweep") or []:
+            cells.append([f"at {row['request_rate']:g} req/s", _rate(row["output_tokens_per_s"]),
+                          f"TTFT p50 {_ms(row['ttft_s']['p50'])}, TPOT p50 {_ms(row['tpot_s']['p50'])}, "
+                          f"latency p99 {_ms(row['e2e_s']['p99'])}"])
+        cells += [["", "", note] for note in m.get("notes") or []]
+        cells = [c for c in cells if any(c)]
     cols = [Column("", "left"), Column("value"), Column("note", "left", wrap=True, style="dim")]
     return fit_tables(cols, cells, width)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .simulation import simulation_charts
 from .svg import Linear, Log, byte_ticks, esc, num, open_svg, polyline_points, spread, x_axis, y_axis
 from .units import binary, duration
 
@@ -109,4 +110,4 @@ def serving(doc: dict[str, Any]) -> str:
              "are drawn" if shown else "no accelerator fits, so none is drawn")
     note = ('<p class="note">Memory: weights + runtime + the larger of (KV cache at the prompt + the prefill\'s '
             f"activations) and (KV cache at the full context), per rank; {drawn}{esc(above)}.</p>")
-    return charts + _table(rows) + note
+    return charts + _table(rows) + note + simulation_charts(rows)

@@ -21,11 +21,12 @@ from typing import Any, Literal
 from ..errors import FootprintError
 from ..quantities import parse_bytes, parse_seconds
 from .fields import Record, field_docs, field_types, gather, literal_choices, opt, signature_of, verb_records
+from .simulation import Simulation
 from .training import Grads, Optimizer, Parallel, PipelineSchedule, Strategy, Training
 
 __all__ = ["RECORDS", "Calibration", "Grads", "Measurement", "Memory", "Optimizer", "Parallel", "PipelineSchedule",
-           "Record", "Sections", "Serving", "Strategy", "Target", "Training", "Watch", "Workload", "field_docs",
-           "field_types", "gather", "literal_choices", "opt", "signature_of", "verb_records"]
+           "Record", "Sections", "Serving", "Simulation", "Strategy", "Target", "Training", "Watch", "Workload",
+           "field_docs", "field_types", "gather", "literal_choices", "opt", "signature_of", "verb_records"]
 
 Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
 Quant = Literal["fp32", "bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "q4_0",
@@ -211,9 +212,9 @@ class Serving(Record):
     --max-num-batched-tokens, admission by free cache blocks and --max-num-seqs, preemption): --num-prompts
     requests of --prompt + --output tokens from --concurrency clients; throughput, TTFT, TPOT, latency p50/p90/p99"""
     concurrency: int = opt(8, metavar="N")
-    """with --simulate: clients, each sending its next request when the last one ends"""
+    """with --simulate: clients, each sending its next request when the last one ends (not with --request-rate)"""
     num_prompts: int | None = opt(metavar="N")
-    """with --simulate: requests in all (default 10 per client)"""
+    """with --simulate: requests in all (default 10 per client; at a --request-rate 1,000; a trace: its rows)"""
     allow_longer: bool = opt(False)
     """allow a context beyond the model's maximum"""
     measure: bool = opt(False)
@@ -333,7 +334,7 @@ class Calibration(Record):
     """save even a calibration that fails its sanity checks"""
 
 
-RECORDS: tuple[type[Record], ...] = (Workload, Training, Parallel, Target, Memory, Serving, Measurement, Watch,
-                                     Sections, Calibration)
+RECORDS: tuple[type[Record], ...] = (Workload, Training, Parallel, Target, Memory, Serving, Simulation, Measurement,
+                                     Watch, Sections, Calibration)
 
 

@@ -8,9 +8,10 @@ from collections.abc import Callable
 
 from ...errors import FootprintError
 from ...hardware import Accelerator
-from ...settings import Parallel, Serving, Target, Workload
+from ...settings import Parallel, Serving, Simulation, Target, Workload
 from .pricing import LlmResult, Priced, check_context, serve
 from .quantization import activation_dtype, checkpoint_scheme, kv_scheme, weight_scheme
+from .serving_sim import Asked, parse_rates
 from .trace import trace_serving
 
 DEFAULT_BATCH = 1
@@ -69,8 +70,23 @@ def engine_knobs(s: Serving) -> dict[str, float]:
     return {k: float(v) for k, v in given.items() if k != "max_model_len"}
 
 
+def asked(s: Serving, sim: Simulation, priced: Priced) -> Asked:
+    """The simulation asked (the lengths are set again once fitted to the model)."""
+    from .requests import distributions, read_trace
+
+    if sim.lengths != "fixed" and sim.lengths not in distributions():
+        raise FootprintError(f"no length distribution '{sim.lengths}' (shipped: fixed, {', '.join(distributions())})")
+    if sim.request_trace:
+        read_trace(sim.request_trace)  # a malformed file refused before the model is traced
+    slo_ttft, slo_tpot = sim.slos()
+    return Asked(priced.prompt, priced.output, s.concurrency, s.num_prompts,
+                 parse_rates(sim.request_rate) if sim.request_rate else None, sim.lengths, sim.request_trace, sim.seed,
+                 slo_ttft, slo_tpot, sim.prefix_hit_rate, sim.num_speculative_tokens, sim.acceptance_rate,
+                 sim.pools() if sim.disaggregate else None)
+
+
 def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Target = Target(),
-                progress: Callable[[str], None] | None = None) -> LlmResult:
+                progress: Callable[[str], None] | None = None, sim: Simulation | None = None) -> LlmResult:
     """What ``w``'s causal language model needs to serve ``s`` on ``p.gpus`` per replica
     (``p.tp``-way tensor parallel, default all of them) on the target's accelerators (every one
     with a bandwidth figure when none is named; with ``s.measure`` this machine's device too)."""
@@ -86,7 +102,8 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     priced = Priced(batch=w.batch or DEFAULT_BATCH, prompt=prompt, output=output, weights=scheme,
                     kv_bytes=kv_scheme(s.kv) if s.kv else None, kv_name=s.kv, gpus=p.gpus, tp=tp, engine=s.engine,
                     chunk=s.chunk, knobs=knobs, max_model_len=s.max_model_len, engine_version=s.engine_version,
-                    simulate=(s.concurrency, s.num_prompts or 10 * s.concurrency) if s.simulate else None)
+                    simulate=(s.concurrency, s.num_prompts or 10 * s.concurrency) if s.simulate else None,
+                    prices=target.price)
     check_context(priced, None, s.allow_longer)
     fitted: list[str] = []
 
@@ -102,6 +119,9 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
                                  "it; lower it, or pass --allow-longer")
         return priced.prompt
 
+    sim = sim or Simulation()
+    if s.simulate or sim.asked:
+        priced.sim = asked(s, sim, priced)
     dtype = activation_dtype(scheme)
     st = trace_serving(w.model, batch=1, prompt=prompt, dtype=dtype, trust_remote_code=w.trust_remote_code,
                        on_step=progress, check_context=fit_lengths)
@@ -116,6 +136,14 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
         wanted += [find(rows, g) for g in target.gpu]
     elif not s.measure:
         wanted = [a for a in rows if a.bandwidth_gbs is not None or a.calibrated]
+    if priced.sim is not None:
+        priced.sim.prompt, priced.sim.output = priced.prompt, priced.output
+        priced.sim.most = s.max_model_len or st.max_context
+        if sim.speculative_model:  # the draft: its weights and cache per token, as traced
+            d = trace_serving(sim.speculative_model, batch=1, prompt=min(priced.prompt, 128), dtype=dtype,
+                              trust_remote_code=w.trust_remote_code, on_step=progress)
+            priced.sim.draft = (sum(p.nbytes for p in d.prefill.params) + sum(b.nbytes for b in d.prefill.buffers),
+                                float(d.kv_bytes_per_token), d.name)
     res = serve(st, priced, wanted, max_context=None if s.allow_longer else st.max_context,
                 efficiency=target.efficiencies)
     res.notes[:0] = fitted

@@ -45,7 +45,7 @@ from ..memory import CUDA_OVERHEADS
 from .engines import engine_cache
 from .quantization import Param, Scheme
 from .result import EngineCache, LlmResult, LlmRow
-from .simulate import StepCost, simulate
+from .serving_sim import Asked, Setup, simulate_serving
 from .trace import ServingTrace
 
 LLM_EFFICIENCY = {"matrix": 0.6, "vector": 0.5, "memory": 0.7}
@@ -72,6 +72,8 @@ class Priced:
     max_model_len: int | None = None  # the engine's longest request (None: the model's maximum)
     engine_version: str | None = None  # the engine release whose sizing rule applies (None: the newest)
     simulate: tuple[int, int] | None = None  # continuous batching: (clients, requests)
+    sim: Asked | None = None  # the simulation asked in full (requests, rates, features), beside ``simulate``
+    prices: tuple[str, ...] = ()  # GPU-hour prices given (ID=USD/H)
 
     @property
     def context(self) -> int:
@@ -288,6 +290,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     dec_gs = {engine: {L: Grouped.of(scaled(t, s.batch, traced, priced, reached(s.batch), tp))
                        for L, t in ts.items()} for engine, ts in traces_at.items()}
     at_batch: dict[tuple[bool, int], Grouped] = {}
+    by_ctx: dict[tuple[bool, int], Trace] = {}
     prefill_at: dict[int, Grouped] = {s.batch: pre_g}
 
     def decode_at_batch(b: int, engine: bool) -> Grouped:
@@ -317,7 +320,8 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
 
         max_batch = largest_true(fits_batch, limit=1 << 20)
         max_ctx = largest_true(fits_context, limit=limit or (1 << 24))
-        vllm = _engine(mem, cap, s, st.max_context, "NVLink" in acc.link, acc.id) if s.engine or s.simulate else None
+        vllm = _engine(mem, cap, s, st.max_context, "NVLink" in acc.link, acc.id) \
+            if s.engine or s.simulate or s.sim else None
         if vllm is not None and s.engine:  # the engine admits what its cache blocks and max_num_seqs allow
             held = vllm.blocks // -(-s.context // vllm.block)
             seqs = vllm.knobs.get("max_num_seqs")
@@ -370,19 +374,19 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         bandwidth = max(acc.bandwidth or 0.0, rates.highest_bandwidth())
         mbu = dec_g[mid].bytes_read / tpot_mean / bandwidth if tpot_mean and bandwidth else 0.0
         simulated = None
-        if s.simulate and vllm is not None:
+        if (s.simulate or s.sim) and vllm is not None:
             def decode_s(b: int, ctx: int, engine: bool = engine, time_of: Any = time_of,
                          tp_comm: Any = tp_comm) -> float:
-                return time_of(Grouped.of(scaled(traces_at[engine][ctx], b, traced, priced, reached(b), tp))) \
+                if (engine, ctx) not in by_ctx:
+                    by_ctx[engine, ctx] = traces_at[engine].get(ctx) \
+                        or st.decode_at(ctx, engine, kv_ratio if engine else 1.0)
+                return time_of(Grouped.of(scaled(by_ctx[engine, ctx], b, traced, priced, reached(b), tp))) \
                     + tp_comm(b)
 
-            seqs = int(vllm.knobs.get("max_num_seqs", 256))
-            cost = StepCost(decode_s, (time_of(prefill_at_batch(1)) + tp_comm(s.prompt)) / s.prompt, lengths,
-                            max(2, min(seqs, 64)))
-            simulated = simulate(cost, prompt=s.prompt, output=s.output, concurrency=s.simulate[0],
-                                 requests=s.simulate[1], kv_blocks=vllm.blocks, block=vllm.block, max_num_seqs=seqs,
-                                 budget=int(vllm.knobs.get("max_num_batched_tokens",
-                                                           vllm.knobs.get("ubatch_size", 2048))))
+            link_bps = link.bandwidth if link else PCIE4_GBS * 1e9 * LINK_EFFICIENCY
+            setup = Setup(decode_s, (time_of(prefill_at_batch(1)) + tp_comm(s.prompt)) / s.prompt, vllm, n_layers,
+                          per_rank_weights, mem.kv(1024) / 1024, link_bps, s.gpus, acc, s.prices)
+            simulated = simulate_serving(setup, s.sim or Asked(s.prompt, s.output, *s.simulate))  # type: ignore[misc]
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
         batches = _doubling(1, max_batch) if max_batch else []
