@@ -152,13 +152,22 @@ class Grouped:
     counts: list[int]
 
     @classmethod
-    def of(cls, trace: Trace) -> Grouped:
+    def at(cls, trace: Trace, batch: int, traced: list[int], priced: list[int], fraction: dict[int, float],
+           per_rank: int = 1) -> Grouped:
+        """``Grouped.of(scaled(trace, ...))`` merged at batch 1 first (operators alike there that
+        read alike weights are alike at any batch; a sum over merged operators is the same sum),
+        so each distinct operator is scaled once."""
+        g = cls.of(trace, lambda e: _weights_read(e, traced, priced, fraction))
+        return cls(scaled(g.trace, batch, traced, priced, fraction, per_rank), g.counts)
+
+    @classmethod
+    def of(cls, trace: Trace, extra: Any = None) -> Grouped:
         index: dict[tuple[Any, ...], int] = {}
         events: list[OpEvent] = []
         counts: list[int] = []
         for e in trace.events:
             key = (e.op, e.kind, e.flops, e.macs, e.bytes_read, e.bytes_written,
-                   tuple(map(tuple, e.out_shapes)), tuple(e.out_dtypes))
+                   tuple(map(tuple, e.out_shapes)), tuple(e.out_dtypes), extra(e) if extra else None)
             i = index.get(key)
             if i is None:
                 index[key] = len(events)
@@ -272,24 +281,24 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     prefill_flops = sum(e.flops for e in st.prefill.events) * s.batch
     mid = s.prompt + max(s.output - 1, 0) // 2
     lengths = sorted({s.prompt, mid, s.context - 1})
-    pre_g = Grouped.of(scaled(st.prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp))
+    pre_g = Grouped.at(st.prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp)
     # datasheet rows are priced as engines serve; a calibrated (local) device as eager PyTorch runs
     # an engine reads a quantized cache at its own bytes; eager PyTorch (a calibrated device) as traced
     traces_at = {engine: {L: st.decode_at(L, engine, kv_ratio if engine else 1.0) for L in lengths}
                  for engine in {not a.calibrated for a in accelerators}}
-    dec_gs = {engine: {L: Grouped.of(scaled(t, s.batch, traced, priced, reached(s.batch), tp))
+    dec_gs = {engine: {L: Grouped.at(t, s.batch, traced, priced, reached(s.batch), tp)
                        for L, t in ts.items()} for engine, ts in traces_at.items()}
     at_batch: dict[tuple[bool, int], Grouped] = {}
     prefill_at: dict[int, Grouped] = {s.batch: pre_g}
 
     def decode_at_batch(b: int, engine: bool) -> Grouped:
         if (engine, b) not in at_batch:
-            at_batch[engine, b] = Grouped.of(scaled(traces_at[engine][mid], b, traced, priced, reached(b), tp))
+            at_batch[engine, b] = Grouped.at(traces_at[engine][mid], b, traced, priced, reached(b), tp)
         return at_batch[engine, b]
 
     def prefill_at_batch(b: int) -> Grouped:
         if b not in prefill_at:
-            prefill_at[b] = Grouped.of(scaled(st.prefill, b, traced, priced, reached(b * s.prompt), tp))
+            prefill_at[b] = Grouped.at(st.prefill, b, traced, priced, reached(b * s.prompt), tp)
         return prefill_at[b]
 
     for acc in accelerators:
@@ -365,7 +374,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
         if s.simulate and vllm is not None:
             def decode_s(b: int, ctx: int, engine: bool = engine, time_of: Any = time_of,
                          tp_comm: Any = tp_comm) -> float:
-                return time_of(Grouped.of(scaled(traces_at[engine][ctx], b, traced, priced, reached(b), tp))) \
+                return time_of(Grouped.at(traces_at[engine][ctx], b, traced, priced, reached(b), tp)) \
                     + tp_comm(b)
 
             seqs = int(vllm.knobs.get("max_num_seqs", 256))
