@@ -35,7 +35,7 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from torch_footprint.estimate.llm.pricing import Priced, serve  # noqa: E402
 from torch_footprint.estimate.llm.quantization import activation_dtype, kv_scheme, weight_scheme  # noqa: E402
 from torch_footprint.estimate.llm.trace import ServingTrace, trace_serving  # noqa: E402
 from torch_footprint.hardware.catalog import get  # noqa: E402
+from torch_footprint.hardware.engines import profiles  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "published" / "serving.toml"
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm", "llama.cpp": "llamacpp"}
@@ -175,7 +176,7 @@ def predict(row: dict[str, Any], traces: dict[Any, ServingTrace], efficiency: di
 
 def run_all(rows: list[dict[str, Any]], traces: dict[Any, ServingTrace],
             efficiency: Callable[[dict[str, Any]], dict[str, float] | None] | None = None,
-            ) -> tuple[list[Predicted], list[str]]:
+            verbose: bool = True) -> tuple[list[Predicted], list[str]]:
     got: list[Predicted] = []
     skipped: list[str] = []
     for row in rows:
@@ -186,6 +187,9 @@ def run_all(rows: list[dict[str, Any]], traces: dict[Any, ServingTrace],
                            f"{row['metric']}: {e}")
             continue
         got.append(Predicted(row, value))
+        if verbose:
+            print(f"  {row['engine']} {row['model']} {row['gpu']} {row['metric']}: {row['value']} -> {value:.2f}",
+                  file=sys.stderr, flush=True)
     return got, skipped
 
 
@@ -229,11 +233,130 @@ def report(got: list[Predicted], skipped: list[str]) -> None:
         print(f"not expressed: {s}")
 
 
+# ------------------------------------------------------------------------------ fitted constants
+
+@dataclass
+class Fit:
+    """Speed constants of one engine's profile fitted to published rows: ``keys`` of its
+    [speed] table, on the rows ``on`` selects, each row's time per token being (to the
+    precision needed here) A / memory + N x overhead, A and N read off two exact predictions."""
+
+    engine: str
+    on: Callable[[dict[str, Any]], bool]
+    what: str
+
+
+FITS = [Fit("llamacpp", lambda r: r["engine"] == "llama.cpp" and r["metric"] == "decode_tokens_per_s",
+            "llama.cpp batch-1 decode: memory (achieved bandwidth) and overhead_us (host time per operator)")]
+MEMORY_GRID = [x / 100 for x in range(30, 101)]
+OVERHEAD_GRID = [x / 4 for x in range(0, 121)]
+
+
+def _with_speed(engine: str, **speed: float) -> None:
+    """Make ``engine``'s profile use these speed figures (the library reads the profile)."""
+    p = profiles()[engine]
+    profiles()[engine] = replace(p, speed={**p.speed, **speed})
+
+
+def _terms(row: dict[str, Any], engine: str, traces: dict[Any, ServingTrace]) -> tuple[float, float]:
+    """(A, N): the row's seconds per token is A / memory + N x overhead seconds."""
+    saved = profiles()[engine]
+    try:
+        _with_speed(engine, memory=1.0, overhead_us=0.0)
+        t0 = 1 / predict(row, traces)
+        _with_speed(engine, memory=1.0, overhead_us=1.0)
+        t1 = 1 / predict(row, traces)
+    finally:
+        profiles()[engine] = saved
+    return t0, (t1 - t0) / 1e-6
+
+
+def _best(terms: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(memory, overhead_us) minimising the mean squared log error over (A, N, measured seconds)."""
+    def loss(m: float, o: float) -> float:
+        return sum(math.log((a / m + n * o * 1e-6) / t) ** 2 for a, n, t in terms)
+    return min(((m, o) for m in MEMORY_GRID for o in OVERHEAD_GRID), key=lambda mo: loss(*mo))
+
+
+def _prefill_terms(row: dict[str, Any], engine: str, traces: dict[Any, ServingTrace]) -> tuple[float, float]:
+    """(C, D): the row's seconds per prompt token is C / matrix + D (the rest at the shipped figures)."""
+    saved = profiles()[engine]
+    try:
+        _with_speed(engine, matrix=1.0)
+        t1 = 1 / predict(row, traces)
+        _with_speed(engine, matrix=0.5)
+        t2 = 1 / predict(row, traces)
+    finally:
+        profiles()[engine] = saved
+    return t2 - t1, 2 * t1 - t2
+
+
+def prefill_fit_report(rows: list[dict[str, Any]], traces: dict[Any, ServingTrace]) -> None:
+    """llama.cpp's prompt processing: its matrix fraction fitted, and left out by source and by GPU."""
+    mine = [r for r in rows if r["engine"] == "llama.cpp" and r["metric"] == "prefill_tokens_per_s"]
+    terms = [(*_prefill_terms(r, "llamacpp", traces), 1 / r["value"]) for r in mine]
+    grid = [x / 100 for x in range(5, 101)]
+
+    def best(ts: list[tuple[float, float, float]]) -> float:
+        return min(grid, key=lambda m: sum(math.log((c / m + d) / t) ** 2 for c, d, t in ts))
+
+    print(f"\nfitted: llama.cpp prompt processing: matrix {best(terms):.2f} on {len(terms)} rows")
+    for name, group in (("source", source_of), ("GPU", lambda r: r["gpu"])):
+        errs = []
+        for k in sorted({group(r) for r in mine}):
+            rest = [t for r, t in zip(mine, terms, strict=True) if group(r) != k]
+            if not rest:
+                print(f"  leave-one-{name}-out: {k}: no other {name} to fit on")
+                continue
+            m = best(rest)
+            errs += [t / (c / m + d) - 1 for r, (c, d, t) in zip(mine, terms, strict=True) if group(r) == k]
+            print(f"  leave-one-{name}-out: without {k}: matrix {m:.2f}")
+        if errs:
+            print(f"  leave-one-{name}-out median |error| {100 * _med(errs):.1f}% over {len(errs)} rows")
+
+
+def fit_report(rows: list[dict[str, Any]], traces: dict[Any, ServingTrace]) -> None:
+    """Each fitted constant: its fit on every row, and each source left out in turn."""
+    for fit in FITS:
+        mine = [r for r in rows if fit.on(r)]
+        terms: dict[int, tuple[float, float, float]] = {}
+        for i, r in enumerate(mine):
+            try:
+                a, n = _terms(r, fit.engine, traces)
+            except (NotExpressed, FootprintError):
+                continue
+            terms[i] = (a, n, 1 / r["value"])
+        m, o = _best(list(terms.values()))
+        print(f"\nfitted: {fit.what}: memory {m:.2f}, overhead_us {o:.2f} on {len(terms)} rows; shipped "
+              f"{profiles()[fit.engine].speed}")
+        for name, group in (("source", source_of), ("GPU", lambda r: r["gpu"]), ("model", lambda r: r["model"])):
+            keys = sorted({group(mine[i]) for i in terms})
+            errs = []
+            for k in keys:
+                rest = [t for i, t in terms.items() if group(mine[i]) != k]
+                if not rest:
+                    print(f"  leave-one-{name}-out: {k}: no other {name} to fit on")
+                    continue
+                m_k, o_k = _best(rest)
+                for i, (a, n, t) in terms.items():
+                    if group(mine[i]) == k:
+                        errs.append(t / (a / m_k + n * o_k * 1e-6) - 1)
+                print(f"  leave-one-{name}-out: without {k}: memory {m_k:.2f}, overhead_us {o_k:.2f}")
+            if errs:
+                print(f"  leave-one-{name}-out median |error| {100 * _med(errs):.1f}% over {len(errs)} rows")
+
+
 def main() -> None:
     rows = tomllib.loads(DATA.read_text())["run"]
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    if only:
+        rows = [r for r in rows if r["engine"] == only]
     traces: dict[Any, ServingTrace] = {}
     got, skipped = run_all(rows, traces)
     report(got, skipped)
+    if "--no-loso" not in sys.argv:
+        fit_report(rows, traces)
+        prefill_fit_report(rows, traces)
 
 
 if __name__ == "__main__":

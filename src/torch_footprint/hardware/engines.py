@@ -42,6 +42,19 @@ class EngineProfile:
     non_torch_tp_gib: float = 0.0  # the same where ranks talk (NCCL and all-reduce buffers)
     cuda_graph_gib: float = 0.0  # CUDA graphs' memory counted inside the budget
     fraction_by_tp: dict[int, float] = field(default_factory=dict)  # a default fraction by tensor parallelism
+    # speed: the achieved fractions of the datasheet's bandwidth and dense matrix rate, and the
+    # host's time per traced operator that the device's kernels do not hide ([speed] in the TOML)
+    speed: dict[str, float] = field(default_factory=dict)
+
+    def efficiency(self) -> dict[str, float]:
+        """The achieved fractions of the datasheet's rates (memory, matrix, vector) this engine
+        reaches where it states them."""
+        return {k: self.speed[k] for k in ("memory", "matrix", "vector") if k in self.speed}
+
+    def overhead_s(self) -> float | None:
+        """Host time per traced operator that the device does not hide (None: not stated)."""
+        us = self.speed.get("overhead_us")
+        return None if us is None else us * 1e-6
 
     def knob(self, name: str, given: float | None, tp: int = 1, total_bytes: int | None = None) -> float:
         """A knob's value: the one given, else the engine's default (for the fraction, by
@@ -67,7 +80,8 @@ def _profile(path: Path) -> EngineProfile:
         raise FootprintError(f"{path.name}: budget must be one of {', '.join(BUDGETS)}, got {raw.get('budget')!r}")
     by_tp = {int(k): float(v) for k, v in raw.pop("fraction_by_tp", {}).items()}
     knobs = {k: float(v) for k, v in raw.pop("knobs", {}).items()}
-    return EngineProfile(**raw, knobs=knobs, fraction_by_tp=by_tp)
+    speed = {k: float(v) for k, v in raw.pop("speed", {}).items()}
+    return EngineProfile(**raw, knobs=knobs, fraction_by_tp=by_tp, speed=speed)
 
 
 @cache

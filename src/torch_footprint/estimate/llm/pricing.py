@@ -10,8 +10,9 @@ one read of the weights. Mixture-of-experts weights are read for the experts the
 tokens reach: the expected number of distinct experts under uniform routing (a documented
 assumption: real routers are not uniform, which lowers the count).
 
-Defaults that stand for serving engines (replaced by ``footprint calibrate``'s figures on
-the local device, where eager PyTorch is what runs):
+Defaults that stand for serving engines, where ``--engine`` names none (an engine's profile,
+hardware/engines/NAME.toml, states its own under [speed]; ``footprint calibrate``'s figures
+replace both on the local device, where eager PyTorch is what runs):
 
 * decode reads weights and cache at 70% of the datasheet bandwidth: gpt-fast measures
   1,397 GB/s of 2,039 (68.5%) for Llama-2-7B bf16 on an A100-80GB
@@ -262,6 +263,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     act = _activation_per_token(st)
     active, routed = active_params(st)
     notes = list(st.notes)
+    speed = profile(s.engine) if s.engine else None  # the engine's achieved rates (hardware/engines/NAME.toml)
 
     def reached(tokens: int) -> dict[int, float]:
         """The share of each expert's weights a step of ``tokens`` tokens reads (none: dense)."""
@@ -330,8 +332,10 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
             else:
                 row_notes.append(f"no {s.weights.compute} units: matrix work at the "
                                  f"{'bf16' if acc.peak('bf16') else 'fp16' if acc.peak('fp16') else 'fp32'} rate")
-        eff = dict(LLM_EFFICIENCY, **(efficiency or {}))
-        overhead_s = None if acc.calibrated else ENGINE_OVERHEAD_S[acc.kind]
+        on_gpu = speed is not None and acc.kind == "gpu"
+        eff = dict(LLM_EFFICIENCY, **(speed.efficiency() if speed and on_gpu else {}), **(efficiency or {}))
+        stated = speed.overhead_s() if speed and on_gpu else None
+        overhead_s = None if acc.calibrated else stated if stated is not None else ENGINE_OVERHEAD_S[acc.kind]
 
         def time_of(g: Grouped, acc: Accelerator = acc, compute: str | None = compute,
                     overhead_s: float | None = overhead_s) -> float:
