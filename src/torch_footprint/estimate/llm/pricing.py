@@ -382,12 +382,16 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
                     + tp_comm(b)
 
             seqs = int(vllm.knobs.get("max_num_seqs", 256))
-            cost = StepCost(decode_s, (time_of(prefill_at_batch(1)) + tp_comm(s.prompt)) / s.prompt, lengths,
-                            max(2, min(seqs, 64)))
+            budget = int(vllm.knobs.get("max_num_batched_tokens", vllm.knobs.get("ubatch_size", 2048)))
+            # a prompt token's cost in an iteration: its own work, the weights being read once per
+            # iteration by the whole step (the marginal cost between one prompt and a budget of them)
+            k = max(2, budget // s.prompt)
+            one = time_of(prefill_at_batch(1)) + tp_comm(s.prompt)
+            per_token = (time_of(prefill_at_batch(k)) + tp_comm(k * s.prompt) - one) / ((k - 1) * s.prompt)
+            cost = StepCost(decode_s, per_token, lengths, max(2, min(seqs, 64)))
             simulated = simulate(cost, prompt=s.prompt, output=s.output, concurrency=s.simulate[0],
                                  requests=s.simulate[1], kv_blocks=vllm.blocks, block=vllm.block, max_num_seqs=seqs,
-                                 budget=int(vllm.knobs.get("max_num_batched_tokens",
-                                                           vllm.knobs.get("ubatch_size", 2048))))
+                                 budget=budget)
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
         batches = _doubling(1, max_batch) if max_batch else []
