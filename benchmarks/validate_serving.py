@@ -114,7 +114,7 @@ def priced_of(row: dict[str, Any]) -> tuple[str, Priced, str]:
     if row["weights"] not in WEIGHTS:
         raise NotExpressed(f"needs a {row['weights']} weight scheme")
     scheme = weight_scheme(WEIGHTS[row["weights"]])
-    kv = None if row["kv"] in ("auto", row["weights"]) else kv_scheme(row["kv"])
+    kv = None if row["kv"] == "auto" else kv_scheme(row["kv"])
     tp = int(row.get("tp", 1))
     knobs = {KNOBS[k]: float(v) for k, v in row.items() if k in KNOBS}
     scenario, metric = row["scenario"], row["metric"]

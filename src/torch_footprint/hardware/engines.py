@@ -45,6 +45,9 @@ class EngineProfile:
     # speed: the achieved fractions of the datasheet's bandwidth and dense matrix rate, and the
     # host's time per traced operator that the device's kernels do not hide ([speed] in the TOML)
     speed: dict[str, float] = field(default_factory=dict)
+    # what admitting a request reserves: "prompt" (its prompt's blocks; preempted when the cache
+    # runs out) or "whole" (every block it can reach, prompt + output: it is never preempted)
+    admission: str = "prompt"
 
     def efficiency(self) -> dict[str, float]:
         """The achieved fractions of the datasheet's rates (memory, matrix, vector) this engine
@@ -78,6 +81,8 @@ def _profile(path: Path) -> EngineProfile:
     raw: dict[str, Any] = tomllib.loads(path.read_text())
     if raw.get("budget") not in BUDGETS:
         raise FootprintError(f"{path.name}: budget must be one of {', '.join(BUDGETS)}, got {raw.get('budget')!r}")
+    if raw.get("admission", "prompt") not in ("prompt", "whole"):
+        raise FootprintError(f"{path.name}: admission must be prompt or whole, got {raw['admission']!r}")
     by_tp = {int(k): float(v) for k, v in raw.pop("fraction_by_tp", {}).items()}
     knobs = {k: float(v) for k, v in raw.pop("knobs", {}).items()}
     speed = {k: float(v) for k, v in raw.pop("speed", {}).items()}

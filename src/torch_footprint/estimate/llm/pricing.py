@@ -382,6 +382,8 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
                     + tp_comm(b)
 
             seqs = int(vllm.knobs.get("max_num_seqs", 256))
+            if speed is not None and speed.admission == "whole":  # blocks reserved to completion
+                seqs = min(seqs, max(vllm.blocks // -(-s.context // vllm.block), 1))
             budget = int(vllm.knobs.get("max_num_batched_tokens", vllm.knobs.get("ubatch_size", 2048)))
             # a prompt token's cost in an iteration: its own work, the weights being read once per
             # iteration by the whole step (the marginal cost between one prompt and a budget of them)
