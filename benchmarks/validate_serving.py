@@ -237,7 +237,7 @@ def report(got: list[Predicted], skipped: list[str]) -> None:
     print(f"\nbatch-1 decode: {len(b1)} rows, median |error| {100 * _med(b1):.1f}%")
     print()
     for s in skipped:
-        print(f"not expressed: {s}")
+        print(f"not expressed: {s if len(s) < 240 else s[:237] + '...'}")
 
 
 # ------------------------------------------------------------------------------ fitted constants
