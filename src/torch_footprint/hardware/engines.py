@@ -53,6 +53,22 @@ class EngineProfile:
     context_held: bool = False  # the CUDA context and cuBLAS workspace are held back too (measured as total - free)
     version: str = ""  # the release whose rule this is ("" the newest)
     eras: tuple[dict[str, Any], ...] = ()  # earlier rules: {"until": "X.Y.Z", fields overridden...}
+    # speed: the achieved fractions of the datasheet's bandwidth and dense matrix rate, and the
+    # host's time per traced operator that the device's kernels do not hide ([speed] in the TOML)
+    speed: dict[str, float] = field(default_factory=dict)
+    # what admitting a request reserves: "prompt" (its prompt's blocks; preempted when the cache
+    # runs out) or "whole" (every block it can reach, prompt + output: it is never preempted)
+    admission: str = "prompt"
+
+    def efficiency(self) -> dict[str, float]:
+        """The achieved fractions of the datasheet's rates (memory, matrix, vector) this engine
+        reaches where it states them."""
+        return {k: self.speed[k] for k in ("memory", "matrix", "vector") if k in self.speed}
+
+    def overhead_s(self) -> float | None:
+        """Host time per traced operator that the device does not hide (None: not stated)."""
+        us = self.speed.get("overhead_us")
+        return None if us is None else us * 1e-6
 
     def knob(self, name: str, given: float | None, tp: int = 1, total_bytes: int | None = None,
              device: str = "") -> float:
@@ -108,6 +124,8 @@ def _profile(path: Path) -> EngineProfile:
     raw: dict[str, Any] = tomllib.loads(path.read_text())
     if raw.get("budget") not in BUDGETS:
         raise FootprintError(f"{path.name}: budget must be one of {', '.join(BUDGETS)}, got {raw.get('budget')!r}")
+    if raw.get("admission", "prompt") not in ("prompt", "whole"):
+        raise FootprintError(f"{path.name}: admission must be prompt or whole, got {raw['admission']!r}")
     by_tp = {int(k): float(v) for k, v in raw.pop("fraction_by_tp", {}).items()}
     knobs = {k: float(v) for k, v in raw.pop("knobs", {}).items()}
     eras = tuple(raw.pop("eras", ()))
@@ -115,7 +133,8 @@ def _profile(path: Path) -> EngineProfile:
     for era in eras:
         if release(era.get("until")) is None:
             raise FootprintError(f"{path.name}: every era needs an 'until' version, got {era.get('until')!r}")
-    return EngineProfile(**raw, knobs=knobs, fraction_by_tp=by_tp, eras=eras)
+    speed = {k: float(v) for k, v in raw.pop("speed", {}).items()}
+    return EngineProfile(**raw, knobs=knobs, fraction_by_tp=by_tp, eras=eras, speed=speed)
 
 
 @cache

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from ...errors import FootprintError
 from ...hardware import Accelerator
 from ...settings import Parallel, Serving, Simulation, Target, Workload
-from .pricing import LlmResult, Priced, check_context, serve
+from .pricing import LlmResult, Priced, serve
 from .quantization import activation_dtype, checkpoint_scheme, kv_scheme, weight_scheme
 from .serving_sim import Asked, parse_rates
 from .trace import trace_serving
@@ -156,3 +156,13 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
         res.notes.append(f"no prediction for {target.device or 'cpu'}: run `footprint calibrate` first to measure "
                          "its rates")
     return res
+
+
+def check_context(serving: Priced, max_context: int | None, allow_longer: bool) -> None:
+    if serving.batch < 1 or serving.prompt < 1 or serving.output < 1:
+        raise FootprintError(f"batch, prompt and output must be at least 1, got {serving.batch}, "
+                             f"{serving.prompt}, {serving.output}")
+    if max_context and serving.context > max_context and not allow_longer:
+        raise FootprintError(f"a context of {serving.context:,} tokens (prompt {serving.prompt:,} + output "
+                             f"{serving.output:,}) is beyond the model's maximum of {max_context:,}: shorten it, "
+                             "or pass --allow-longer")

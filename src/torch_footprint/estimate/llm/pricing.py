@@ -10,8 +10,9 @@ one read of the weights. Mixture-of-experts weights are read for the experts the
 tokens reach: the expected number of distinct experts under uniform routing (a documented
 assumption: real routers are not uniform, which lowers the count).
 
-Defaults that stand for serving engines (replaced by ``footprint calibrate``'s figures on
-the local device, where eager PyTorch is what runs):
+Defaults that stand for serving engines, where ``--engine`` names none (an engine's profile,
+hardware/engines/NAME.toml, states its own under [speed]; ``footprint calibrate``'s figures
+replace both on the local device, where eager PyTorch is what runs):
 
 * decode reads weights and cache at 70% of the datasheet bandwidth: gpt-fast measures
   1,397 GB/s of 2,039 (68.5%) for Llama-2-7B bf16 on an A100-80GB
@@ -155,13 +156,22 @@ class Grouped:
     counts: list[int]
 
     @classmethod
-    def of(cls, trace: Trace) -> Grouped:
+    def at(cls, trace: Trace, batch: int, traced: list[int], priced: list[int], fraction: dict[int, float],
+           per_rank: int = 1) -> Grouped:
+        """``Grouped.of(scaled(trace, ...))`` merged at batch 1 first (operators alike there that
+        read alike weights are alike at any batch; a sum over merged operators is the same sum),
+        so each distinct operator is scaled once."""
+        g = cls.of(trace, lambda e: _weights_read(e, traced, priced, fraction))
+        return cls(scaled(g.trace, batch, traced, priced, fraction, per_rank), g.counts)
+
+    @classmethod
+    def of(cls, trace: Trace, extra: Any = None) -> Grouped:
         index: dict[tuple[Any, ...], int] = {}
         events: list[OpEvent] = []
         counts: list[int] = []
         for e in trace.events:
             key = (e.op, e.kind, e.flops, e.macs, e.bytes_read, e.bytes_written,
-                   tuple(map(tuple, e.out_shapes)), tuple(e.out_dtypes))
+                   tuple(map(tuple, e.out_shapes)), tuple(e.out_dtypes), extra(e) if extra else None)
             i = index.get(key)
             if i is None:
                 index[key] = len(events)
@@ -263,6 +273,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     act = _activation_per_token(st)
     active, routed = active_params(st)
     notes = list(st.notes)
+    speed = profile(s.engine) if s.engine else None  # the engine's achieved rates (hardware/engines/NAME.toml)
 
     def reached(tokens: int) -> dict[int, float]:
         """The share of each expert's weights a step of ``tokens`` tokens reads (none: dense)."""
@@ -282,12 +293,12 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     prefill_flops = sum(e.flops for e in st.prefill.events) * s.batch
     mid = s.prompt + max(s.output - 1, 0) // 2
     lengths = sorted({s.prompt, mid, s.context - 1})
-    pre_g = Grouped.of(scaled(st.prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp))
+    pre_g = Grouped.at(st.prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp)
     # datasheet rows are priced as engines serve; a calibrated (local) device as eager PyTorch runs
     # an engine reads a quantized cache at its own bytes; eager PyTorch (a calibrated device) as traced
     traces_at = {engine: {L: st.decode_at(L, engine, kv_ratio if engine else 1.0) for L in lengths}
                  for engine in {not a.calibrated for a in accelerators}}
-    dec_gs = {engine: {L: Grouped.of(scaled(t, s.batch, traced, priced, reached(s.batch), tp))
+    dec_gs = {engine: {L: Grouped.at(t, s.batch, traced, priced, reached(s.batch), tp)
                        for L, t in ts.items()} for engine, ts in traces_at.items()}
     at_batch: dict[tuple[bool, int], Grouped] = {}
     by_ctx: dict[tuple[bool, int], Trace] = {}
@@ -295,12 +306,12 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
 
     def decode_at_batch(b: int, engine: bool) -> Grouped:
         if (engine, b) not in at_batch:
-            at_batch[engine, b] = Grouped.of(scaled(traces_at[engine][mid], b, traced, priced, reached(b), tp))
+            at_batch[engine, b] = Grouped.at(traces_at[engine][mid], b, traced, priced, reached(b), tp)
         return at_batch[engine, b]
 
     def prefill_at_batch(b: int) -> Grouped:
         if b not in prefill_at:
-            prefill_at[b] = Grouped.of(scaled(st.prefill, b, traced, priced, reached(b * s.prompt), tp))
+            prefill_at[b] = Grouped.at(st.prefill, b, traced, priced, reached(b * s.prompt), tp)
         return prefill_at[b]
 
     for acc in accelerators:
@@ -333,8 +344,10 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
             else:
                 row_notes.append(f"no {s.weights.compute} units: matrix work at the "
                                  f"{'bf16' if acc.peak('bf16') else 'fp16' if acc.peak('fp16') else 'fp32'} rate")
-        eff = dict(LLM_EFFICIENCY, **(efficiency or {}))
-        overhead_s = None if acc.calibrated else ENGINE_OVERHEAD_S[acc.kind]
+        on_gpu = speed is not None and acc.kind == "gpu"
+        eff = dict(LLM_EFFICIENCY, **(speed.efficiency() if speed and on_gpu else {}), **(efficiency or {}))
+        stated = speed.overhead_s() if speed and on_gpu else None
+        overhead_s = None if acc.calibrated else stated if stated is not None else ENGINE_OVERHEAD_S[acc.kind]
 
         def time_of(g: Grouped, acc: Accelerator = acc, compute: str | None = compute,
                     overhead_s: float | None = overhead_s) -> float:
@@ -380,12 +393,17 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
                 if (engine, ctx) not in by_ctx:
                     by_ctx[engine, ctx] = traces_at[engine].get(ctx) \
                         or st.decode_at(ctx, engine, kv_ratio if engine else 1.0)
-                return time_of(Grouped.of(scaled(by_ctx[engine, ctx], b, traced, priced, reached(b), tp))) \
-                    + tp_comm(b)
+                return time_of(Grouped.at(by_ctx[engine, ctx], b, traced, priced, reached(b), tp)) + tp_comm(b)
 
+            # a prompt token's cost in an iteration: its own work, the weights being read once per
+            # iteration by the whole step (the marginal cost between one prompt and a budget of them)
+            budget = int(vllm.knobs.get("max_num_batched_tokens", vllm.knobs.get("ubatch_size", 2048)))
+            k = max(2, budget // s.prompt)
+            one = time_of(prefill_at_batch(1)) + tp_comm(s.prompt)
+            per_token = (time_of(prefill_at_batch(k)) + tp_comm(k * s.prompt) - one) / ((k - 1) * s.prompt)
             link_bps = link.bandwidth if link else PCIE4_GBS * 1e9 * LINK_EFFICIENCY
-            setup = Setup(decode_s, (time_of(prefill_at_batch(1)) + tp_comm(s.prompt)) / s.prompt, vllm, n_layers,
-                          per_rank_weights, mem.kv(1024) / 1024, link_bps, s.gpus, acc, s.prices)
+            setup = Setup(decode_s, per_token, vllm, n_layers, per_rank_weights, mem.kv(1024) / 1024, link_bps,
+                          s.gpus, acc, s.prices, admission=speed.admission if speed is not None else "prompt")
             simulated = simulate_serving(setup, s.sim or Asked(s.prompt, s.output, *s.simulate))  # type: ignore[misc]
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]
@@ -436,14 +454,4 @@ def _engine(mem: _Memory, cap: int, s: Priced, model_max: int | None, nvlink: bo
                         s.max_model_len or model_max or s.context, s.context, nvlink, device)
 
 
-def check_context(serving: Priced, max_context: int | None, allow_longer: bool) -> None:
-    if serving.batch < 1 or serving.prompt < 1 or serving.output < 1:
-        raise FootprintError(f"batch, prompt and output must be at least 1, got {serving.batch}, "
-                             f"{serving.prompt}, {serving.output}")
-    if max_context and serving.context > max_context and not allow_longer:
-        raise FootprintError(f"a context of {serving.context:,} tokens (prompt {serving.prompt:,} + output "
-                             f"{serving.output:,}) is beyond the model's maximum of {max_context:,}: shorten it, "
-                             "or pass --allow-longer")
-
-
-__all__ = ["EngineCache", "LlmResult", "LlmRow", "Priced", "check_context", "kv_per_rank", "serve"]
+__all__ = ["EngineCache", "LlmResult", "LlmRow", "Priced", "kv_per_rank", "serve"]

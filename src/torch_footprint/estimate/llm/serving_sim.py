@@ -52,6 +52,9 @@ class Setup:
     acc: Accelerator
     prices: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+    # what admitting a request reserves: "prompt" (its prompt's blocks; preempted when the cache
+    # runs out) or "whole" (prompt and output: never preempted, TensorRT-LLM's GUARANTEED_NO_EVICT)
+    admission: str = "prompt"
 
 
 @dataclass
@@ -98,6 +101,8 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
     run, with the sweep over every rate asked, cost and energy."""
     cache = setup.cache
     seqs = int(cache.knobs.get("max_num_seqs", 256))
+    if setup.admission == "whole":  # as many requests as the cache holds whole (at the asked lengths)
+        seqs = min(seqs, max(cache.blocks // -(-(a.prompt + a.output) // cache.block), 1))
     budget = int(cache.knobs.get("max_num_batched_tokens", cache.knobs.get("ubatch_size", 2048)))
     rates: list[float | None] = list(a.rates) if a.rates else [None]
     open_loop = a.rates is not None or timed(a.trace)
