@@ -4,7 +4,6 @@ layout must pass against them."""
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 from torch import nn
@@ -12,6 +11,7 @@ from torch import nn
 from ...errors import FootprintError
 from ...settings import Parallel
 from ...trace import Trace
+from .memo import once
 
 # what a model config calls its experts per mixture-of-experts layer (transformers' names)
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
@@ -119,25 +119,12 @@ class StageMap:
         return self.modules.get(module, 0)
 
 
-_STAGE_MAPS: dict[tuple[int, int, int], StageMap] = {}  # (id(trace), p, v): a trace priced under many layouts
-
-
 def stage_map(trace: Trace, p: int, v: int = 1) -> StageMap:
     """Split ``trace`` into ``p x v`` chunks of its repeated blocks; what runs before the first
     block in the forward (embeddings) goes with the first chunk, what runs after the last
     (final norm, head, loss) with the last; in the backward the other way round. Worked out
-    once per trace and split while the trace lives."""
-    key = (id(trace), p, v)
-    if key not in _STAGE_MAPS:
-        if not any(k[0] == key[0] for k in _STAGE_MAPS):
-            weakref.finalize(trace, _forget, key[0])
-        _STAGE_MAPS[key] = _stage_map(trace, p, v)
-    return _STAGE_MAPS[key]
-
-
-def _forget(trace_id: int) -> None:
-    for k in [k for k in _STAGE_MAPS if k[0] == trace_id]:
-        del _STAGE_MAPS[k]
+    once per trace and split."""
+    return once(trace, ("stage map", p, v), lambda: _stage_map(trace, p, v))
 
 
 def _stage_map(trace: Trace, p: int, v: int) -> StageMap:

@@ -40,6 +40,7 @@ from ...analysis.memory import MemoryPeak, Moment, replay
 from ...errors import FootprintError
 from ...trace import Trace
 from ...trace.records import ModuleInfo
+from .memo import once
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 _FACTORS = {  # (weights, gradients, optimizer state) held by one of N ranks, as powers of 1/N
@@ -58,8 +59,8 @@ def shard_factors(strategy: str, n: int) -> dict[str, float]:
 
 
 def wrap_units(trace: Trace) -> dict[str, int]:
-    """Parameter bytes of the units FSDP would wrap (:func:`fsdp_units`)."""
-    return fsdp_units(trace.modules)
+    """Parameter bytes of the units FSDP would wrap (:func:`fsdp_units`; once per trace: not to be changed)."""
+    return once(trace, "fsdp units", lambda: fsdp_units(trace.modules))
 
 
 def root_bytes(trace: Trace) -> int:
