@@ -9,7 +9,10 @@ within a node). Tensor-parallel groups stay inside a node. One trace serves ever
 the same trace key (:func:`.workload.trace_key`), so a search traces a handful of times and
 prices hundreds or thousands of layouts.
 
-Checkpointing modes are searched lightest first: for the same layout, checkpointing more
+Micro-batch sizes are searched smallest first: a larger micro-batch holds at least as many
+activation bytes per rank in every layout (the same stages in flight, each larger, and larger
+transients), so a size is traced for a tensor-parallel split only if some layout fit at the
+size before it. Checkpointing modes are searched lightest first: for the same layout, checkpointing more
 never makes the step faster and never needs more memory, so a heavier mode is traced and
 priced only for the layouts that did not fit under a lighter one and whose time under it
 (a bound on their time under the heavier mode) could still place them among the best."""
@@ -244,12 +247,17 @@ def plan(w: Workload, t: Training, p: Parallel, target: Target, settings: Plan,
     _, blocks = repeated_blocks(model)
     start = time.perf_counter()
     misses: list[tuple[int, LayoutPrice]] = []
+    fitted: dict[tuple[Any, ...], bool] = {}  # per split but the micro-batch: did the last micro-batch fit
     try:
-        for i, members in enumerate(groups.values()):
+        for i, (key, members) in enumerate(sorted(groups.items())):
+            if fitted.get(key[:-1]) is False:
+                continue  # nothing fit at a smaller micro-batch: nothing fits at this one
+            before = len(result.rows)
             _search_group(members, acs, cache, acc, target, net, result, misses, settings.seq, gb, blocks, top=5,
                           say=lambda ac, mb=members[0][1], tp=members[0][0].tensor, i=i: say(
                               f"plan: tp {tp}, micro-batch {mb}, --ac {ac}: {result.evaluated} layouts priced, "
                               f"{len(result.rows)} fit", i / len(groups)))
+            fitted[key[:-1]] = len(result.rows) > before
     except KeyboardInterrupt:
         result.interrupted = True
         result.notes.append("interrupted: the best layouts found so far")

@@ -338,8 +338,9 @@ class Plan(Record):
     """tokens per sequence (the traced input ids: 1 x TOKENS per micro-batch sequence)"""
     global_batch: int | None = opt(metavar="N", aliases=("--global-batch-size",))
     """sequences per optimizer step, whole job (default: 4M tokens' worth, 2**22 // --seq, at least --gpus)"""
-    micro_batches: str = opt("1", metavar="SIZES")
-    """micro-batch sizes to try, e.g. 1,2,4 (sequences per rank per micro-batch; each size is traced)"""
+    micro_batches: str = opt("1,2,4,8", metavar="SIZES")
+    """micro-batch sizes to try (sequences per rank per micro-batch; each size is traced, a larger one only where
+    a smaller one fit)"""
     tokens: float | None = opt(metavar="N")
     """price a run of N tokens (e.g. 15e12): GPU-hours and dollars, from --price or the shipped table"""
 
