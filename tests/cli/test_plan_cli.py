@@ -44,3 +44,15 @@ def test_nothing_fits_is_an_answer_with_what_would(capsys: pytest.CaptureFixture
 ])
 def test_bad_flags_are_one_line(flags: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert words in bad_input_line([*BASE, *flags], capsys)
+
+
+def test_a_split_that_cannot_be_traced_is_left_out_and_said(tmp_path: Path) -> None:
+    # sequence parallelism splits the 63-token sequence between 2 tensor-parallel ranks: it does not divide, so
+    # the tp 2 layouts are left out with a note, and the tp 1 layouts (no sequence parallelism there) answer
+    out = tmp_path / "plan.json"
+    code = main(["plan", LLAMA, "--gpu", "h100-sxm", "--seq", "63", "--global-batch", "16", "--gpus", "8",
+                 "--sequence-parallel", "--ac", "none", "--micro-batches", "1", "--json", str(out)])
+    assert code == 0
+    d = json.loads(out.read_text())
+    assert d["rows"] and {r["tp"] for r in d["rows"]} == {1}
+    assert any(n.startswith("tp 2, micro-batch 1, --ac none left out: --sequence-parallel") for n in d["notes"])

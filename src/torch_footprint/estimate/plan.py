@@ -203,6 +203,7 @@ def _split(model: Any, base: Parallel, tp: int, pp: int, cp: int, ep: int, dp: i
             for strategy, shard in _shardings(dp, tp, base.gpus_per_node):
                 try:
                     p = dataclasses.replace(base, tp=tp, pp=pp, vpp=vpp, pp_schedule=schedule, cp=cp, ep=ep,
+                                            sequence_parallel=base.sequence_parallel and tp > 1,
                                             grad_accum=m, strategy=strategy, dp_shard=shard,
                                             fsdp_param_dtype=base.fsdp_param_dtype if strategy == "fsdp" else None,
                                             fsdp_reduce_dtype=base.fsdp_reduce_dtype if strategy == "fsdp" else None)
@@ -281,7 +282,11 @@ def _search_group(members: list[tuple[Parallel, int]], acs: tuple[str, ...], cac
         if not left:
             return
         say(ac)
-        traced = cache.get(mb, ac, left[0])
+        try:
+            traced = cache.get(mb, ac, left[0])
+        except FootprintError as e:  # this split cannot be traced (the others may): say so, go on
+            result.notes.append(f"tp {left[0].tensor}, micro-batch {mb}, --ac {ac} left out: {e}")
+            return
         still: list[Parallel] = []
         for layout in left:
             priced_ = price_layout(traced, acc, layout, target, net)
