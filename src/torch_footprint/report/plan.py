@@ -61,7 +61,7 @@ def render_plan(res: Any, console: Console, top: int = 5) -> None:
                 f"{d['global_batch']} sequences ({si(d['global_batch'] * d['seq'])} tokens) a step", style="dim")
     console.print(head)
     console.print(Text(f"{d['layouts_evaluated']} layouts priced of {d['layouts_considered']} possible (the others "
-                       f"cannot beat the best), from {d['traces']} traces", style="dim"))
+                       f"cannot fit or beat the best), from {d['traces']} traces", style="dim"))
     rows = d["rows"][:top]
     if not rows:
         console.print(Text(d["closest"] or "nothing fits", style="bold red"))
