@@ -149,7 +149,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     from torch_footprint.estimate.layouts.comm import link_of, step_time
     from torch_footprint.estimate.layouts.ranks import phase_times
     from torch_footprint.estimate.layouts.sharding import gather_bytes, model_states, step_peak
-    from torch_footprint.estimate.recommend import fixed_overheads
+    from torch_footprint.estimate.price import fixed_overheads
     from torch_footprint.estimate.workload import trace_step
     from torch_footprint.hardware import get
     from torch_footprint.hardware.networks import get_network

@@ -24,9 +24,9 @@ def _version() -> str:
 
 
 __version__ = _version()
-_VERBS = ("profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "llm", "diff", "check", "watch")
+_VERBS = ("profile", "memory", "bench", "fit", "plan", "predict", "gpus", "calibrate", "llm", "diff", "check", "watch")
 _RECORDS = ("Workload", "Training", "Parallel", "Target", "Memory", "Serving", "Measurement", "Sections",
-            "Calibration")
+            "Calibration", "Plan")
 _HOMES = {**dict.fromkeys(_VERBS, ".api"), **dict.fromkeys(_RECORDS, ".settings"), "Profile": ".analysis",
           "FootprintError": ".errors", "ExitCode": ".errors"}
 __all__ = [*_VERBS, *_RECORDS, "ExitCode", "FootprintError", "Profile", "__version__", "hardware", "make_report"]

@@ -19,6 +19,7 @@ from .settings import (
     Measurement,
     Memory,
     Parallel,
+    Plan,
     Record,
     Sections,
     Serving,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from .estimate.kernels.prediction import Prediction
     from .estimate.llm.result import LlmResult
     from .estimate.memory import MemoryEstimate
+    from .estimate.plan import PlanResult
     from .estimate.recommend import FitResult
     from .hardware import Accelerator
     from .measure.calibrate import CalibrationResult
@@ -46,8 +48,8 @@ if TYPE_CHECKING:
     from .results.diff import Diff
     from .results.overview import Overview
 
-__all__ = ["VERBS", "bench", "calibrate", "check", "diff", "fit", "gpus", "llm", "memory", "predict", "profile",
-           "report", "watch"]
+__all__ = ["VERBS", "bench", "calibrate", "check", "diff", "fit", "gpus", "llm", "memory", "plan", "predict",
+           "profile", "report", "watch"]
 
 ModelLike = Any  # a name ("resnet50", "timm:...", "hf:...", a config folder, "file.py:factory") or an nn.Module
 InputsLike = Any  # a tensor, a shape spec ("1,3,224,224", "1,128:int64"), a sequence of those, a mapping by keyword
@@ -66,6 +68,11 @@ VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
     "report": {Workload: WORK, Training: ALL, Target: ("gpu", "hardware", "utilisation"), Sections: ALL},
     "llm": {Workload: ("model", "batch", "trust_remote_code"), Serving: ALL, Parallel: ("gpus", "tp"),
             Target: ("gpu", "hardware", "device", "efficiency", "price"), Simulation: ALL},
+    "plan": {Workload: ("model", "precision", "weights", "trust_remote_code", "reuse"),
+             Training: ("train", "optimizer", "ac"),
+             Parallel: ("gpus", "sequence_parallel", "fsdp_param_dtype", "fsdp_reduce_dtype", "fp8", "network",
+                        "network_gbps", "nics_per_node", "gpus_per_node"),
+             Target: ("gpu", "hardware", "utilisation", "tf32", "efficiency", "price"), Plan: ALL},
     "calibrate": {Target: ("device",), Measurement: ("nproc", "threads"), Calibration: ALL},
     "watch": {Watch: ALL, Workload: ("inputs", "batch", "precision", "weights", "trust_remote_code"), Training: ALL,
               Target: ("device", "utilisation")},
@@ -180,6 +187,22 @@ def fit(model: ModelLike, inputs: InputsLike = None, **settings: Any) -> FitResu
 
     w, t, p, target = _records("fit", settings, model, inputs)
     return recommend(w, t, p, target)
+
+
+@_verb("plan")
+def plan(model: ModelLike, *, progress: Callable[[str, float | None], None] | None = None,
+         **settings: Any) -> PlanResult:
+    """Search the training layouts of ``gpus`` accelerators ``gpu`` for ``model``: data, tensor
+    and pipeline parallelism, virtual stages and schedule, micro-batch and gradient accumulation,
+    activation checkpointing and ZeRO/FSDP sharding; keep those that fit, best predicted tokens/s
+    per GPU first, with a launch configuration each. ``progress(message, fraction)`` hears the
+    search; Ctrl-C stops it with the best found so far."""
+    from .estimate.plan import plan as search
+
+    if "training" not in settings:
+        settings = {"train": True, **settings}
+    w, t, p, target, pl = _records("plan", settings, model)
+    return search(w, t, p, target, pl, progress)
 
 
 def gpus(hardware: str | None = None, vendor: str | None = None) -> list[Accelerator]:

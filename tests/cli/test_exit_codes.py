@@ -19,6 +19,8 @@ HERE = Path(__file__).parents[1]
 MODEL = f"{HERE / 'fixtures' / 'models.py'}:build"
 INPUTS = ["--input", "2,3,8,8", "--input", "2,10"]
 TINY = str(HERE / "configs" / "gpt2-tiny")
+LLAMA = str(HERE / "configs" / "llama-tiny")
+PLAN = [LLAMA, "--gpu", "h100-sxm", "--seq", "16", "--global-batch", "2", "--ac", "none"]
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +45,7 @@ CASES: dict[str, tuple[list[str], list[str], str]] = {
     "fit": ([MODEL, *INPUTS, "--gpu", "t4"], [MODEL, *INPUTS, "--gpus", "0"], "api.fit"),
     "predict": ([MODEL, *INPUTS, "--gpu", "t4"], [MODEL, *INPUTS, "--gpu", "nosuchgpu"], "api.predict"),
     "calibrate": (["--quick", "--force"], ["--device", "tpu"], "api.calibrate"),
+    "plan": ([*PLAN, "--gpus", "2"], [*PLAN, "--gpus", "0"], "api.plan"),
     "llm": ([TINY, "--prompt", "8", "--output", "4", "--gpu", "l4"], [TINY, "--quant", "int3"], "api.llm"),
     "show": (["{profile}", "--depth", "0"], ["{dir}/missing.json"], "results.record.load"),
     "report": ([MODEL, *INPUTS, "-o", "{dir}/r.html"], [MODEL, *INPUTS], "api.report"),

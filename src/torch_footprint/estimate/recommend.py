@@ -10,7 +10,7 @@ any batch; throughput there from operator costs extrapolated from the same trace
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.memory import MemoryPeak, replay
@@ -26,8 +26,9 @@ from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime
 from .layouts.schedule import layout_step, schedule_peak
 from .layouts.sharding import ModelStates, gather_bytes, model_states, step_peak
-from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for
-from .workload import at_batch, first_batch, precision_of, trace_step
+from .memory import allocation_count
+from .price import fixed_overheads, refuse_unpriced
+from .workload import at_batch, first_batch, layout_training, precision_of, trace_step
 
 
 @dataclass
@@ -121,11 +122,6 @@ def _closest_miss(rows: list[FitRow]) -> str:
             f"{big.need / 2**30:.1f} GiB needed per rank")
 
 
-def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False) -> dict[str, int]:
-    device = "cuda" if acc.kind == "gpu" else "cpu"
-    return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device], backward)
-
-
 def attention_kernels(rows: list[FitRow], calls: list[dict[str, Any]]) -> list[str]:
     """Name on each NVIDIA row the kernel CUDA runs each traced attention call with (sdp_utils'
     choice, :mod:`.kernels.sdpa`); a note where that is fused and the trace's CPU path was not,
@@ -151,8 +147,7 @@ def attention_kernels(rows: list[FitRow], calls: list[dict[str, Any]]) -> list[s
 def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, target: Target) -> Prediction:
     """``predict`` under a training layout: one rank's micro-batch by operator, and the whole
     step with its micro-batches, pipeline and collectives as ``step``."""
-    if p.grad_accum > 1 or p.pp > 1:  # the gradients accumulate: they exist before each forward
-        t = replace(t, grads="zero")
+    t = layout_training(t, p)
     trace, notes = trace_step(w, t, p)
     refuse_unpriced(p)
     fp8_rows([acc], p, w, explicit=True)
@@ -185,14 +180,6 @@ def fp8_rows(rows: list[Accelerator], p: Parallel, w: Workload, explicit: bool) 
     return kept
 
 
-def refuse_unpriced(p: Parallel) -> None:
-    """A layout option whose cost is not modelled yet stops here (one line) rather than being
-    left out of the figures silently."""
-    for flag, given in (("--cp", p.cp > 1), ("--ep", p.ep > 1)):
-        if given:
-            raise FootprintError(f"{flag} is not priced yet: fit cannot answer for this layout")
-
-
 def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
               target: Target = Target()) -> FitResult:
     """Every accelerator's answer for the step ``t`` of ``w`` at its batch per rank, and the pick
@@ -209,8 +196,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     m, pp = p.grad_accum, p.pp
     if (m > 1 or pp > 1) and not t.train:
         raise FootprintError("--grad-accum and --pp price a training step: add --train")
-    if m > 1 or pp > 1:  # the gradients accumulate over the micro-batches: they exist before each forward
-        t = replace(t, grads="zero")
+    t = layout_training(t, p)
     rows_db = load(hardware)
     if only:
         rows_db = [find(rows_db, x) for x in only]

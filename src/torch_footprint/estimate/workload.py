@@ -69,6 +69,19 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
     return trace, notes + trace.notes
 
 
+def layout_training(t: Training, p: Parallel) -> Training:
+    """The step as layout ``p`` runs it: with several micro-batches a step (gradient accumulation
+    or a pipeline) the gradients accumulate, so they exist before each micro-batch's forward."""
+    return dataclasses.replace(t, grads="zero") if p.grad_accum > 1 or p.pp > 1 else t
+
+
+def trace_key(w: Workload, t: Training, p: Parallel) -> tuple[Any, ...]:
+    """What the trace of ``t`` under layout ``p`` depends on (what :func:`trace_step` reads of
+    them): layouts with equal keys are priced from one trace. The data-parallel sharding, the
+    pipeline split and schedule, the micro-batches a step and the network do not change it."""
+    return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.cp, p.ep)
+
+
 def at_batch(w: Workload, batch: int | None) -> Workload:
     """The same workload at another batch size."""
     return dataclasses.replace(w, batch=batch)

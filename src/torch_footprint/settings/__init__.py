@@ -25,8 +25,8 @@ from .simulation import Simulation
 from .training import Grads, Optimizer, Parallel, PipelineSchedule, Strategy, Training
 
 __all__ = ["RECORDS", "Calibration", "Grads", "Measurement", "Memory", "Optimizer", "Parallel", "PipelineSchedule",
-           "Record", "Sections", "Serving", "Simulation", "Strategy", "Target", "Training", "Watch", "Workload",
-           "field_docs", "field_types", "gather", "literal_choices", "opt", "signature_of", "verb_records"]
+           "Plan", "Record", "Sections", "Serving", "Simulation", "Strategy", "Target", "Training", "Watch",
+           "Workload", "field_docs", "field_types", "gather", "literal_choices", "opt", "signature_of", "verb_records"]
 
 Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
 Quant = Literal["fp32", "bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "q4_0",
@@ -334,7 +334,46 @@ class Calibration(Record):
     """save even a calibration that fails its sanity checks"""
 
 
+@dataclass(frozen=True)
+class Plan(Record):
+    """What ``plan`` searches: the run's sequence and batch, the micro-batches to try, the run's length."""
+
+    seq: int = opt(4096, metavar="TOKENS")
+    """tokens per sequence (the traced input ids: 1 x TOKENS per micro-batch sequence)"""
+    global_batch: int | None = opt(metavar="N", aliases=("--global-batch-size",))
+    """sequences per optimizer step, whole job (default: 4M tokens' worth, 2**22 // --seq, at least --gpus)"""
+    micro_batches: str = opt("1,2,4,8", metavar="SIZES")
+    """micro-batch sizes to try (sequences per rank per micro-batch; each size is traced, a larger one only where
+    a smaller one fit)"""
+    tokens: float | None = opt(metavar="N")
+    """price a run of N tokens (e.g. 15e12): GPU-hours and dollars, from --price or the shipped table"""
+
+    def check(self) -> None:
+        if self.seq < 1:
+            raise FootprintError(f"--seq must be at least 1 token, got {self.seq}")
+        if self.global_batch is not None and self.global_batch < 1:
+            raise FootprintError(f"--global-batch must be at least 1, got {self.global_batch}")
+        if self.tokens is not None and not self.tokens > 0:
+            raise FootprintError(f"--tokens must be more than 0, got {self.tokens}")
+        self.sizes  # noqa: B018 - read before any work
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """--micro-batches as numbers."""
+        try:
+            out = tuple(sorted({int(x) for x in str(self.micro_batches).split(",") if x.strip()}))
+        except ValueError:
+            out = ()
+        if not out or out[0] < 1:
+            raise FootprintError(f"--micro-batches takes sizes of at least 1 such as 1,2,4; got '{self.micro_batches}'")
+        return out
+
+    def batch_for(self, gpus: int) -> int:
+        """The global batch in sequences (module default: 4M tokens, at least one a GPU)."""
+        return self.global_batch or max(2**22 // self.seq, gpus, 1)
+
+
 RECORDS: tuple[type[Record], ...] = (Workload, Training, Parallel, Target, Memory, Serving, Simulation, Measurement,
-                                     Watch, Sections, Calibration)
+                                     Watch, Sections, Calibration, Plan)
 
 

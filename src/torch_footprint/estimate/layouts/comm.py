@@ -53,6 +53,7 @@ from ...errors import FootprintError
 from ...hardware.db import Accelerator
 from ...hardware.networks import Network
 from ...trace import Trace
+from .memo import once
 from .sharding import wrap_units
 from .tensor_parallel import tp_plan_of_trace
 
@@ -203,6 +204,10 @@ def ddp_buckets(nbytes: int) -> list[int]:
 
 def activation_bytes(trace: Trace, path: str) -> int:
     """Bytes of the output of module ``path`` in the forward (what a row-parallel linear all-reduces)."""
+    return once(trace, ("output bytes", path), lambda: _output_bytes(trace, path))
+
+
+def _output_bytes(trace: Trace, path: str) -> int:
     best = 0
     for e in trace.events:
         if e.module == path and e.phase == "forward" and e.out_shapes and e.out_dtypes:

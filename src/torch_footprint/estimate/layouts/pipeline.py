@@ -11,6 +11,7 @@ from torch import nn
 from ...errors import FootprintError
 from ...settings import Parallel
 from ...trace import Trace
+from .memo import once
 
 # what a model config calls its experts per mixture-of-experts layer (transformers' names)
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
@@ -121,7 +122,12 @@ class StageMap:
 def stage_map(trace: Trace, p: int, v: int = 1) -> StageMap:
     """Split ``trace`` into ``p x v`` chunks of its repeated blocks; what runs before the first
     block in the forward (embeddings) goes with the first chunk, what runs after the last
-    (final norm, head, loss) with the last; in the backward the other way round."""
+    (final norm, head, loss) with the last; in the backward the other way round. Worked out
+    once per trace and split."""
+    return once(trace, ("stage map", p, v), lambda: _stage_map(trace, p, v))
+
+
+def _stage_map(trace: Trace, p: int, v: int) -> StageMap:
     path, n = blocks_of_trace(trace)
     chunks = p * v
     if not n or n % chunks:

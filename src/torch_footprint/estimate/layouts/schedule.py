@@ -36,6 +36,7 @@ from ...settings import Parallel
 from ...trace import Trace
 from ..kernels.prediction import Prediction
 from .comm import Collective, Link, StepTime, activation_bytes, link_of, step_time
+from .memo import once
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
 from .ranks import phase_times
 
@@ -46,6 +47,10 @@ def rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[
     """Per pipeline rank: forward, loss and backward seconds of one micro-batch, its share of
     the parameter bytes, and one micro-batch's saved activations (bytes) by the modules that
     made them (``activations`` of :class:`MemoryPeak`, filled by :func:`schedule_peak`)."""
+    return once(pred, ("rank shares", id(trace), sm.p, sm.v), lambda: _rank_shares(trace, pred, sm))
+
+
+def _rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[Any]]:
     p = sm.p
     times = [0.0] * p
     for o in pred.ops:
@@ -62,7 +67,11 @@ def rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[
 def _rank_trace(trace: Trace, sm: StageMap, rank: int) -> Trace:
     """``trace`` with only pipeline rank ``rank``'s parameters and modules (its collectives);
     the containers that own no parameter (the root, the blocks' list) stay, so FSDP's units
-    are found as in the whole model."""
+    are found as in the whole model. Made once per trace, split and rank."""
+    return once(trace, ("rank trace", sm.p, sm.v, rank), lambda: _slice(trace, sm, rank))
+
+
+def _slice(trace: Trace, sm: StageMap, rank: int) -> Trace:
     mine = {c for c in range(sm.p * sm.v) if sm.rank(c) == rank}
     return dataclasses.replace(trace, params=[q for q in trace.params if sm.chunk_of_module(q.module) in mine],
                                modules=[m for m in trace.modules
@@ -150,9 +159,7 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
     total = sum(params) or 1
     # live bytes at each operator's high point (peak.highs[i + 1]: event i), in the forward and
     # backward, and in the optimizer step
-    highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
-    fb = max((h for h, e in zip(highs, trace.events) if e.phase != "optimizer"), default=peak.peak_bytes)
-    opt = max((h for h, e in zip(highs, trace.events) if e.phase == "optimizer"), default=0)
+    fb, opt = once(peak, ("phase highs", id(trace)), lambda: _phase_highs(trace, peak))
     transient = max(0, fb - states - sum(acts))
     best, at = -1, 0
     figures = []
@@ -169,6 +176,14 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
                       op="", breakdown={"model states": f["states"], "activations in flight": f["activations"],
                                         "largest transient": transient},
                       persistent={k: math.ceil(v * params[at] / total) for k, v in peak.persistent.items()}), figures
+
+
+def _phase_highs(trace: Trace, peak: MemoryPeak) -> tuple[int, int]:
+    """The most live bytes in the forward and backward, and in the optimizer step."""
+    highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
+    fb = max((h for h, e in zip(highs, trace.events) if e.phase != "optimizer"), default=peak.peak_bytes)
+    opt = max((h for h, e in zip(highs, trace.events) if e.phase == "optimizer"), default=0)
+    return fb, opt
 
 
 def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
@@ -189,11 +204,12 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
     if link is None and p.gpus > 1:
         return None
     reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
+    phases = dict(once(pred, "phase times", lambda: phase_times(pred)))
     if m > 1 or pp > 1:
         pp_link = link_of(acc, ranks=2, per_node=per_node, network=network, stride=inner * dp)
-        return schedule_step(trace, pred, phase_times(pred), strategy=strategy, shard=shard, replicas=replicas,
+        return schedule_step(trace, pred, phases, strategy=strategy, shard=shard, replicas=replicas,
                              tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
                              tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,
                              param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
-    return step_time(trace, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
+    return step_time(trace, phases, strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
                      replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)

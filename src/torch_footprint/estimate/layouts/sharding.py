@@ -40,6 +40,7 @@ from ...analysis.memory import MemoryPeak, Moment, replay
 from ...errors import FootprintError
 from ...trace import Trace
 from ...trace.records import ModuleInfo
+from .memo import once
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 _FACTORS = {  # (weights, gradients, optimizer state) held by one of N ranks, as powers of 1/N
@@ -58,8 +59,8 @@ def shard_factors(strategy: str, n: int) -> dict[str, float]:
 
 
 def wrap_units(trace: Trace) -> dict[str, int]:
-    """Parameter bytes of the units FSDP would wrap (:func:`fsdp_units`)."""
-    return fsdp_units(trace.modules)
+    """Parameter bytes of the units FSDP would wrap (:func:`fsdp_units`; once per trace: not to be changed)."""
+    return once(trace, "fsdp units", lambda: fsdp_units(trace.modules))
 
 
 def root_bytes(trace: Trace) -> int:
@@ -181,7 +182,14 @@ def fsdp_moments(trace: Trace, strategy: str, n: int) -> list[Moment]:
     trainable = [p for p in trace.params if p.trainable]
     if len(grads) != len(trainable) or not trace.settings.get("backward"):
         return []
-    units = sorted(wrap_units(trace), key=len, reverse=True)  # the deepest owner first
+    deepest_first = sorted(wrap_units(trace), key=len, reverse=True)
+    owner: dict[str, str] = {}
+
+    def unit_of(module: str) -> str:  # each module's owner looked up once
+        if module not in owner:
+            owner[module] = _unit_of(module, deepest_first)
+        return owner[module]
+
     pre = {uid for uid, *_ in trace.preexisting}
     allocated: dict[int, int] = {}
     for e in trace.events:
@@ -189,16 +197,16 @@ def fsdp_moments(trace: Trace, strategy: str, n: int) -> list[Moment]:
             allocated.setdefault(uid, nbytes)
     w_of: dict[str, int] = {}
     for p in trace.params:
-        u = _unit_of(p.module, units)
+        u = unit_of(p.module)
         w_of[u] = w_of.get(u, 0) + p.nbytes
     grads_of: dict[str, dict[int, int]] = {}
     for p, uid in zip(trainable, grads, strict=True):
         if uid not in pre and uid in allocated:
-            grads_of.setdefault(_unit_of(p.module, units), {})[uid] = allocated[uid]
+            grads_of.setdefault(unit_of(p.module), {})[uid] = allocated[uid]
     span: dict[tuple[str, str], list[int]] = {}  # (unit, phase) -> [first event, last event]
     for i, e in enumerate(trace.events):
         if e.phase in ("forward", "backward"):
-            for u in {_unit_of(e.module, units), ""}:  # the root's forward and backward enclose every unit's
+            for u in {unit_of(e.module), ""}:  # the root's forward and backward enclose every unit's
                 span.setdefault((u, e.phase), [i, i])[1] = i
     out: list[Moment] = []
 

@@ -32,6 +32,7 @@ from torch import nn
 
 from ...errors import FootprintError
 from ...trace.records import Trace
+from .memo import once
 
 COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1",
                      "w1", "w3", "wq", "wk", "wv"})
@@ -62,8 +63,8 @@ def tp_plan(model: nn.Module) -> dict[str, str]:
 
 
 def tp_plan_of_trace(trace: Trace) -> dict[str, str]:
-    """The plan of a traced model (:func:`plan_of` over the trace's modules)."""
-    return plan_of((m.path, m.type) for m in trace.modules)
+    """The plan of a traced model (:func:`plan_of` over the trace's modules; once per trace: not to be changed)."""
+    return once(trace, "tp plan", lambda: plan_of((m.path, m.type) for m in trace.modules))
 
 
 def _heads(model: nn.Module) -> dict[str, int]:

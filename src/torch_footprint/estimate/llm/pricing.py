@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...analysis.memory import replay
-from ...errors import FootprintError
 from ...hardware.db import Accelerator
 from ...hardware.engines import profile
 from ...search import largest_true

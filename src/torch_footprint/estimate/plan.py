@@ -1,0 +1,373 @@
+"""Which layout to train with on N GPUs of a type: every layout the model and N allow, priced
+from cached traces (:mod:`.price`), those that fit ranked by predicted tokens/s per GPU.
+
+The search covers data x tensor x pipeline parallelism (and context and expert parallelism
+where :func:`.price.priced` says they are priced), virtual stages and the pipeline schedule,
+the micro-batch and with it the micro-batches a step (the global batch is the run's), the
+activation checkpointing mode and the data-parallel sharding (DDP, ZeRO-1, ZeRO-2, FSDP, HSDP
+within a node). Tensor-parallel groups stay inside a node. One trace serves every layout with
+the same trace key (:func:`.workload.trace_key`), so a search traces a handful of times and
+prices hundreds or thousands of layouts.
+
+Micro-batch sizes are searched smallest first: a larger micro-batch holds at least as many
+activation bytes per rank in every layout (the same stages in flight, each larger, and larger
+transients), so a size is traced for a tensor-parallel split only if some layout fit at the
+size before it. Checkpointing modes are searched lightest first: for the same layout, checkpointing more
+never makes the step faster and never needs more memory, so a heavier mode is traced and
+priced only for the layouts that did not fit under a lighter one and whose time under it
+(a bound on their time under the heavier mode) could still place them among the best."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import FootprintError
+from ..hardware import Accelerator, find, load
+from ..hardware.networks import Network, network_for
+from ..hardware.prices import Price, hourly_price
+from ..settings import Parallel, Plan, Target, Training, Workload
+from ..sources import prepare
+from .layouts.pipeline import check_layout, repeated_blocks
+from .layouts.tensor_parallel import check_tp
+from .price import LayoutPrice, TracedStep, price_layout, priced
+from .workload import at_batch, layout_training, trace_key, trace_step
+
+AC_ORDER = ("none", "selective", "full")  # lightest first: each recomputes more than the one before
+SHARDINGS = ("ddp", "zero1", "zero2", "fsdp")
+MAX_VPP = 8  # virtual stages per rank tried at most
+
+
+@dataclass
+class PlanRow:
+    """One layout that fits, with what makes it fast or slow."""
+
+    price: LayoutPrice
+    micro_batch: int
+    ac: str
+    seq: int
+    global_batch: int
+    blocks: int  # the model's repeated blocks (what the pipeline splits)
+
+    @property
+    def layout(self) -> Parallel:
+        return self.price.layout
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.global_batch * self.seq / self.price.time_s / self.layout.gpus
+
+    def parts(self) -> dict[str, float]:
+        """Why it is as fast as it is: the bubble's and exposed communication's shares of the step,
+        and the memory left per rank."""
+        step = self.price.step
+        total = self.price.time_s
+        bubble = step.compute_s.get("pipeline bubble", 0.0) if step else 0.0
+        exposed = step.exposed_s if step else 0.0
+        return {"step_s": total, "bubble_s": bubble, "exposed_comm_s": exposed,
+                "bubble_share": bubble / total if total else 0.0, "exposed_share": exposed / total if total else 0.0,
+                "headroom_bytes": float(self.price.capacity - self.price.need)}
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.layout
+        return {"dp": p.data, "tp": p.tensor, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep,
+                "schedule": p.schedule if p.pp > 1 else None, "strategy": p.sharding,
+                "dp_shard": p.shard_group if p.sharding in ("zero2", "zero3", "fsdp") else None,
+                "micro_batch": self.micro_batch, "grad_accum": p.grad_accum, "ac": self.ac,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "need_bytes": self.price.need,
+                "capacity_bytes": self.price.capacity, **self.parts(), "launch": launch(self)}
+
+
+@dataclass
+class PlanResult:
+    """The layouts that fit, best first, and how the search went."""
+
+    kind = "plan"
+    model: str
+    accelerator: str
+    gpus: int
+    seq: int
+    global_batch: int
+    rows: list[PlanRow]
+    evaluated: int = 0  # layouts priced
+    considered: int = 0  # layouts the model and GPU count allow (priced or left out as dominated)
+    traces: int = 0
+    trace_s: float = 0.0
+    search_s: float = 0.0
+    interrupted: bool = False
+    closest: str = ""  # when nothing fits: what would
+    price: Price | None = None
+    tokens: float | None = None
+    notes: list[str] = field(default_factory=list)
+    cache: TraceCache | None = field(default=None, repr=False)  # the traces it priced (price other layouts)
+
+    def cost(self, row: PlanRow) -> dict[str, float] | None:
+        """GPU-hours and dollars for a run of ``tokens`` (None without a price or a length)."""
+        if self.tokens is None:
+            return None
+        hours = self.tokens / (row.tokens_per_s_per_gpu * self.gpus) / 3600 * self.gpus
+        return {"gpu_hours": hours, **({"usd": hours * self.price.usd_per_hour} if self.price else {})}
+
+    def to_dict(self) -> dict[str, Any]:
+        rows = [{**r.to_dict(), **({"run": self.cost(r)} if self.tokens else {})} for r in self.rows]
+        return {"model": self.model, "accelerator": self.accelerator, "gpus": self.gpus, "seq": self.seq,
+                "global_batch": self.global_batch, "layouts_evaluated": self.evaluated,
+                "layouts_considered": self.considered, "traces": self.traces, "trace_s": self.trace_s,
+                "search_s": self.search_s, "interrupted": self.interrupted, "nothing_fits": not self.rows,
+                "closest": self.closest, "tokens": self.tokens,
+                "price": dataclasses.asdict(self.price) if self.price else None, "rows": rows, "notes": self.notes,
+                "settings": {"model": self.model, "gpu": self.accelerator, "gpus": self.gpus, "seq": self.seq,
+                             "global_batch": self.global_batch}}
+
+
+class TraceCache:
+    """The traces of a planner's search, one per trace key, each made once."""
+
+    def __init__(self, w: Workload, t: Training, store: dict[tuple[Any, ...], TracedStep] | None = None) -> None:
+        self.w, self.t = w, t
+        self.store = {} if store is None else store  # a store shared by searches of other GPUs or batches
+        self.seconds = 0.0
+
+    def get(self, micro_batch: int, ac: str, p: Parallel) -> TracedStep:
+        w = at_batch(self.w, micro_batch)
+        t = layout_training(dataclasses.replace(self.t, ac=ac, checkpointing=False), p)
+        key = trace_key(w, t, p)
+        if key not in self.store:
+            start = time.perf_counter()
+            trace, notes = trace_step(w, t, p)
+            self.seconds += time.perf_counter() - start
+            self.store[key] = TracedStep(trace, notes, t)
+        return self.store[key]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _pipelines(pp: int, blocks: int, m: int) -> Iterator[tuple[int, str | None]]:
+    """Virtual stages and schedule per pipeline degree (interleaving needs the micro-batches in
+    multiples of the ranks, as Megatron-LM requires)."""
+    if pp == 1:
+        yield 1, None
+        return
+    yield 1, "1f1b"
+    yield 1, "gpipe"
+    if m % pp == 0:
+        for v in range(2, MAX_VPP + 1):
+            if blocks % (pp * v) == 0:
+                yield v, "interleaved-1f1b"
+
+
+def _shardings(dp: int, tp: int, per_node: int) -> Iterator[tuple[str, int | None]]:
+    if dp == 1:
+        yield "ddp", None
+        return
+    for s in SHARDINGS:
+        yield s, None
+    inside = per_node // tp  # HSDP: shard within a node, replicate across nodes
+    if 1 < inside < dp and dp % inside == 0:
+        yield "fsdp", inside
+
+
+def layouts(model: Any, base: Parallel, global_batch: int, sizes: tuple[int, ...]) -> Iterator[tuple[Parallel, int]]:
+    """Every layout of ``base.gpus`` the model takes and whose cost is priced, with its micro-batch
+    size: the global batch split evenly into micro-batches on each data-parallel rank."""
+    n, per_node = base.gpus, base.gpus_per_node
+    _, blocks = repeated_blocks(model)
+    for tp in _divisors(n):
+        if tp > per_node or per_node % tp:
+            continue  # tensor parallelism stays inside a node
+        try:
+            check_tp(model, tp)
+        except FootprintError:
+            continue
+        for pp in _divisors(n // tp):
+            for cp in _divisors(n // (tp * pp)):
+                dp = n // (tp * pp * cp)
+                for ep in _divisors(dp * cp):
+                    yield from _split(model, base, tp, pp, cp, ep, dp, blocks, global_batch, sizes)
+
+
+def _split(model: Any, base: Parallel, tp: int, pp: int, cp: int, ep: int, dp: int, blocks: int,
+           global_batch: int, sizes: tuple[int, ...]) -> Iterator[tuple[Parallel, int]]:
+    for mb in sizes:
+        if global_batch % (dp * mb):
+            continue
+        m = global_batch // (dp * mb)
+        if pp > 1 and m < pp:
+            continue  # fewer micro-batches than stages: most of the step idle
+        for vpp, schedule in _pipelines(pp, blocks, m):
+            for strategy, shard in _shardings(dp, tp, base.gpus_per_node):
+                try:
+                    p = dataclasses.replace(base, tp=tp, pp=pp, vpp=vpp, pp_schedule=schedule, cp=cp, ep=ep,
+                                            sequence_parallel=base.sequence_parallel and tp > 1,
+                                            grad_accum=m, strategy=strategy, dp_shard=shard,
+                                            fsdp_param_dtype=base.fsdp_param_dtype if strategy == "fsdp" else None,
+                                            fsdp_reduce_dtype=base.fsdp_reduce_dtype if strategy == "fsdp" else None)
+                    if not priced(p):
+                        continue
+                    check_layout(model, p)
+                except FootprintError:
+                    continue
+                yield p, mb
+
+
+Progress = Callable[[str, float | None], None]
+
+
+def plan(w: Workload, t: Training, p: Parallel, target: Target, settings: Plan,
+         progress: Progress | None = None, store: dict[tuple[Any, ...], TracedStep] | None = None) -> PlanResult:
+    """Search the layouts of ``p.gpus`` accelerators ``target.gpu`` for the step ``t`` of ``w``
+    (module docstring); Ctrl-C stops the search and keeps what was found. ``store``: traces
+    kept from another search (keyed by :func:`.workload.trace_key`), used where they apply."""
+    say = progress or (lambda message, fraction=None: None)
+    if len(target.gpu) != 1:
+        raise FootprintError("plan searches layouts of one accelerator: give --gpu ID once")
+    acc = find(load(target.hardware), target.gpu[0])
+    net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
+    w = dataclasses.replace(w, inputs={"input_ids": f"1,{settings.seq}:int64"}, precision=w.precision or "bf16-mixed")
+    t = dataclasses.replace(t, train=True, optimizer=t.optimizer or "adamw")
+    gb = settings.batch_for(p.gpus)
+    acs = (t.ac,) if t.ac is not None else ("full",) if t.checkpointing else AC_ORDER
+    say(f"plan: building {w.model}", None)
+    model = prepare(w.model, w.inputs, weights=w.weights, trust_remote_code=w.trust_remote_code).built.model
+    groups: dict[tuple[Any, ...], list[tuple[Parallel, int]]] = {}
+    for layout, mb in layouts(model, p, gb, settings.sizes):
+        groups.setdefault((layout.tensor, layout.sequence_parallel, layout.cp, layout.ep, mb), []).append(
+            (layout, mb))
+    result = PlanResult(str(w.model), acc.id, p.gpus, settings.seq, gb, [], tokens=settings.tokens,
+                        price=hourly_price(acc.id, target.price))
+    result.considered = sum(len(g) for g in groups.values()) * len(acs)
+    if not groups:
+        raise FootprintError(_no_layout(model, p, gb, settings))
+    cache = TraceCache(w, t, store)
+    traced_before = len(cache.store)
+    _, blocks = repeated_blocks(model)
+    start = time.perf_counter()
+    misses: list[tuple[int, LayoutPrice]] = []
+    fitted: dict[tuple[Any, ...], bool] = {}  # per split but the micro-batch: did the last micro-batch fit
+    try:
+        for i, (key, members) in enumerate(sorted(groups.items())):
+            if fitted.get(key[:-1]) is False:
+                continue  # nothing fit at a smaller micro-batch: nothing fits at this one
+            before = len(result.rows)
+            _search_group(members, acs, cache, acc, target, net, result, misses, settings.seq, gb, blocks, top=5,
+                          say=lambda ac, mb=members[0][1], tp=members[0][0].tensor, i=i: say(
+                              f"plan: tp {tp}, micro-batch {mb}, --ac {ac}: {result.evaluated} layouts priced, "
+                              f"{len(result.rows)} fit", i / len(groups)))
+            fitted[key[:-1]] = len(result.rows) > before
+    except KeyboardInterrupt:
+        result.interrupted = True
+        result.notes.append("interrupted: the best layouts found so far")
+    result.search_s = time.perf_counter() - start
+    result.traces, result.trace_s, result.cache = len(cache.store) - traced_before, cache.seconds, cache
+    result.rows.sort(key=lambda r: -r.tokens_per_s_per_gpu)
+    if not result.rows and misses:
+        result.closest = _closest(misses, acc)
+    if result.price is None and settings.tokens:
+        result.notes.append(f"no price for {acc.id}: give --price {acc.id}=USD_PER_HOUR for dollars")
+    return result
+
+
+def _search_group(members: list[tuple[Parallel, int]], acs: tuple[str, ...], cache: TraceCache, acc: Accelerator,
+                  target: Target, net: Network | None, result: PlanResult, misses: list[tuple[int, LayoutPrice]],
+                  seq: int, gb: int, blocks: int, top: int, say: Callable[[str], None]) -> None:
+    """Price one trace key's layouts, lightest checkpointing first (module docstring)."""
+    left = [layout for layout, _ in members]
+    mb = members[0][1]
+    for ac in acs:
+        if not left:
+            return
+        say(ac)
+        try:
+            traced = cache.get(mb, ac, left[0])
+        except FootprintError as e:  # this split cannot be traced (the others may): say so, go on
+            result.notes.append(f"tp {left[0].tensor}, micro-batch {mb}, --ac {ac} left out: {e}")
+            return
+        still: list[Parallel] = []
+        for layout in left:
+            priced_ = price_layout(traced, acc, layout, target, net)
+            result.evaluated += 1
+            row = PlanRow(priced_, mb, ac, seq, gb, blocks)
+            if priced_.fits:
+                result.rows.append(row)
+                continue
+            misses.append((mb, priced_))
+            best = sorted((r.tokens_per_s_per_gpu for r in result.rows), reverse=True)
+            if len(best) < top or row.tokens_per_s_per_gpu > best[top - 1]:
+                still.append(layout)  # could still be among the best with more recomputation
+        left = still
+
+
+def _closest(misses: list[tuple[int, LayoutPrice]], acc: Accelerator) -> str:
+    """What the layout nearest to fitting would need."""
+    mb, near = min(misses, key=lambda x: x[1].need)
+    p = near.layout
+    return (f"nothing fits on {p.gpus} x {acc.id} ({acc.memory_bytes / 2**30:.0f} GiB): the smallest need is "
+            f"{near.need / 2**30:.1f} GiB per rank (tp {p.tensor}, pp {p.pp}, dp {p.data} {p.sharding}, micro-batch "
+            f"{mb}); it needs a GPU of {near.need / 2**30:.0f} GiB or more GPUs")
+
+
+def _no_layout(model: Any, p: Parallel, gb: int, settings: Plan) -> str:
+    """Why no layout of ``p.gpus`` exists, and the nearest GPU counts that have one."""
+    _, blocks = repeated_blocks(model)
+
+    def some(n: int) -> bool:
+        return next(layouts(model, dataclasses.replace(p, gpus=n), gb, settings.sizes), None) is not None
+
+    below = next((n for n in range(p.gpus - 1, 0, -1) if some(n)), None)
+    above = next((n for n in range(p.gpus + 1, 4 * p.gpus + 1) if some(n)), None)
+    near = " and ".join(str(n) for n in (below, above) if n is not None) or "none"
+    return (f"no layout of {p.gpus} GPUs splits this model ({blocks} blocks) and a global batch of {gb} sequences "
+            f"(micro-batches of {settings.micro_batches}): the nearest GPU counts that do are {near}")
+
+
+# --------------------------------------------------------------------------- launch configurations
+
+TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved-1f1b": "Interleaved1F1B"}
+
+
+def launch(row: PlanRow) -> dict[str, Any]:
+    """The layout in torchtitan's job config (TOML sections; None for ZeRO-1, which torchtitan
+    does not have) and Megatron-LM's flags."""
+    p = row.layout
+    fsdp = p.sharding in ("zero2", "zero3", "fsdp")
+    shard = p.shard_group if fsdp else 1
+    par: dict[str, Any] = {"data_parallel_replicate_degree": p.data // shard if fsdp else p.data,
+                           "data_parallel_shard_degree": shard, "tensor_parallel_degree": p.tensor,
+                           "pipeline_parallel_degree": p.pp, "context_parallel_degree": p.cp}
+    if p.ep > 1:
+        par["expert_parallel_degree"] = p.ep
+    if p.sharding == "zero2":
+        par["fsdp_reshard_after_forward"] = "never"
+    if p.pp > 1:
+        par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[p.schedule]
+        par["pipeline_parallel_microbatch_size"] = row.micro_batch
+    local = row.micro_batch * (p.grad_accum if p.pp > 1 else 1)  # torchtitan splits a pipeline's local batch
+    titan = {"parallelism": par,
+             "training": {"local_batch_size": local, "global_batch_size": row.global_batch, "seq_len": row.seq},
+             "activation_checkpoint": {"mode": row.ac, **({"selective_ac_option": "op"} if row.ac == "selective"
+                                                          else {})}}
+    mega = [f"--tensor-model-parallel-size {p.tensor}", f"--pipeline-model-parallel-size {p.pp}",
+            f"--micro-batch-size {row.micro_batch}", f"--global-batch-size {row.global_batch}",
+            f"--seq-length {row.seq}"]
+    if p.vpp > 1:
+        mega.append(f"--num-layers-per-virtual-pipeline-stage {row.blocks // (p.pp * p.vpp)}")
+    if p.cp > 1:
+        mega.append(f"--context-parallel-size {p.cp}")
+    if p.ep > 1:
+        mega.append(f"--expert-model-parallel-size {p.ep}")
+    if p.sharding in ("zero1", "zero2"):
+        mega.append("--use-distributed-optimizer")
+    if fsdp and p.sharding != "zero2":
+        mega.append("--use-torch-fsdp2")
+    if row.ac == "full":
+        mega += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    elif row.ac == "selective":
+        mega.append("--recompute-granularity selective")
+    if p.tensor > 1 and p.sequence_parallel:
+        mega.append("--sequence-parallel")
+    return {"torchtitan": None if p.sharding == "zero1" else titan, "megatron": mega}

@@ -1,0 +1,144 @@
+"""One traced micro-batch priced under many layouts, without tracing it again.
+
+What a training layout reads from the trace of one rank's micro-batch:
+
+* the operators' times on an accelerator (the roofline over each operator's FLOPs and bytes):
+  the same for every layout priced from the trace, worked out once per accelerator and FP8
+  recipe;
+* one rank's memory under a data-parallel sharding (the trace's storages replayed with the
+  model states scaled to the rank's share, FSDP's gathered units added): once per sharding
+  and group size;
+* the pipeline ranks' shares (each layer's parameters, saved activations and operator times,
+  :mod:`.layouts.pipeline`) and the collectives (the parameters' and boundary activations'
+  bytes, :mod:`.layouts.comm`): per split, from the same figures.
+
+What changes the trace itself (the micro-batch, the sequence, checkpointing, whether gradients
+exist before the forward, the tensor-parallel split) is :func:`.workload.trace_key`: layouts
+that share a key share one trace. :func:`price_layout` gives what ``fit`` gives for a layout at
+the batch it was asked for (the same functions, in the same order)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..analysis.memory import MemoryPeak, replay
+from ..errors import FootprintError
+from ..hardware import Accelerator
+from ..hardware.networks import Network
+from ..settings import Parallel, Target, Training
+from ..trace import Trace
+from .kernels.roofline import Prediction, estimate_latency
+from .layouts.comm import StepTime
+from .layouts.schedule import layout_step, schedule_peak
+from .layouts.sharding import ModelStates, gather_bytes, model_states, step_peak
+from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for
+
+FSDP = ("zero2", "zero3", "fsdp")
+
+
+def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False) -> dict[str, int]:
+    """What the device holds beside the traced tensors (CUDA context, allocator rounding, ...)."""
+    device = "cuda" if acc.kind == "gpu" else "cpu"
+    return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device], backward)
+
+
+def refuse_unpriced(p: Parallel) -> None:
+    """A layout option whose cost is not modelled yet stops here (one line) rather than being
+    left out of the figures silently."""
+    for flag, given in (("--cp", p.cp > 1), ("--ep", p.ep > 1)):
+        if given:
+            raise FootprintError(f"{flag} is not priced yet: fit cannot answer for this layout")
+
+
+def priced(p: Parallel) -> bool:
+    """Whether the cost of layout ``p`` is modelled (what a search over layouts may consider)."""
+    try:
+        refuse_unpriced(p)
+    except FootprintError:
+        return False
+    return True
+
+
+@dataclass
+class LayoutPrice:
+    """One layout on one accelerator: memory per rank, whether it fits, the step's time."""
+
+    accelerator: Accelerator
+    layout: Parallel
+    need: int  # provisioned bytes per rank: (peak + fixed overheads) / utilisation
+    capacity: int
+    peak: MemoryPeak
+    states: ModelStates | None
+    prediction: Prediction
+    step: StepTime | None
+    stages: list[dict[str, Any]] = field(default_factory=list)  # pipeline ranks' memory (schedule_peak)
+
+    @property
+    def fits(self) -> bool:
+        return self.need <= self.capacity
+
+    @property
+    def time_s(self) -> float:
+        """One optimizer step (with its micro-batches, pipeline and communication)."""
+        return self.step.time_s if self.step is not None else self.prediction.time_s
+
+
+class TracedStep:
+    """A trace and what every layout priced from it shares, each worked out once."""
+
+    def __init__(self, trace: Trace, notes: list[str], training: Training) -> None:
+        self.trace, self.notes, self.training = trace, notes, training
+        self.allocations = allocation_count(trace)
+        self._predictions: dict[tuple[Any, ...], Prediction] = {}
+        self._peaks: dict[tuple[str, int, bool], MemoryPeak] = {}
+        self._persistent: dict[str, int] | None = None
+
+    def prediction(self, acc: Accelerator, target: Target, fp8: str | None) -> Prediction:
+        key = (acc.id, fp8, target.tf32, target.efficiency)
+        if key not in self._predictions:
+            self._predictions[key] = estimate_latency(self.trace, acc, tf32=target.tf32_flag,
+                                                      efficiency=target.efficiencies, fp8=fp8)
+        return self._predictions[key]
+
+    def peak(self, strategy: str, shard: int, bucket_view: bool) -> MemoryPeak:
+        key = (strategy, shard, bucket_view)
+        if key not in self._peaks:
+            self._peaks[key] = step_peak(self.trace, strategy, shard, bucket_view)
+        return self._peaks[key]
+
+    def persistent(self) -> dict[str, int]:
+        """The whole model's states (one rank's replay, unsharded)."""
+        if self._persistent is None:
+            self._persistent = replay(self.trace).persistent
+        return self._persistent
+
+
+def price_layout(traced: TracedStep, acc: Accelerator, p: Parallel, target: Target = Target(),
+                 network: Network | None = None) -> LayoutPrice:
+    """Layout ``p`` on ``acc`` from ``traced`` (one rank's micro-batch under ``p``'s trace key):
+    the figures ``fit`` gives for it at that batch."""
+    refuse_unpriced(p)
+    trace, t = traced.trace, traced.training
+    strategy, dp = p.sharding, p.data
+    shard = p.shard_group if strategy in FSDP else dp
+    peak = traced.peak(strategy, shard, p.bucket_view)
+    states = None
+    if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
+        persistent = peak.persistent if shard == 1 else traced.persistent()
+        states = model_states(persistent, strategy, shard, gather_bytes(trace, strategy), p.bucket_view)
+    stages: list[dict[str, Any]] = []
+    if p.pp > 1:
+        peak, stages = schedule_peak(trace, peak, states.total if states else 0, pp=p.pp, vpp=p.vpp,
+                                     microbatches=p.grad_accum, schedule=p.schedule)
+    fixed = sum(fixed_overheads(acc, traced.allocations, t.train).values())
+    need = math.ceil((peak.peak_bytes + fixed) / target.utilisation)
+    pred = traced.prediction(acc, target, p.fp8)
+    step = None
+    if t.train and (p.gpus > 1 or p.grad_accum > 1):
+        step = layout_step(trace, acc, pred, p, network)
+        if step is None:
+            raise FootprintError(f"no interconnect figure for {acc.id}: add link_gbs to its row, or run "
+                                 "`footprint calibrate --nproc N` on this machine")
+    return LayoutPrice(acc, p, need, acc.memory_bytes, peak, states, pred, step, stages)

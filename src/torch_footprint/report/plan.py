@@ -1,0 +1,100 @@
+"""``plan``'s answer on the terminal: the best layouts, why each wins, and the launch
+configuration of the best ones to paste (torchtitan's TOML, Megatron-LM's flags)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from .layout import Column, fit_tables
+from .terminal import as_text
+from .units import binary, duration, si
+
+
+def _layout(r: dict[str, Any]) -> str:
+    parts = [f"dp {r['dp']}", f"tp {r['tp']}", f"pp {r['pp']}"]
+    if r["vpp"] > 1:
+        parts.append(f"vpp {r['vpp']}")
+    for k in ("cp", "ep"):
+        if r[k] > 1:
+            parts.append(f"{k} {r[k]}")
+    return " x ".join(parts)
+
+
+def _sharding(r: dict[str, Any]) -> str:
+    s = r["strategy"]
+    if s == "fsdp" and r["dp_shard"] is not None and r["dp_shard"] < r["dp"]:
+        return f"hsdp {r['dp_shard']}"
+    return s
+
+
+def why(r: dict[str, Any]) -> str:
+    """In words: what the step loses to the bubble and to communication, the memory left."""
+    out = []
+    if r["pp"] > 1:
+        out.append(f"bubble {r['bubble_share']:.0%}")
+    out.append(f"exposed comm {r['exposed_share']:.0%}")
+    out.append(f"{binary(r['headroom_bytes'])} free")
+    return ", ".join(out)
+
+
+def toml(sections: dict[str, dict[str, Any]]) -> str:
+    """torchtitan's job-config sections as TOML."""
+    lines = []
+    for name, values in sections.items():
+        lines.append(f"[{name}]")
+        for k, v in values.items():
+            lines.append(f"{k} = " + (f'"{v}"' if isinstance(v, str) else str(v).lower() if isinstance(v, bool)
+                                      else str(v)))
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+@as_text
+def render_plan(res: Any, console: Console, top: int = 5) -> None:
+    """The top ``top`` layouts that fit, best first; the best one's launch configuration."""
+    d = res.to_dict() if hasattr(res, "to_dict") else res
+    head = Text(d["model"], style="bold cyan")
+    head.append(f"  ·  {d['gpus']} x {d['accelerator']}  ·  sequence {d['seq']}  ·  global batch "
+                f"{d['global_batch']} sequences ({si(d['global_batch'] * d['seq'])} tokens) a step", style="dim")
+    console.print(head)
+    console.print(Text(f"{d['layouts_evaluated']} layouts priced of {d['layouts_considered']} possible (the others "
+                       f"cannot fit or beat the best), from {d['traces']} traces", style="dim"))
+    rows = d["rows"][:top]
+    if not rows:
+        console.print(Text(d["closest"] or "nothing fits", style="bold red"))
+        for n in d["notes"]:
+            console.print(Text(f"note: {n}", style="dim"))
+        return
+    cost = d.get("tokens") is not None
+    cols = [Column("#"), Column("layout", "left", wrap=True), Column("sharding", "left"), Column("micro\nbatch"),
+            Column("grad\naccum"), Column("ac", "left"), Column("tokens/s\nper GPU"), Column("step"),
+            Column("needs"), Column("why", "left", wrap=True, priority=30)]
+    if cost:
+        cols.insert(8, Column("GPU-hours" + ("\n/ $" if d.get("price") else "")))
+    cells = []
+    for i, r in enumerate(rows, 1):
+        sched = f" {r['schedule']}" if r["pp"] > 1 else ""
+        row = [str(i), _layout(r) + sched, _sharding(r), str(r["micro_batch"]), str(r["grad_accum"]), r["ac"],
+               f"{r['tokens_per_s_per_gpu']:,.0f}", duration(r["step_s"]), binary(r["need_bytes"]), why(r)]
+        if cost:
+            run = r["run"]
+            row.insert(8, si(run["gpu_hours"]) + (f"\n${si(run['usd'])}" if "usd" in run else ""))
+        cells.append(row)
+    console.print(*fit_tables(cols, cells, console.width, row_styles=["bold green", *[None] * (len(rows) - 1)]))
+    if cost and d.get("price"):
+        p = d["price"]
+        console.print(Text(f"a run of {si(d['tokens'])} tokens at ${p['usd_per_hour']:g} per GPU-hour ({p['source']}"
+                           + (f", {p['date']}" if p.get("date") else "") + ")", style="dim"))
+    titan = next(((i, r["launch"]["torchtitan"]) for i, r in enumerate(d["rows"], 1)
+                  if r["launch"]["torchtitan"] is not None), None)
+    if titan is not None:
+        console.print(Text(f"torchtitan, #{titan[0]} (job config TOML" + (
+            "; torchtitan has no ZeRO-1, so not #1" if titan[0] > 1 else "") + "):", style="bold"))
+        console.print(Text(toml(titan[1])))
+    console.print(Text("Megatron-LM, #1:", style="bold"))
+    console.print(Text(" ".join(rows[0]["launch"]["megatron"])))
+    for n in d["notes"]:
+        console.print(Text(f"note: {n}", style="dim"))

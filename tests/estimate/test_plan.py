@@ -1,0 +1,126 @@
+"""The planner on a tiny Llama (tests/configs/llama-tiny: hidden 128, 4 heads with 2 key/value heads,
+2 layers): one trace priced under many layouts gives what ``footprint fit`` prints for each; the search
+covers the layouts 8 GPUs allow and ranks those that fit; the launch configuration says the layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torch_footprint import api
+from torch_footprint.cli import main
+from torch_footprint.estimate.plan import TraceCache
+from torch_footprint.estimate.price import price_layout
+from torch_footprint.hardware import find, load
+from torch_footprint.settings import Parallel, Training, Workload
+
+LLAMA = Path(__file__).resolve().parents[1] / "configs" / "llama-tiny"
+SEQ = 64
+
+
+def _fit_row(tmp_path: Path, flags: list[str]) -> dict:
+    out = tmp_path / "fit.json"
+    code = main(["fit", str(LLAMA), "--input-ids", f"1,{SEQ}", "--train", "--optimizer", "adamw", "--precision",
+                 "bf16-mixed", "--ac", "full", "--gpu", "h100-sxm", *flags, "--json", str(out)])
+    assert code == 0
+    return json.loads(out.read_text())["rows"][0]  # type: ignore[no-any-return]
+
+
+# three layouts of one trace key: tensor parallel 2, full checkpointing, gradients kept (several
+# micro-batches a step); they differ in sharding, pipeline split, schedule and GPU count
+LAYOUTS = [
+    (dict(gpus=8, tp=2, pp=2, grad_accum=4, strategy="fsdp"),
+     ["--gpus", "8", "--tp", "2", "--pp", "2", "--grad-accum", "4", "--strategy", "fsdp"]),
+    (dict(gpus=8, tp=2, pp=2, grad_accum=4, strategy="zero1", pp_schedule="gpipe"),
+     ["--gpus", "8", "--tp", "2", "--pp", "2", "--grad-accum", "4", "--strategy", "zero1", "--pp-schedule", "gpipe"]),
+    (dict(gpus=4, tp=2, grad_accum=2, strategy="ddp"),
+     ["--gpus", "4", "--tp", "2", "--grad-accum", "2", "--strategy", "ddp"]),
+]
+
+
+def test_one_cached_trace_prices_each_layout_as_fit_does(tmp_path: Path) -> None:
+    cache = TraceCache(Workload(str(LLAMA), {"input_ids": f"1,{SEQ}:int64"}, precision="bf16-mixed"),
+                       Training(train=True, optimizer="adamw"))
+    acc = find(load(None), "h100-sxm")
+    for kw, flags in LAYOUTS:
+        p = Parallel(**kw)  # type: ignore[arg-type]
+        priced = price_layout(cache.get(1, "full", p), acc, p)
+        row = _fit_row(tmp_path, flags)
+        assert priced.time_s == row["latency_s"], kw
+        assert priced.need == row["need_bytes"], kw
+        assert priced.fits == row["fits"], kw
+    assert len(cache.store) == 1  # one trace for the three layouts
+
+
+def _plan(tmp_path: Path, *flags: str) -> dict:
+    out = tmp_path / "plan.json"
+    code = main(["plan", str(LLAMA), "--gpu", "h100-sxm", "--gpus", "8", "--seq", str(SEQ), "--global-batch", "16",
+                 *flags, "--json", str(out)])
+    assert code == 0
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def test_the_search_covers_the_layouts_and_ranks_those_that_fit(tmp_path: Path) -> None:
+    d = _plan(tmp_path, "--micro-batches", "1,2")
+    rows = d["rows"]
+    assert d["kind"] == "plan" and not d["nothing_fits"] and d["layouts_evaluated"] >= len(rows) > 0
+    # 8 GPUs: tp 1 or 2 (2 key/value heads), pp 1 or 2 (2 layers); each layout's degrees make up the 8
+    # GPUs and its micro-batches the global batch of 16 sequences
+    for r in rows:
+        assert r["dp"] * r["tp"] * r["pp"] == 8
+        assert r["dp"] * r["micro_batch"] * r["grad_accum"] == 16
+        assert r["need_bytes"] <= r["capacity_bytes"]
+        # tokens/s per GPU = 16 x 64 tokens a step / the step / 8 GPUs
+        assert r["tokens_per_s_per_gpu"] == pytest.approx(16 * SEQ / r["step_s"] / 8)
+    assert {(r["tp"], r["pp"]) for r in rows} == {(1, 1), (1, 2), (2, 1), (2, 2)}
+    assert {r["micro_batch"] for r in rows} == {1, 2}
+    speeds = [r["tokens_per_s_per_gpu"] for r in rows]
+    assert speeds == sorted(speeds, reverse=True)
+
+
+def test_the_best_layout_is_priced_as_fit_prices_it(tmp_path: Path) -> None:
+    best = _plan(tmp_path, "--ac", "full")["rows"][0]
+    flags = ["--gpus", "8", "--tp", str(best["tp"]), "--pp", str(best["pp"]), "--grad-accum",
+             str(best["grad_accum"]), "--strategy", best["strategy"]]
+    if best["pp"] > 1:
+        flags += ["--pp-schedule", best["schedule"], "--vpp", str(best["vpp"])]
+    if best["dp_shard"] is not None:
+        flags += ["--dp-shard", str(best["dp_shard"])]
+    row = _fit_row(tmp_path, flags + ["--batch", str(best["micro_batch"])])
+    assert best["step_s"] == row["latency_s"] and best["need_bytes"] == row["need_bytes"]
+
+
+def test_the_launch_configuration_says_the_layout(tmp_path: Path) -> None:
+    rows = _plan(tmp_path, "--ac", "selective")["rows"]
+    for r in rows:
+        mega = r["launch"]["megatron"]
+        assert f"--tensor-model-parallel-size {r['tp']}" in mega
+        assert f"--pipeline-model-parallel-size {r['pp']}" in mega
+        assert f"--micro-batch-size {r['micro_batch']}" in mega and "--global-batch-size 16" in mega
+        assert "--recompute-granularity selective" in mega
+        titan = r["launch"]["torchtitan"]
+        if r["strategy"] == "zero1":
+            assert titan is None  # torchtitan has no ZeRO-1
+            continue
+        par = titan["parallelism"]
+        assert par["tensor_parallel_degree"] == r["tp"] and par["pipeline_parallel_degree"] == r["pp"]
+        assert par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"] == r["dp"]
+        assert titan["activation_checkpoint"]["mode"] == "selective"
+        # torchtitan's local batch is the pipeline's micro-batches on a rank with pp, one micro-batch without
+        local = r["micro_batch"] * (r["grad_accum"] if r["pp"] > 1 else 1)
+        assert titan["training"] == {"local_batch_size": local, "global_batch_size": 16, "seq_len": SEQ}
+
+
+def test_ctrl_c_keeps_the_best_found_so_far() -> None:
+    calls = []
+
+    def progress(message: str, fraction: float | None = None) -> None:
+        calls.append(message)
+        if len([c for c in calls if "micro-batch" in c]) == 2:
+            raise KeyboardInterrupt
+
+    res = api.plan(str(LLAMA), gpu=["h100-sxm"], gpus=8, seq=SEQ, global_batch=16, progress=progress)
+    assert res.interrupted and res.rows  # the first trace key's layouts were priced before the interrupt
+    assert res.to_dict()["interrupted"] is True
