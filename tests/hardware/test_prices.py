@@ -60,12 +60,21 @@ def test_rows_give_what_their_pages_print() -> None:
     # https://techbytes.app/posts/serverless-gpu-pricing-matrix-modal-replicate-lambda-2026/
     # Modal "T4 $0.5904/hr, L4 $0.7992/hr"
     assert _row("Modal", "l4")["usd_per_hour"] == 0.7992
+    # https://raw.githubusercontent.com/api-evangelist/nexgen-cloud/refs/heads/main/plans/nexgen-cloud-plans-pricing.yml
+    # On-Demand: "resource: NVIDIA H200 SXM  vram_gb: 141 ... price_per_hour: 3.99"
+    assert _row("Hyperstack", "h200-sxm")["usd_per_hour"] == 3.99
+    # https://huggingface.co/datasets/tokenwatt/gpu-cloud-prices
+    # "gpu": "AMD MI300X", "gpus": 1, "price_hr": 2.59, "market": "on-demand", "provider": "DigitalOcean"
+    assert _row("DigitalOcean", "mi300x")["usd_per_hour"] == 2.59
 
 
 def test_lowest_row_of_a_gpu_is_used() -> None:
-    # h100-sxm rows: Lambda 3.99, RunPod Secure 3.49, Nebius 3.85, AWS 6.88 -> RunPod's.
+    # h100-sxm rows: Lambda 3.99, RunPod Secure 3.49, Nebius 3.85, AWS 6.88, Hyperstack 3.20
     p = prices.hourly_price("h100-sxm")
-    assert p is not None and p.usd_per_hour == 3.49 and p.provider == "RunPod"
+    assert p is not None and p.usd_per_hour == 3.20 and p.provider == "Hyperstack"
+    # a10g has one row, AWS g5.xlarge's
+    a10g = prices.hourly_price("a10g")
+    assert a10g is not None and a10g.provider == "AWS"
     # a price given on the command line wins over the table
     given = prices.hourly_price("h100-sxm", ["h100-sxm=2.0"])
     assert given is not None and given.usd_per_hour == 2.0 and given.source == "given"
