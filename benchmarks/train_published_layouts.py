@@ -14,10 +14,12 @@ context and expert parallelism, MXFP8 or an unstated FP8 recipe, selective check
 torch.compile. ``lenient`` also counts the rows whose only
 missing parts are selective checkpointing or torch.compile, predicted without them.
 
-Each prediction traces one micro-batch on one rank (bf16 autocast, AdamW) and prices the step as
-``fit`` does (:func:`~torch_footprint.estimate.recommend.recommend` with its building blocks, at
-one batch size): memory per rank (the largest pipeline rank) against the GPU's memory at 80%
-use, step time with communication; tokens/s/GPU = global batch x sequence / step / GPUs. Where
+Each prediction traces one micro-batch on one rank (bf16 autocast, AdamW; under FSDP the
+framework's mixed-precision policy, :func:`fsdp_policy`) and prices the step as ``fit`` does
+(:func:`~torch_footprint.estimate.recommend.recommend` with its building blocks, at one batch
+size): memory per rank (the largest pipeline rank) plus what the process holds beyond its
+tensors (:mod:`torch_footprint.estimate.allocator`) against the GPU's memory, step time with
+communication; tokens/s/GPU = global batch x sequence / step / GPUs. Where
 the row names no network, a DGX's is assumed: InfiniBand HDR for A100, NDR for H100, H200, B200.
 Rows printed as TFLOP/s (the sources' own FLOP formulas) are counted, not compared.
 """
@@ -119,6 +121,26 @@ def expressible(r: dict[str, Any], before: bool, lenient: bool = False) -> str:
     return ", ".join(lacking)
 
 
+def fsdp_policy(r: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The (param, reduce) dtypes of the row's FSDP mixed-precision policy, as its framework sets
+    it where the row is silent: torchtitan's mixed_precision_param bfloat16 and mixed_precision_reduce
+    float32 (its job config defaults); Composer's DEFAULT (param in the autocast dtype, reduce fp32) or
+    PURE (both bf16, composer/distributed/mosaic_parallelism.py); fms-fsdp's bfSixteen (both bf16,
+    fms_fsdp/policies/mixed_precision.py); OLMo-core's bf16 / fp32 (the rows' header); NeMo
+    Automodel's FSDP2 bf16 / fp32. Lightning's FSDPPrecision keeps "bf16-mixed" parameters in fp32
+    (autocast does the rest): (None, None)."""
+    if not r.get("fsdp"):
+        return None, None
+    framework = str(r.get("framework") or "")
+    if "composer" in framework:
+        return ("bf16", "bf16") if "PURE" in str(r.get("quote") or "") else ("bf16", "fp32")
+    if "fms-fsdp" in framework:
+        return "bf16", "bf16"
+    if any(f in framework for f in ("torchtitan", "olmo-core", "fsdp2")):
+        return "bf16", "fp32"
+    return None, None
+
+
 def model_of(r: dict[str, Any], folder: Path) -> str:
     m = r["model"]
     if m.startswith("hf:"):
@@ -145,10 +167,12 @@ def network_of(r: dict[str, Any]) -> str:
 
 
 def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
+    from torch_footprint.estimate.allocator import communicators
     from torch_footprint.estimate.kernels.roofline import estimate_latency
     from torch_footprint.estimate.layouts.comm import link_of, step_time
     from torch_footprint.estimate.layouts.ranks import phase_times
-    from torch_footprint.estimate.layouts.sharding import gather_bytes, model_states, step_peak
+    from torch_footprint.estimate.layouts.sharding import gather_bytes, master_scale, model_states, step_peak
+    from torch_footprint.estimate.memory import allocation_count
     from torch_footprint.estimate.recommend import fixed_overheads
     from torch_footprint.estimate.workload import trace_step
     from torch_footprint.hardware import get
@@ -164,6 +188,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if not before:
         extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None)
+        if strategy in ("fsdp", "zero2"):
+            extra["fsdp_param_dtype"], extra["fsdp_reduce_dtype"] = fsdp_policy(r)
         if r.get("fsdp") == "hybrid_shard":
             extra["dp_shard"] = min(dp, r.get("hsdp_shard") or per_node)
     p = Parallel(gpus=n, tp=tp if tp > 1 else None, strategy=strategy, gpus_per_node=per_node,
@@ -196,7 +222,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         need_bytes = peak.peak_bytes
         if pp > 1:
             persistent = replay(trace).persistent
-            states = model_states(persistent, strategy, shard, gather_bytes(trace, strategy)).total
+            states = model_states(persistent, strategy, shard, gather_bytes(trace, strategy),
+                                  state_scale=master_scale(trace)).total
             need_bytes = schedule_peak(trace, peak, states, pp=pp, vpp=vpp, microbatches=m,
                                        schedule=p.schedule)[0].peak_bytes
         if m > 1 or pp > 1:
@@ -206,7 +233,10 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         else:
             step = step_time(trace, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link,
                              replicas=replicas, replica_link=rep_link)
-    need = (need_bytes + sum(fixed_overheads(acc, len(trace.events), True).values())) / 0.8
+    groups = 0 if before else communicators(p.data, tp, pp, replicas=replicas)
+    extras = fixed_overheads(acc, allocation_count(trace), True, groups)
+    # before: the seed's 80% of the memory; now, the allocator's extras modelled, all of it (as fit does)
+    need = (need_bytes + sum(extras.values())) / (0.8 if before else 1.0)
     tokens = (r.get("global_batch") or micro * dp * m) * r["seq"]
     return {"tps": tokens / step.time_s / n, "fits": need <= acc.memory_bytes, "need_gib": need / 2**30}
 

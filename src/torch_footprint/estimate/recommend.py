@@ -20,13 +20,15 @@ from ..hardware.networks import network_for
 from ..quantities import parse_seconds
 from ..settings import Parallel, Target, Training, Workload
 from ..trace import Trace
+from .allocator import SOURCES as EXTRAS_SOURCES
+from .allocator import communicators, cuda_extras, models_extras
 from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
 from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime
 from .layouts.schedule import layout_step, schedule_peak
-from .layouts.sharding import ModelStates, gather_bytes, model_states, step_peak
-from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for
+from .layouts.sharding import ModelStates, gather_bytes, master_scale, model_states, step_peak
+from .memory import allocation_count
 from .workload import at_batch, first_batch, precision_of, trace_step
 
 
@@ -36,7 +38,7 @@ class FitRow:
 
     accelerator: Accelerator
     capacity: int
-    need: int  # provisioned bytes per rank at the batch asked (peak + overheads, / utilisation)
+    need: int  # bytes per rank at the batch asked: peak + extras (elsewhere than NVIDIA GPUs, / utilisation)
     fits: bool
     largest_batch: int | None
     prediction: Prediction | None
@@ -46,6 +48,8 @@ class FitRow:
     reason: str = ""
     step: StepTime | None = None  # one rank's training step with communication (several ranks)
     attention: list[dict[str, Any]] | None = None  # the kernel CUDA picks for each attention call (.kernels.sdpa)
+    extras: dict[str, int] = field(default_factory=dict)  # held beyond the tensors, by part (.allocator)
+    provision: int | None = None  # (peak + extras) / utilisation: what to provision with headroom
 
     @property
     def latency_s(self) -> float | None:
@@ -62,6 +66,7 @@ class FitRow:
                 "throughput_samples_per_s": self.throughput, "throughput_batch": self.throughput_batch,
                 "meets_target": self.meets_target, "reason": self.reason, "tdp_w": self.accelerator.tdp_w,
                 "step": self.step.to_dict() if self.step else None, "link_gbs": self.accelerator.link_gbs,
+                "extras_bytes": self.extras, "provision_bytes": self.provision,
                 **({"attention": self.attention} if self.attention else {})}
 
 
@@ -91,7 +96,7 @@ class FitResult:
                 "strategy": self.strategy, "settings": self.settings, "target_latency_s": self.target_s,
                 "model_states_per_rank": self.states.__dict__ if self.states else None,
                 "peak_per_rank": self.peak.to_dict() if self.peak else None,
-                "rows": [r.to_dict() for r in self.rows], "notes": self.notes}
+                "rows": [r.to_dict() for r in self.rows], "extras_sources": EXTRAS_SOURCES, "notes": self.notes}
 
 
 def rank(rows: list[FitRow], target_s: float | None) -> tuple[str | None, str]:
@@ -121,9 +126,9 @@ def _closest_miss(rows: list[FitRow]) -> str:
             f"{big.need / 2**30:.1f} GiB needed per rank")
 
 
-def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False) -> dict[str, int]:
-    device = "cuda" if acc.kind == "gpu" else "cpu"
-    return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device], backward)
+def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False, groups: int = 0) -> dict[str, int]:
+    """What ``acc`` holds beyond the traced tensors (:mod:`.allocator`), ``groups`` NCCL communicators."""
+    return cuda_extras(acc, n_allocations, backward, groups)
 
 
 def attention_kernels(rows: list[FitRow], calls: list[dict[str, Any]]) -> list[str]:
@@ -225,8 +230,9 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     n_allocs = allocation_count(t1)
     states = None
     if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
-        persistent = peaks[b1].persistent if shard == 1 else replay(t1).persistent
-        states = model_states(persistent, strategy, shard, gather_bytes(t1, strategy), p.bucket_view)
+        persistent = peaks[b1].persistent if shard == 1 and master_scale(t1) == 1 else replay(t1).persistent
+        states = model_states(persistent, strategy, shard, gather_bytes(t1, strategy), p.bucket_view,
+                              master_scale(t1))
     if pp > 1:  # the largest pipeline rank: its states, its micro-batches in flight
         staged = {b: schedule_peak(tr, peaks[b], states.total if states else 0, pp=pp, vpp=p.vpp, microbatches=m,
                                    schedule=p.schedule) for b, tr in traces.items()}
@@ -281,17 +287,23 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         return step
 
     out_rows: list[FitRow] = []
+    groups = communicators(dp, tp, pp, p.cp, p.ep, dp // shard) if gpus > 1 else 0
     for acc in rows_db:
-        fixed = sum(fixed_overheads(acc, n_allocs, t.train).values())
+        extras = fixed_overheads(acc, n_allocs, t.train, groups)
+        fixed = sum(extras.values())
         cap = acc.memory_bytes
-        need = math.ceil((peaks[b1].peak_bytes + fixed) / utilisation)
-        room = cap * utilisation - fixed
+        # on an NVIDIA GPU the extras are modelled, the verdict is against the whole memory
+        use = 1.0 if models_extras(acc) else utilisation
+        need = math.ceil((peaks[b1].peak_bytes + fixed) / use)
+        provision = math.ceil((peaks[b1].peak_bytes + fixed) / utilisation)
+        room = cap * use - fixed
         largest = scaling.largest(room)
         if largest is not None:  # the traced peak at the batch asked overrules the extrapolation there
             largest = max(largest, b1) if need <= cap else min(largest, b1 - 1)
         if acc.bandwidth is None and not acc.calibrated:
             out_rows.append(FitRow(acc, cap, need, need <= cap, largest, None, None, None,
-                                   reason="no bandwidth figure: run `footprint calibrate` on it"))
+                                   reason="no bandwidth figure: run `footprint calibrate` on it", extras=extras,
+                                   provision=provision))
             continue
         pred = latency(traces[b1], acc)
         step = with_comm(traces[b1], acc, pred)
@@ -311,7 +323,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
                 t2 = total(traces[2 * b1])
                 secs = t0 + (t2 - t0) * (largest - b1) / b1
             thr, thr_b = (largest * dp * m / secs if secs > 0 else None), largest
-        row = FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b, step=step)
+        row = FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b, step=step, extras=extras,
+                     provision=provision)
         if target_s is not None:
             row.meets_target = row.fits and (row.latency_s or 0.0) <= target_s
         out_rows.append(row)

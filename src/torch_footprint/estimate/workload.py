@@ -8,9 +8,12 @@ import copy
 import dataclasses
 from typing import Any
 
+import torch
+
 from ..dtypes import name_of
 from ..errors import FootprintError
 from ..settings import Parallel, Training, Workload
+from ..settings.training import FSDP_STRATEGIES
 from ..sources import Workload as Prepared
 from ..sources import prepare
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
@@ -48,6 +51,12 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
         m = built.model = m.to(param_dtype)
         notes.append(f"weights cast to {name_of(param_dtype)} for precision {prec}")
         work = work.cast(param_dtype)
+    low = fsdp_compute_dtype(p, param_dtype)
+    if low is not None:  # FSDP2 gathers each unit in its param_dtype: the forward and backward run in it
+        m = built.model = m.to(low)
+        work = work.cast(low)
+        notes.append(f"FSDP's mixed-precision policy: parameters gathered and computed in {name_of(low)}; each "
+                     f"rank's shard, gradients and optimizer state stay {name_of(param_dtype)}")
     check_layout(m, p)
     if p.tensor > 1:  # one rank's share, on a copy: a module the caller gave stays whole
         m = built.model = copy.deepcopy(m)
@@ -66,7 +75,28 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero"))
     finally:
         undo()
+    if low is not None:  # the sharded states are the wider dtype's (sharding.master_scale)
+        trace.settings["fsdp_compute_dtype"] = name_of(low)
+        trace.settings["fsdp_state_scale"] = param_dtype.itemsize / low.itemsize
+        reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
+        trace.settings["fsdp_reduce_scale"] = FSDP_DTYPES[str(reduce)].itemsize / low.itemsize
     return trace, notes + trace.notes
+
+
+FSDP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def fsdp_compute_dtype(p: Parallel, param_dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype FSDP2's MixedPrecisionPolicy(param_dtype=...) makes the forward and backward run
+    in, where it is narrower than the parameters' own (None: the parameters' own). FSDP2 casts
+    each unit's gathered parameters to it (torch/distributed/fsdp/_fully_shard/_fsdp_param.py), so
+    every activation follows; the sharded parameters, their gradients (cast to reduce_dtype
+    for the reduce-scatter, then kept in the sharded parameter's dtype) and the optimizer
+    state stay in the parameters' own dtype."""
+    if p.sharding not in FSDP_STRATEGIES or p.fsdp_param_dtype is None:
+        return None
+    low = FSDP_DTYPES[p.fsdp_param_dtype]
+    return low if low.itemsize < param_dtype.itemsize else None
 
 
 def at_batch(w: Workload, batch: int | None) -> Workload:
