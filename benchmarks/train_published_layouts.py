@@ -9,8 +9,8 @@ A row is expressible when every part of its set-up has a setting the estimate pr
 model (a config the tool has, or a "gpt-*" shape, built here as a Llama-architecture config whose
 SwiGLU MLP has 2/3 of the printed MLP width, the same parameters and FLOPs as a two-matrix MLP),
 tensor, pipeline (with virtual stages) and data parallelism, FSDP (full, hybrid, grad-op), full
-activation checkpointing, gradient accumulation, FP8 (tensorwise, rowwise, delayed). Not yet:
-context and expert parallelism, MXFP8 or an unstated FP8 recipe, selective checkpointing,
+activation checkpointing, gradient accumulation, FP8 (tensorwise, rowwise, delayed), context and
+expert parallelism. Not yet: MXFP8 or an unstated FP8 recipe, selective checkpointing,
 torch.compile. ``lenient`` also counts the rows whose only
 missing parts are selective checkpointing or torch.compile, predicted without them.
 
@@ -45,8 +45,8 @@ CONFIGS = HERE / "configs"
 # the rows' spellings of torchtitan's per-operator selective checkpointing (priced as --ac selective);
 # "selective" alone (torchtitan's default option is every second layer) and layer-wise ones are not
 PER_OP = ("selective (per-op SAC)", "selective op")
-NOT_PRICED = ("context parallelism", "expert parallelism", "fp8 recipe not stated or mxfp8", "selective checkpointing",
-              "torch.compile")
+NOT_PRICED = ("fp8 recipe not stated or mxfp8", "selective checkpointing", "torch.compile")
+NOT_PRICED_BEFORE = ("context parallelism", "expert parallelism")
 
 
 def fp8_recipe(r: dict[str, Any]) -> str | None:
@@ -115,7 +115,7 @@ def expressible(r: dict[str, Any], before: bool, lenient: bool = False) -> str:
         lacking = [f for f in lacking if f not in ("selective checkpointing", "torch.compile")]
     if before:
         lacking += [f for f in features(r) if f in ("pipeline parallelism", "virtual pipeline stages", "hsdp",
-                                                    "gradient accumulation", "fp8")]
+                                                    "gradient accumulation", "fp8", *NOT_PRICED_BEFORE)]
         if "per-operator selective checkpointing" in features(r) and not lenient:
             lacking.append("selective checkpointing")
     return ", ".join(lacking)
@@ -139,6 +139,15 @@ def fsdp_policy(r: dict[str, Any]) -> tuple[str | None, str | None]:
     if any(f in framework for f in ("torchtitan", "olmo-core", "fsdp2")):
         return "bf16", "fp32"
     return None, None
+
+
+def megatron_distributed_optimizer(r: dict[str, Any]) -> bool:
+    """NeMo's and Megatron-Bridge's recipes run Megatron-core's distributed optimizer (NeMo's
+    distributed_fused_adam, Bridge's use_distributed_optimizer=True): the optimizer state sharded
+    over the data-parallel ranks (zero1) and the gradients all-reduced in place from one contiguous
+    buffer (no second copy: bucket view)."""
+    framework = str(r.get("framework") or "")
+    return not r.get("fsdp") and ("nemo" in framework or "megatron-bridge" in framework)
 
 
 def model_of(r: dict[str, Any], folder: Path) -> str:
@@ -187,7 +196,10 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     per_node = r.get("gpus_per_node") or 8
     extra: dict[str, Any] = {}
     if not before:
-        extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None)
+        extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None, cp=r.get("cp") or 1,
+                     ep=r.get("ep") or 1)
+        if strategy == "ddp" and megatron_distributed_optimizer(r):
+            strategy, extra["bucket_view"] = "zero1", True
         if strategy in ("fsdp", "zero2"):
             extra["fsdp_param_dtype"], extra["fsdp_reduce_dtype"] = fsdp_policy(r)
         if r.get("fsdp") == "hybrid_shard":
@@ -201,9 +213,14 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed")
     trace, _ = trace_step(w, t, p)
     acc = get(r["gpu"])
-    shard = p.data if before else (p.shard_group if strategy == "fsdp" else p.data)
-    replicas = p.data // shard
-    peak = step_peak(trace, strategy, shard)
+    # the context-parallel ranks hold the same weights: states shard over data x context ranks
+    shard = p.data if before else (p.shard_group * p.cp if strategy == "fsdp" else p.data * p.cp)
+    replicas = p.data * p.cp // shard
+    peak = step_peak(trace, strategy, shard, p.bucket_view)
+    if not before:
+        from torch_footprint.estimate.layouts.cp_ep import layout_memory
+
+        peak = layout_memory(trace, peak, strategy)
     pred = estimate_latency(trace, acc, **({} if before else {"fp8": p.fp8}))
     net = get_network(p.network) if p.network else None
     if before:
@@ -212,13 +229,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         step = step_time(trace, phase_times(pred), strategy, p.data, link, tp)
     else:
         from torch_footprint.analysis.memory import replay
-        from torch_footprint.estimate.layouts.schedule import schedule_peak, schedule_step
+        from torch_footprint.estimate.layouts.schedule import layout_step, schedule_peak
 
-        inner = tp
-        link = link_of(acc, ranks=shard, per_node=per_node, network=net, stride=inner)
-        tp_link = link_of(acc, ranks=tp, per_node=per_node, network=net)
-        rep_link = link_of(acc, ranks=replicas, per_node=per_node, network=net, stride=inner * shard)
-        pp_link = link_of(acc, ranks=2, per_node=per_node, network=net, stride=inner * p.data)
         need_bytes = peak.peak_bytes
         if pp > 1:
             persistent = replay(trace).persistent
@@ -226,14 +238,9 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
                                   state_scale=master_scale(trace)).total
             need_bytes = schedule_peak(trace, peak, states, pp=pp, vpp=vpp, microbatches=m,
                                        schedule=p.schedule)[0].peak_bytes
-        if m > 1 or pp > 1:
-            step = schedule_step(trace, pred, phase_times(pred), strategy=strategy, shard=shard, replicas=replicas,
-                                 tp=tp, pp=pp, vpp=vpp, microbatches=m, schedule=p.schedule, link=link,
-                                 tp_link=tp_link, replica_link=rep_link, pp_link=pp_link)
-        else:
-            step = step_time(trace, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link,
-                             replicas=replicas, replica_link=rep_link)
-    groups = 0 if before else communicators(p.data, tp, pp, replicas=replicas)
+        step = layout_step(trace, acc, pred, p, net)  # as fit times it: collectives, schedule, CP, EP
+        assert step is not None
+    groups = 0 if before else communicators(p.data, tp, pp, p.cp, p.ep, replicas)
     extras = fixed_overheads(acc, allocation_count(trace), True, groups)
     # before: the seed's 80% of the memory; now, the allocator's extras modelled, all of it (as fit does)
     need = (need_bytes + sum(extras.values())) / (0.8 if before else 1.0)

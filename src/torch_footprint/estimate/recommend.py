@@ -26,6 +26,7 @@ from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
 from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime
+from .layouts.cp_ep import layout_memory
 from .layouts.schedule import layout_step, schedule_peak
 from .layouts.sharding import ModelStates, gather_bytes, master_scale, model_states, step_peak
 from .memory import allocation_count
@@ -159,7 +160,6 @@ def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, t
     if p.grad_accum > 1 or p.pp > 1:  # the gradients accumulate: they exist before each forward
         t = replace(t, grads="zero")
     trace, notes = trace_step(w, t, p)
-    refuse_unpriced(p)
     fp8_rows([acc], p, w, explicit=True)
     pred = estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout,
                             fp8=p.fp8)
@@ -190,14 +190,6 @@ def fp8_rows(rows: list[Accelerator], p: Parallel, w: Workload, explicit: bool) 
     return kept
 
 
-def refuse_unpriced(p: Parallel) -> None:
-    """A layout option whose cost is not modelled yet stops here (one line) rather than being
-    left out of the figures silently."""
-    for flag, given in (("--cp", p.cp > 1), ("--ep", p.ep > 1)):
-        if given:
-            raise FootprintError(f"{flag} is not priced yet: fit cannot answer for this layout")
-
-
 def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
               target: Target = Target()) -> FitResult:
     """Every accelerator's answer for the step ``t`` of ``w`` at its batch per rank, and the pick
@@ -210,7 +202,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     tf32, efficiency = target.tf32_flag, target.efficiencies
     target_s = parse_seconds(target.latency) if target.latency is not None else None
     net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
-    shard = p.shard_group if strategy in ("zero2", "zero3", "fsdp") else dp
+    # the context-parallel ranks hold the same weights: FSDP shards over data x context ranks
+    shard = p.shard_group * p.cp if strategy in ("zero2", "zero3", "fsdp") else dp * p.cp
     m, pp = p.grad_accum, p.pp
     if (m > 1 or pp > 1) and not t.train:
         raise FootprintError("--grad-accum and --pp price a training step: add --train")
@@ -221,12 +214,11 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         rows_db = [find(rows_db, x) for x in only]
     rows_db = fp8_rows(rows_db, p, w, explicit=bool(only))
     t1, notes = trace_step(w, t, p)
-    refuse_unpriced(p)
     if p.fp8 not in (None, "none") and not only:
         notes.append(f"fp8 ({p.fp8}): only the accelerators with fp8 units are considered")
     b1 = first_batch(t1, w.batch)
     traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p)[0] for k in (2, 3)}}
-    peaks = {b: step_peak(tr, strategy, shard, p.bucket_view) for b, tr in traces.items()}
+    peaks = {b: layout_memory(tr, step_peak(tr, strategy, shard, p.bucket_view), strategy) for b, tr in traces.items()}
     n_allocs = allocation_count(t1)
     states = None
     if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
@@ -287,7 +279,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         return step
 
     out_rows: list[FitRow] = []
-    groups = communicators(dp, tp, pp, p.cp, p.ep, dp // shard) if gpus > 1 else 0
+    groups = communicators(dp, tp, pp, p.cp, p.ep, dp * p.cp // shard) if gpus > 1 else 0
     for acc in rows_db:
         extras = fixed_overheads(acc, n_allocs, t.train, groups)
         fixed = sum(extras.values())

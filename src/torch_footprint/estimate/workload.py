@@ -16,7 +16,9 @@ from ..settings import Parallel, Training, Workload
 from ..settings.training import FSDP_STRATEGIES
 from ..sources import Workload as Prepared
 from ..sources import prepare
+from ..sources.inputs import InputSpec
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
+from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.pipeline import check_layout
 from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp
 
@@ -58,6 +60,11 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
         notes.append(f"FSDP's mixed-precision policy: parameters gathered and computed in {name_of(low)}; each "
                      f"rank's shard, gradients and optimizer state stay {name_of(param_dtype)}")
     check_layout(m, p)
+    if p.cp > 1:  # one context-parallel rank's share of every sequence
+        work = Prepared(work.built, [_seq_share(x, p.cp) for x in work.pos],
+                        {k: _seq_share(v, p.cp) for k, v in work.kw.items()})
+        notes.append(f"context parallel over {p.cp} ranks: each holds 1/{p.cp} of the sequence; attention passes "
+                     "the key/value blocks round a ring")
     if p.tensor > 1:  # one rank's share, on a copy: a module the caller gave stays whole
         m = built.model = copy.deepcopy(m)
         plan = shrink_for_tp(m, p.tensor)
@@ -75,12 +82,21 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero"))
     finally:
         undo()
+    if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
+        trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None)
     if low is not None:  # the sharded states are the wider dtype's (sharding.master_scale)
         trace.settings["fsdp_compute_dtype"] = name_of(low)
         trace.settings["fsdp_state_scale"] = param_dtype.itemsize / low.itemsize
         reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
         trace.settings["fsdp_reduce_scale"] = FSDP_DTYPES[str(reduce)].itemsize / low.itemsize
     return trace, notes + trace.notes
+
+
+def _seq_share(x: Any, cp: int) -> Any:
+    """An input's share on one context-parallel rank (its second dimension split)."""
+    if isinstance(x, InputSpec) and x.value is None:
+        return InputSpec(split_sequence(tuple(x.shape), cp), x.dtype, x.name, x.value)
+    return x
 
 
 FSDP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
