@@ -178,6 +178,7 @@ def network_of(r: dict[str, Any]) -> str:
 def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     from torch_footprint.estimate.allocator import communicators
     from torch_footprint.estimate.kernels.roofline import estimate_latency
+    from torch_footprint.estimate.kernels.sdpa import sm_of
     from torch_footprint.estimate.layouts.comm import link_of, step_time
     from torch_footprint.estimate.layouts.ranks import phase_times
     from torch_footprint.estimate.layouts.sharding import gather_bytes, master_scale, model_states, step_peak
@@ -211,8 +212,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     mode = "full" if ac.startswith("full") else "selective" if ac in PER_OP and not before else None
     t = Training(train=True, optimizer="adamw", ac=mode, grads="zero" if kept else "none")
     w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed")
-    trace, _ = trace_step(w, t, p)
     acc = get(r["gpu"])
+    trace, _ = trace_step(w, t, p, **({} if before else {"cuda_sm": sm_of(acc)}))  # CUDA's attention kernel
     # the context-parallel ranks hold the same weights: states shard over data x context ranks
     shard = p.data if before else (p.shard_group * p.cp if strategy == "fsdp" else p.data * p.cp)
     replicas = p.data * p.cp // shard
@@ -254,6 +255,8 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0, help="stop starting rows after so many seconds")
     ap.add_argument("--source", default="", help="only rows whose source address contains this")
     ap.add_argument("--count", action="store_true", help="only count the rows that can be expressed")
+    ap.add_argument("--part", default="", help="I/K: only every K-th priced row from the I-th (0-based), so that K "
+                    "processes share the rows")
     ap.add_argument("--before", action="store_true", help="as the estimate was before pipeline parallelism, "
                     "HSDP and gradient accumulation (for a run on an earlier commit)")
     args = ap.parse_args()
@@ -277,6 +280,9 @@ def main() -> None:
     for r in lenient:  # one row of each source in turn, so that a --budget still sees every source
         groups.setdefault(r["source"].split("/")[2], []).append(r)
     order = [g[i] for i in range(max(map(len, groups.values()), default=0)) for g in groups.values() if i < len(g)]
+    if args.part:
+        i, k = (int(x) for x in args.part.split("/"))
+        order = [r for r in order if r["metric"] == "tokens_per_s_per_gpu"][i::k]
     with tempfile.TemporaryDirectory() as tmp:
         for r in order:
             if r["metric"] != "tokens_per_s_per_gpu":

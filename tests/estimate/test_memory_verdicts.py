@@ -5,12 +5,14 @@ holds beyond its tensors (the context, cuBLAS's workspaces, NCCL's buffers), sho
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 
 from torch_footprint import api
+from torch_footprint.analysis.memory import replay
 from torch_footprint.estimate.allocator import NCCL_PER_COMMUNICATOR, communicators
 from torch_footprint.estimate.layouts.sharding import fsdp_moments, master_scale, rank_peak
 from torch_footprint.estimate.workload import trace_step
@@ -80,3 +82,33 @@ def test_fit_shows_what_cuda_holds_beyond_the_tensors():
     d = res.to_dict()
     assert d["rows"][0]["extras_bytes"] == row.extras
     assert "NCCL_BUFFSIZE" in d["extras_sources"]["nccl_buffers (estimate)"]
+
+
+def _dropout_llama(tmp_path: Path) -> str:
+    cfg = json.loads((LLAMA / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "attention_dropout": 0.1}))
+    return str(tmp_path)
+
+
+def test_a_cuda_target_runs_attention_with_dropout_fused(tmp_path: Path):
+    model = _dropout_llama(tmp_path)
+    w, t = Workload(model, IDS), Training(train=True)
+    cpu, _ = trace_step(w, t)
+    cuda, _ = trace_step(w, t, cuda_sm=(9, 0))
+    # the CPU runs dropout through the math path: 2 x 4 heads x 64 x 64 score matrices, kept for the backward
+    scores = [[2, 4, 64, 64]]
+    assert any(e.out_shapes == scores for e in cpu.events if e.phase == "forward")
+    assert [c["cpu_path"] for c in cpu.settings["attention"]] == ["math"]
+    # CUDA's flash attention (sdp_utils: no mask, head size 32, sm90; fp32 goes to memory-efficient,
+    # also fused) keeps the output and its log-sum-exp: no score matrix, no dropout mask
+    assert not any(e.out_shapes == scores for e in cuda.events if e.phase == "forward")
+    assert [c["cpu_path"] for c in cuda.settings["attention"]] == ["flash"]
+    less = replay(cpu).breakdown["activations"] - replay(cuda).breakdown["activations"]
+    # per layer at least the fp32 softmax output and the dropped-out copy: 2 x 131,072 B, 2 layers
+    assert less >= 2 * 2 * 2 * 4 * 64 * 64 * 4
+
+
+def test_fit_on_nvidia_gpus_traces_cuda_attention(tmp_path: Path):
+    res = api.fit(_dropout_llama(tmp_path), IDS, train=True, gpu=["h100-sxm", "a100-sxm-80gb"])
+    assert [c["cpu_path"] for c in res.settings["attention"]] == ["flash"]
+    assert not any("priced as traced" in n for n in res.notes)

@@ -190,6 +190,11 @@ def fp8_rows(rows: list[Accelerator], p: Parallel, w: Workload, explicit: bool) 
     return kept
 
 
+def refuse_unpriced(p: Parallel) -> None:
+    """Kept for its callers: every layout option is priced now (context and expert parallelism by
+    :mod:`.layouts.cp_ep`), so nothing is refused here."""
+
+
 def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
               target: Target = Target()) -> FitResult:
     """Every accelerator's answer for the step ``t`` of ``w`` at its batch per rank, and the pick
@@ -213,11 +218,14 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     if only:
         rows_db = [find(rows_db, x) for x in only]
     rows_db = fp8_rows(rows_db, p, w, explicit=bool(only))
-    t1, notes = trace_step(w, t, p)
+    # on NVIDIA GPUs alone the step follows CUDA's attention kernel (the oldest GPU's choice)
+    sms = [sm_of(a) for a in rows_db]
+    cuda = min(sm for sm in sms if sm is not None) if sms and None not in sms else None
+    t1, notes = trace_step(w, t, p, cuda_sm=cuda)
     if p.fp8 not in (None, "none") and not only:
         notes.append(f"fp8 ({p.fp8}): only the accelerators with fp8 units are considered")
     b1 = first_batch(t1, w.batch)
-    traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p)[0] for k in (2, 3)}}
+    traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p, cuda_sm=cuda)[0] for k in (2, 3)}}
     peaks = {b: layout_memory(tr, step_peak(tr, strategy, shard, p.bucket_view), strategy) for b, tr in traces.items()}
     n_allocs = allocation_count(t1)
     states = None

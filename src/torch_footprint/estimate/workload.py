@@ -18,6 +18,7 @@ from ..sources import Workload as Prepared
 from ..sources import prepare
 from ..sources.inputs import InputSpec
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
+from .kernels.sdpa import cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.pipeline import check_layout
 from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp
@@ -30,9 +31,12 @@ def precision_of(w: Workload) -> str:
     return w.precision or DEFAULT_PRECISION
 
 
-def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) -> tuple[Trace, list[str]]:
+def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), *,
+               cuda_sm: tuple[int, int] | None = None) -> tuple[Trace, list[str]]:
     """Trace the step ``t`` of ``w`` at ``w.batch`` (the inputs' own when None), on one rank of
-    ``p``'s tensor parallelism; the trace and its notes."""
+    ``p``'s tensor parallelism; the trace and its notes. ``cuda_sm``: the step runs on NVIDIA GPUs
+    of that compute capability, whose attention kernel (sdp_utils' choice, :mod:`.kernels.sdpa`)
+    the trace follows where the CPU's would differ (dropout in training: fused there)."""
     if p.sequence_parallel and p.tensor <= 1:
         raise FootprintError("--sequence-parallel splits the sequence among tensor-parallel ranks: add --tp 2 "
                              "or more")
@@ -79,7 +83,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
         notes.append("activation checkpointing: " + what)
     try:
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
-                       step=StepOptions(opt, autocast, grads_kept=t.grads == "zero"))
+                       step=StepOptions(opt, autocast, grads_kept=t.grads == "zero",
+                                        fuse_attention=_cuda_fuses(cuda_sm)))
     finally:
         undo()
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
@@ -90,6 +95,13 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
         reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
         trace.settings["fsdp_reduce_scale"] = FSDP_DTYPES[str(reduce)].itemsize / low.itemsize
     return trace, notes + trace.notes
+
+
+def _cuda_fuses(sm: tuple[int, int] | None) -> Any:
+    """Whether CUDA on ``sm`` runs an attention call fused (None: follow the CPU)."""
+    if sm is None:
+        return None
+    return lambda call: cuda_backend(call, sm)[0] != "math"
 
 
 def _seq_share(x: Any, cp: int) -> Any:
