@@ -230,13 +230,14 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         step = step_time(trace, phase_times(pred), strategy, p.data, link, tp)
     else:
         from torch_footprint.analysis.memory import replay
+        from torch_footprint.estimate.layouts.cp_ep import layout_states
         from torch_footprint.estimate.layouts.schedule import layout_step, schedule_peak
 
         need_bytes = peak.peak_bytes
         if pp > 1:
             persistent = replay(trace).persistent
-            states = model_states(persistent, strategy, shard, gather_bytes(trace, strategy),
-                                  state_scale=master_scale(trace)).total
+            states = layout_states(trace, model_states(persistent, strategy, shard, gather_bytes(trace, strategy),
+                                                       p.bucket_view, master_scale(trace)), strategy).total
             need_bytes = schedule_peak(trace, peak, states, pp=pp, vpp=vpp, microbatches=m,
                                        schedule=p.schedule)[0].peak_bytes
         step = layout_step(trace, acc, pred, p, net)  # as fit times it: collectives, schedule, CP, EP

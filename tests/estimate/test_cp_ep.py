@@ -80,3 +80,16 @@ def test_expert_parallel_dispatch_and_combine_by_hand():
     for cat in ("weights", "gradients", "optimizer state"):
         held = one.peak.breakdown[cat]
         assert res.peak.breakdown[cat] == pytest.approx(held - held * experts / total / 2, abs=2)
+
+
+def test_expert_parallel_states_under_a_pipeline():
+    model = _mixtral()
+    ids = {"input_ids": "2,16:int64"}
+    one = api.fit(model, ids, gpus=4, pp=2, grad_accum=2, **STEP)
+    res = api.fit(model, ids, gpus=4, pp=2, ep=2, grad_accum=2, **STEP)
+    assert one.states is not None and res.states is not None
+    experts = 2 * 4 * 3 * 64 * 96 * 4  # as above: half of them on the other expert-parallel rank
+    total = sum(p.numel() for p in model.parameters()) * 4
+    for cat in ("weights", "gradients", "optimizer"):
+        held = getattr(one.states, cat)
+        assert getattr(res.states, cat) == pytest.approx(held * (1 - experts / total / 2), abs=2)

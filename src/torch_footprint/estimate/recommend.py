@@ -26,7 +26,7 @@ from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
 from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime
-from .layouts.cp_ep import layout_memory
+from .layouts.cp_ep import layout_memory, layout_states
 from .layouts.schedule import layout_step, schedule_peak
 from .layouts.sharding import ModelStates, gather_bytes, master_scale, model_states, step_peak
 from .memory import allocation_count
@@ -231,8 +231,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     states = None
     if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
         persistent = peaks[b1].persistent if shard == 1 and master_scale(t1) == 1 else replay(t1).persistent
-        states = model_states(persistent, strategy, shard, gather_bytes(t1, strategy), p.bucket_view,
-                              master_scale(t1))
+        states = layout_states(t1, model_states(persistent, strategy, shard, gather_bytes(t1, strategy),
+                                                p.bucket_view, master_scale(t1)), strategy)
     if pp > 1:  # the largest pipeline rank: its states, its micro-batches in flight
         staged = {b: schedule_peak(tr, peaks[b], states.total if states else 0, pp=pp, vpp=p.vpp, microbatches=m,
                                    schedule=p.schedule) for b, tr in traces.items()}

@@ -40,6 +40,7 @@ from ...errors import FootprintError
 from ...trace import Trace
 from ..kernels.prediction import Prediction
 from .comm import Collective, Link
+from .sharding import ModelStates
 
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k", "moe_top_k")
@@ -175,9 +176,7 @@ def layout_memory(trace: Trace, peak: MemoryPeak, strategy: str) -> MemoryPeak:
         out.breakdown["key/value ring buffers"] = ring
         out.peak_bytes += ring
     if ep > 1:
-        total = sum(p.nbytes for p in trace.params) or 1
-        share = sum(p.nbytes for p in trace.params if p.module in expert_modules(trace)) / total
-        away = share * (1 - 1 / ep)
+        away = experts_away(trace)
         cats = ("gathered parameters",) if strategy in ("zero2", "zero3", "fsdp") else (
             ("weights", "gradients", "optimizer state", "buffers (outside the model)") if strategy == "ddp" else
             ("weights", "gradients", "buffers (outside the model)"))
@@ -187,3 +186,27 @@ def layout_memory(trace: Trace, peak: MemoryPeak, strategy: str) -> MemoryPeak:
                 out.breakdown[cat] -= cut
                 out.peak_bytes -= cut
     return out
+
+
+def experts_away(trace: Trace) -> float:
+    """The share of the model's parameter bytes held on other expert-parallel ranks: the experts'
+    share times (ep-1)/ep."""
+    ep = int(trace.settings.get("ep", 1))
+    total = sum(p.nbytes for p in trace.params) or 1
+    share = sum(p.nbytes for p in trace.params if p.module in expert_modules(trace)) / total
+    return share * (1 - 1 / ep) if ep > 1 else 0.0
+
+
+def layout_states(trace: Trace, states: ModelStates, strategy: str) -> ModelStates:
+    """The per-rank model states without the experts other expert-parallel ranks hold (unsharded
+    strategies: weights, gradients, DDP's buckets, and under ddp the optimizer state; FSDP: the
+    gathered experts)."""
+    away = experts_away(trace)
+    if not away:
+        return states
+    keep = 1 - away
+    if strategy in ("zero2", "zero3", "fsdp"):
+        return replace(states, extra=math.ceil(states.extra * keep))
+    return replace(states, weights=math.ceil(states.weights * keep), gradients=math.ceil(states.gradients * keep),
+                   extra=math.ceil(states.extra * keep),
+                   optimizer=math.ceil(states.optimizer * keep) if strategy == "ddp" else states.optimizer)
