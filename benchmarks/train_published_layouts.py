@@ -230,16 +230,18 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         step = step_time(trace, phase_times(pred), strategy, p.data, link, tp)
     else:
         from torch_footprint.analysis.memory import replay
-        from torch_footprint.estimate.layouts.cp_ep import layout_states
+        from torch_footprint.estimate.layouts.cp_ep import layout_states, without_experts
         from torch_footprint.estimate.layouts.schedule import layout_step, schedule_peak
 
         need_bytes = peak.peak_bytes
         if pp > 1:
             persistent = replay(trace).persistent
-            states = layout_states(trace, model_states(persistent, strategy, shard, gather_bytes(trace, strategy),
-                                                       p.bucket_view, master_scale(trace)), strategy).total
-            need_bytes = schedule_peak(trace, peak, states, pp=pp, vpp=vpp, microbatches=m,
-                                       schedule=p.schedule)[0].peak_bytes
+            whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy), p.bucket_view,
+                                 master_scale(trace))
+            staged, figures = schedule_peak(trace, peak, whole.total, pp=pp, vpp=vpp, microbatches=m,
+                                            schedule=p.schedule)
+            need_bytes = without_experts(staged, figures, whole.total,
+                                         layout_states(trace, whole, strategy).total).peak_bytes
         step = layout_step(trace, acc, pred, p, net)  # as fit times it: collectives, schedule, CP, EP
         assert step is not None
     groups = 0 if before else communicators(p.data, tp, pp, p.cp, p.ep, replicas)
@@ -256,6 +258,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0, help="stop starting rows after so many seconds")
     ap.add_argument("--source", default="", help="only rows whose source address contains this")
     ap.add_argument("--count", action="store_true", help="only count the rows that can be expressed")
+    ap.add_argument("--reverse", action="store_true", help="the rows in reverse order (a second process from the end)")
     ap.add_argument("--part", default="", help="I/K: only every K-th priced row from the I-th (0-based), so that K "
                     "processes share the rows")
     ap.add_argument("--before", action="store_true", help="as the estimate was before pipeline parallelism, "
@@ -284,6 +287,8 @@ def main() -> None:
     if args.part:
         i, k = (int(x) for x in args.part.split("/"))
         order = [r for r in order if r["metric"] == "tokens_per_s_per_gpu"][i::k]
+    if args.reverse:
+        order.reverse()
     with tempfile.TemporaryDirectory() as tmp:
         for r in order:
             if r["metric"] != "tokens_per_s_per_gpu":

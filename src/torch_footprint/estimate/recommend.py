@@ -26,7 +26,7 @@ from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
 from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime
-from .layouts.cp_ep import layout_memory, layout_states
+from .layouts.cp_ep import layout_memory, layout_states, without_experts
 from .layouts.schedule import layout_step, schedule_peak
 from .layouts.sharding import ModelStates, gather_bytes, master_scale, model_states, step_peak
 from .memory import allocation_count
@@ -228,15 +228,19 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p, cuda_sm=cuda)[0] for k in (2, 3)}}
     peaks = {b: layout_memory(tr, step_peak(tr, strategy, shard, p.bucket_view), strategy) for b, tr in traces.items()}
     n_allocs = allocation_count(t1)
-    states = None
+    states = whole = None
     if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
         persistent = peaks[b1].persistent if shard == 1 and master_scale(t1) == 1 else replay(t1).persistent
-        states = layout_states(t1, model_states(persistent, strategy, shard, gather_bytes(t1, strategy),
-                                                p.bucket_view, master_scale(t1)), strategy)
+        whole = model_states(persistent, strategy, shard, gather_bytes(t1, strategy), p.bucket_view,
+                             master_scale(t1))
+        states = layout_states(t1, whole, strategy)
     if pp > 1:  # the largest pipeline rank: its states, its micro-batches in flight
-        staged = {b: schedule_peak(tr, peaks[b], states.total if states else 0, pp=pp, vpp=p.vpp, microbatches=m,
+        # (split from the replay's live bytes with the states it holds, the experts of other
+        # expert-parallel ranks then taken out of the rank's share)
+        staged = {b: schedule_peak(tr, peaks[b], whole.total if whole else 0, pp=pp, vpp=p.vpp, microbatches=m,
                                    schedule=p.schedule) for b, tr in traces.items()}
-        peaks = {b: x[0] for b, x in staged.items()}
+        peaks = {b: without_experts(x[0], x[1], whole.total if whole else 0, states.total if states else 0)
+                 for b, x in staged.items()}
         notes.append(f"pipeline ranks of {p.schedule} at batch {b1}: " + ", ".join(
             f"rank {f['rank']} {f['need'] / 2**30:.3g} GiB ({f['in_flight']:g} micro-batches in flight)"
             for f in staged[b1][1]))

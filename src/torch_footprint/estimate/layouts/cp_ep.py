@@ -210,3 +210,14 @@ def layout_states(trace: Trace, states: ModelStates, strategy: str) -> ModelStat
     return replace(states, weights=math.ceil(states.weights * keep), gradients=math.ceil(states.gradients * keep),
                    extra=math.ceil(states.extra * keep),
                    optimizer=math.ceil(states.optimizer * keep) if strategy == "ddp" else states.optimizer)
+
+
+def without_experts(staged: MemoryPeak, figures: list[dict[str, Any]], whole: int, held: int) -> MemoryPeak:
+    """The largest pipeline rank's need (:func:`~.schedule.schedule_peak`, split with the ``whole``
+    model states the replay holds) less its share of the experts other expert-parallel ranks hold
+    (``held``: :func:`layout_states`' total)."""
+    if held >= whole or not whole or not figures:
+        return staged
+    worst = max(figures, key=lambda f: f["need"])
+    cut = math.floor((whole - held) * worst["states"] / whole)
+    return replace(staged, peak_bytes=staged.peak_bytes - cut)
