@@ -9,15 +9,17 @@ A row is expressible when every part of its set-up has a setting the estimate pr
 model (a config the tool has, or a "gpt-*" shape, built here as a Llama-architecture config whose
 SwiGLU MLP has 2/3 of the printed MLP width, the same parameters and FLOPs as a two-matrix MLP),
 tensor, pipeline (with virtual stages) and data parallelism, FSDP (full, hybrid, grad-op), full
-activation checkpointing, gradient accumulation, FP8 (tensorwise, rowwise, delayed). Not yet:
-context and expert parallelism, MXFP8 or an unstated FP8 recipe, selective checkpointing,
+activation checkpointing, gradient accumulation, FP8 (tensorwise, rowwise, delayed), context and
+expert parallelism. Not yet: MXFP8 or an unstated FP8 recipe, selective checkpointing,
 torch.compile. ``lenient`` also counts the rows whose only
 missing parts are selective checkpointing or torch.compile, predicted without them.
 
-Each prediction traces one micro-batch on one rank (bf16 autocast, AdamW) and prices the step as
-``fit`` does (:func:`~torch_footprint.estimate.recommend.recommend` with its building blocks, at
-one batch size): memory per rank (the largest pipeline rank) against the GPU's memory at 80%
-use, step time with communication; tokens/s/GPU = global batch x sequence / step / GPUs. Where
+Each prediction traces one micro-batch on one rank (bf16 autocast, AdamW; under FSDP the
+framework's mixed-precision policy, :func:`fsdp_policy`) and prices the step as ``fit`` does
+(:func:`~torch_footprint.estimate.recommend.recommend` with its building blocks, at one batch
+size): memory per rank (the largest pipeline rank) plus what the process holds beyond its
+tensors (:mod:`torch_footprint.estimate.allocator`) against the GPU's memory, step time with
+communication; tokens/s/GPU = global batch x sequence / step / GPUs. Where
 the row names no network, a DGX's is assumed: InfiniBand HDR for A100, NDR for H100, H200, B200.
 Rows printed as TFLOP/s (the sources' own FLOP formulas) are counted, not compared.
 """
@@ -43,8 +45,8 @@ CONFIGS = HERE / "configs"
 # the rows' spellings of torchtitan's per-operator selective checkpointing (priced as --ac selective);
 # "selective" alone (torchtitan's default option is every second layer) and layer-wise ones are not
 PER_OP = ("selective (per-op SAC)", "selective op")
-NOT_PRICED = ("context parallelism", "expert parallelism", "fp8 recipe not stated or mxfp8", "selective checkpointing",
-              "torch.compile")
+NOT_PRICED = ("fp8 recipe not stated or mxfp8", "selective checkpointing", "torch.compile")
+NOT_PRICED_BEFORE = ("context parallelism", "expert parallelism")
 
 
 def fp8_recipe(r: dict[str, Any]) -> str | None:
@@ -113,10 +115,39 @@ def expressible(r: dict[str, Any], before: bool, lenient: bool = False) -> str:
         lacking = [f for f in lacking if f not in ("selective checkpointing", "torch.compile")]
     if before:
         lacking += [f for f in features(r) if f in ("pipeline parallelism", "virtual pipeline stages", "hsdp",
-                                                    "gradient accumulation", "fp8")]
+                                                    "gradient accumulation", "fp8", *NOT_PRICED_BEFORE)]
         if "per-operator selective checkpointing" in features(r) and not lenient:
             lacking.append("selective checkpointing")
     return ", ".join(lacking)
+
+
+def fsdp_policy(r: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The (param, reduce) dtypes of the row's FSDP mixed-precision policy, as its framework sets
+    it where the row is silent: torchtitan's mixed_precision_param bfloat16 and mixed_precision_reduce
+    float32 (its job config defaults); Composer's DEFAULT (param in the autocast dtype, reduce fp32) or
+    PURE (both bf16, composer/distributed/mosaic_parallelism.py); fms-fsdp's bfSixteen (both bf16,
+    fms_fsdp/policies/mixed_precision.py); OLMo-core's bf16 / fp32 (the rows' header); NeMo
+    Automodel's FSDP2 bf16 / fp32. Lightning's FSDPPrecision keeps "bf16-mixed" parameters in fp32
+    (autocast does the rest): (None, None)."""
+    if not r.get("fsdp"):
+        return None, None
+    framework = str(r.get("framework") or "")
+    if "composer" in framework:
+        return ("bf16", "bf16") if "PURE" in str(r.get("quote") or "") else ("bf16", "fp32")
+    if "fms-fsdp" in framework:
+        return "bf16", "bf16"
+    if any(f in framework for f in ("torchtitan", "olmo-core", "fsdp2")):
+        return "bf16", "fp32"
+    return None, None
+
+
+def megatron_distributed_optimizer(r: dict[str, Any]) -> bool:
+    """NeMo's and Megatron-Bridge's recipes run Megatron-core's distributed optimizer (NeMo's
+    distributed_fused_adam, Bridge's use_distributed_optimizer=True): the optimizer state sharded
+    over the data-parallel ranks (zero1) and the gradients all-reduced in place from one contiguous
+    buffer (no second copy: bucket view)."""
+    framework = str(r.get("framework") or "")
+    return not r.get("fsdp") and ("nemo" in framework or "megatron-bridge" in framework)
 
 
 def model_of(r: dict[str, Any], folder: Path) -> str:
@@ -145,10 +176,13 @@ def network_of(r: dict[str, Any]) -> str:
 
 
 def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
+    from torch_footprint.estimate.allocator import communicators
     from torch_footprint.estimate.kernels.roofline import estimate_latency
+    from torch_footprint.estimate.kernels.sdpa import sm_of
     from torch_footprint.estimate.layouts.comm import link_of, step_time
     from torch_footprint.estimate.layouts.ranks import phase_times
-    from torch_footprint.estimate.layouts.sharding import gather_bytes, model_states, step_peak
+    from torch_footprint.estimate.layouts.sharding import gather_bytes, master_scale, model_states, step_peak
+    from torch_footprint.estimate.memory import allocation_count
     from torch_footprint.estimate.price import fixed_overheads
     from torch_footprint.estimate.workload import trace_step
     from torch_footprint.hardware import get
@@ -163,7 +197,12 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     per_node = r.get("gpus_per_node") or 8
     extra: dict[str, Any] = {}
     if not before:
-        extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None)
+        extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None, cp=r.get("cp") or 1,
+                     ep=r.get("ep") or 1)
+        if strategy == "ddp" and megatron_distributed_optimizer(r):
+            strategy, extra["bucket_view"] = "zero1", True
+        if strategy in ("fsdp", "zero2"):
+            extra["fsdp_param_dtype"], extra["fsdp_reduce_dtype"] = fsdp_policy(r)
         if r.get("fsdp") == "hybrid_shard":
             extra["dp_shard"] = min(dp, r.get("hsdp_shard") or per_node)
     p = Parallel(gpus=n, tp=tp if tp > 1 else None, strategy=strategy, gpus_per_node=per_node,
@@ -173,11 +212,16 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     mode = "full" if ac.startswith("full") else "selective" if ac in PER_OP and not before else None
     t = Training(train=True, optimizer="adamw", ac=mode, grads="zero" if kept else "none")
     w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed")
-    trace, _ = trace_step(w, t, p)
     acc = get(r["gpu"])
-    shard = p.data if before else (p.shard_group if strategy == "fsdp" else p.data)
-    replicas = p.data // shard
-    peak = step_peak(trace, strategy, shard)
+    trace, _ = trace_step(w, t, p, **({} if before else {"cuda_sm": sm_of(acc)}))  # CUDA's attention kernel
+    # the context-parallel ranks hold the same weights: states shard over data x context ranks
+    shard = p.data if before else (p.shard_group * p.cp if strategy == "fsdp" else p.data * p.cp)
+    replicas = p.data * p.cp // shard
+    peak = step_peak(trace, strategy, shard, p.bucket_view)
+    if not before:
+        from torch_footprint.estimate.layouts.cp_ep import layout_memory
+
+        peak = layout_memory(trace, peak, strategy)
     pred = estimate_latency(trace, acc, **({} if before else {"fp8": p.fp8}))
     net = get_network(p.network) if p.network else None
     if before:
@@ -186,27 +230,24 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         step = step_time(trace, phase_times(pred), strategy, p.data, link, tp)
     else:
         from torch_footprint.analysis.memory import replay
-        from torch_footprint.estimate.layouts.schedule import schedule_peak, schedule_step
+        from torch_footprint.estimate.layouts.cp_ep import layout_states, without_experts
+        from torch_footprint.estimate.layouts.schedule import layout_step, schedule_peak
 
-        inner = tp
-        link = link_of(acc, ranks=shard, per_node=per_node, network=net, stride=inner)
-        tp_link = link_of(acc, ranks=tp, per_node=per_node, network=net)
-        rep_link = link_of(acc, ranks=replicas, per_node=per_node, network=net, stride=inner * shard)
-        pp_link = link_of(acc, ranks=2, per_node=per_node, network=net, stride=inner * p.data)
         need_bytes = peak.peak_bytes
         if pp > 1:
             persistent = replay(trace).persistent
-            states = model_states(persistent, strategy, shard, gather_bytes(trace, strategy)).total
-            need_bytes = schedule_peak(trace, peak, states, pp=pp, vpp=vpp, microbatches=m,
-                                       schedule=p.schedule)[0].peak_bytes
-        if m > 1 or pp > 1:
-            step = schedule_step(trace, pred, phase_times(pred), strategy=strategy, shard=shard, replicas=replicas,
-                                 tp=tp, pp=pp, vpp=vpp, microbatches=m, schedule=p.schedule, link=link,
-                                 tp_link=tp_link, replica_link=rep_link, pp_link=pp_link)
-        else:
-            step = step_time(trace, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link,
-                             replicas=replicas, replica_link=rep_link)
-    need = (need_bytes + sum(fixed_overheads(acc, len(trace.events), True).values())) / 0.8
+            whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy), p.bucket_view,
+                                 master_scale(trace))
+            staged, figures = schedule_peak(trace, peak, whole.total, pp=pp, vpp=vpp, microbatches=m,
+                                            schedule=p.schedule)
+            need_bytes = without_experts(staged, figures, whole.total,
+                                         layout_states(trace, whole, strategy).total).peak_bytes
+        step = layout_step(trace, acc, pred, p, net)  # as fit times it: collectives, schedule, CP, EP
+        assert step is not None
+    groups = 0 if before else communicators(p.data, tp, pp, p.cp, p.ep, replicas)
+    extras = fixed_overheads(acc, allocation_count(trace), True, groups)
+    # before: the seed's 80% of the memory; now, the allocator's extras modelled, all of it (as fit does)
+    need = (need_bytes + sum(extras.values())) / (0.8 if before else 1.0)
     tokens = (r.get("global_batch") or micro * dp * m) * r["seq"]
     return {"tps": tokens / step.time_s / n, "fits": need <= acc.memory_bytes, "need_gib": need / 2**30}
 
@@ -217,6 +258,9 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0, help="stop starting rows after so many seconds")
     ap.add_argument("--source", default="", help="only rows whose source address contains this")
     ap.add_argument("--count", action="store_true", help="only count the rows that can be expressed")
+    ap.add_argument("--reverse", action="store_true", help="the rows in reverse order (a second process from the end)")
+    ap.add_argument("--part", default="", help="I/K: only every K-th priced row from the I-th (0-based), so that K "
+                    "processes share the rows")
     ap.add_argument("--before", action="store_true", help="as the estimate was before pipeline parallelism, "
                     "HSDP and gradient accumulation (for a run on an earlier commit)")
     args = ap.parse_args()
@@ -240,6 +284,11 @@ def main() -> None:
     for r in lenient:  # one row of each source in turn, so that a --budget still sees every source
         groups.setdefault(r["source"].split("/")[2], []).append(r)
     order = [g[i] for i in range(max(map(len, groups.values()), default=0)) for g in groups.values() if i < len(g)]
+    if args.part:
+        i, k = (int(x) for x in args.part.split("/"))
+        order = [r for r in order if r["metric"] == "tokens_per_s_per_gpu"][i::k]
+    if args.reverse:
+        order.reverse()
     with tempfile.TemporaryDirectory() as tmp:
         for r in order:
             if r["metric"] != "tokens_per_s_per_gpu":

@@ -50,8 +50,10 @@ BAD = [
     ([*FIT, "--gpus", "16", "--network-gbps", "0"], "--network-gbps must be more than 0, got 0.0"),
     ([*FIT, "--gpus", "16", "--nics-per-node", "4"], "--nics-per-node describes a network between nodes: add"),
     ([*FIT, "--ac", "partial"], "unknown activation checkpointing mode 'partial': use none, full, selective"),
-    # a layout whose cost is not modelled is refused, not priced as if the flag were absent
-    ([*FIT, "--gpus", "2", "--cp", "2"], "--cp is not priced yet"),
+    # context and expert parallelism split what the model has: a sequence, experts
+    ([*FIT, "--gpus", "2", "--cp", "3"], "--tp 1 x --pp 1 x --cp 3 = 3 GPUs per model replica does not divide"),
+    ([*FIT, "--gpus", "6", "--cp", "3"], "--cp 3 does not divide the sequence length 32"),
+    ([*FIT, "--gpus", "2", "--ep", "2"], "--ep 2 splits the experts of mixture-of-experts layers: this model has none"),
     ([*FIT, "--ac", "none", "--checkpointing"], "--ac none contradicts --checkpointing"),
     (["memory", LLAMA, "--ac", "full"], "--ac full only changes training memory: add --train"),
 ]

@@ -43,5 +43,8 @@ COMMAND = Command(
     "fit", COMMANDS["fit"][1], run, takes={**api.VERBS["fit"], View: ("json", "csv", "debug")},
     helps={"json": "also write the ranking as JSON", "csv": "also write the ranking, one accelerator a row, as CSV",
            "gpu": "only these accelerators (repeatable)",
+           "utilisation": "usable fraction of memory where the allocator's extras are not modelled; on NVIDIA GPUs the "
+                          "verdict is the peak plus the CUDA process's extras against the whole memory, and this "
+                          "fraction gives what to provision",
            "tp": "tensor-parallel ranks among --gpus (Megatron-style split of attention and MLP linears; default 1)"},
     examples=EXAMPLES)

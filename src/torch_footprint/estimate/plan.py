@@ -1,8 +1,10 @@
 """Which layout to train with on N GPUs of a type: every layout the model and N allow, priced
 from cached traces (:mod:`.price`), those that fit ranked by predicted tokens/s per GPU.
 
-The search covers data x tensor x pipeline parallelism (and context and expert parallelism
-where :func:`.price.priced` says they are priced), virtual stages and the pipeline schedule,
+The search covers data x tensor x pipeline parallelism, expert parallelism for a mixture of
+experts, context parallelism from sequences of ``CP_FROM`` tokens (the long-context recipes of
+torchtitan and Megatron-LM use it there; below, tensor parallelism and sharding cover a
+sequence's activations at less communication), virtual stages and the pipeline schedule,
 the micro-batch and with it the micro-batches a step (the global batch is the run's), the
 activation checkpointing mode and the data-parallel sharding (DDP, ZeRO-1, ZeRO-2, FSDP, HSDP
 within a node). Tensor-parallel groups stay inside a node. One trace serves every layout with
@@ -31,14 +33,16 @@ from ..hardware.networks import Network, network_for
 from ..hardware.prices import Price, hourly_price
 from ..settings import Parallel, Plan, Target, Training, Workload
 from ..sources import prepare
+from .kernels.sdpa import sm_of
 from .layouts.pipeline import check_layout, repeated_blocks
 from .layouts.tensor_parallel import check_tp
-from .price import LayoutPrice, TracedStep, price_layout, priced
+from .price import LayoutPrice, TracedStep, price_layout
 from .workload import at_batch, layout_training, trace_key, trace_step
 
 AC_ORDER = ("none", "selective", "full")  # lightest first: each recomputes more than the one before
 SHARDINGS = ("ddp", "zero1", "zero2", "fsdp")
 MAX_VPP = 8  # virtual stages per rank tried at most
+CP_FROM = 32768  # tokens per sequence from which context parallelism is searched
 
 
 @dataclass
@@ -126,18 +130,19 @@ class PlanResult:
 class TraceCache:
     """The traces of a planner's search, one per trace key, each made once."""
 
-    def __init__(self, w: Workload, t: Training, store: dict[tuple[Any, ...], TracedStep] | None = None) -> None:
-        self.w, self.t = w, t
+    def __init__(self, w: Workload, t: Training, store: dict[tuple[Any, ...], TracedStep] | None = None,
+                 cuda_sm: tuple[int, int] | None = None) -> None:
+        self.w, self.t, self.sm = w, t, cuda_sm  # the NVIDIA GPU's compute capability (its attention kernel)
         self.store = {} if store is None else store  # a store shared by searches of other GPUs or batches
         self.seconds = 0.0
 
     def get(self, micro_batch: int, ac: str, p: Parallel) -> TracedStep:
         w = at_batch(self.w, micro_batch)
         t = layout_training(dataclasses.replace(self.t, ac=ac, checkpointing=False), p)
-        key = trace_key(w, t, p)
+        key = trace_key(w, t, p, self.sm)
         if key not in self.store:
             start = time.perf_counter()
-            trace, notes = trace_step(w, t, p)
+            trace, notes = trace_step(w, t, p, cuda_sm=self.sm)
             self.seconds += time.perf_counter() - start
             self.store[key] = TracedStep(trace, notes, t)
         return self.store[key]
@@ -172,9 +177,11 @@ def _shardings(dp: int, tp: int, per_node: int) -> Iterator[tuple[str, int | Non
         yield "fsdp", inside
 
 
-def layouts(model: Any, base: Parallel, global_batch: int, sizes: tuple[int, ...]) -> Iterator[tuple[Parallel, int]]:
-    """Every layout of ``base.gpus`` the model takes and whose cost is priced, with its micro-batch
-    size: the global batch split evenly into micro-batches on each data-parallel rank."""
+def layouts(model: Any, base: Parallel, global_batch: int, sizes: tuple[int, ...],
+            long_context: bool = False) -> Iterator[tuple[Parallel, int]]:
+    """Every layout of ``base.gpus`` the model takes, with its micro-batch size: the global batch
+    split evenly into micro-batches on each data-parallel rank (context parallelism only for a
+    ``long_context``)."""
     n, per_node = base.gpus, base.gpus_per_node
     _, blocks = repeated_blocks(model)
     for tp in _divisors(n):
@@ -185,7 +192,7 @@ def layouts(model: Any, base: Parallel, global_batch: int, sizes: tuple[int, ...
         except FootprintError:
             continue
         for pp in _divisors(n // tp):
-            for cp in _divisors(n // (tp * pp)):
+            for cp in _divisors(n // (tp * pp)) if long_context else [1]:
                 dp = n // (tp * pp * cp)
                 for ep in _divisors(dp * cp):
                     yield from _split(model, base, tp, pp, cp, ep, dp, blocks, global_batch, sizes)
@@ -207,8 +214,6 @@ def _split(model: Any, base: Parallel, tp: int, pp: int, cp: int, ep: int, dp: i
                                             grad_accum=m, strategy=strategy, dp_shard=shard,
                                             fsdp_param_dtype=base.fsdp_param_dtype if strategy == "fsdp" else None,
                                             fsdp_reduce_dtype=base.fsdp_reduce_dtype if strategy == "fsdp" else None)
-                    if not priced(p):
-                        continue
                     check_layout(model, p)
                 except FootprintError:
                     continue
@@ -235,7 +240,7 @@ def plan(w: Workload, t: Training, p: Parallel, target: Target, settings: Plan,
     say(f"plan: building {w.model}", None)
     model = prepare(w.model, w.inputs, weights=w.weights, trust_remote_code=w.trust_remote_code).built.model
     groups: dict[tuple[Any, ...], list[tuple[Parallel, int]]] = {}
-    for layout, mb in layouts(model, p, gb, settings.sizes):
+    for layout, mb in layouts(model, p, gb, settings.sizes, long_context=settings.seq >= CP_FROM):
         groups.setdefault((layout.tensor, layout.sequence_parallel, layout.cp, layout.ep, mb), []).append(
             (layout, mb))
     result = PlanResult(str(w.model), acc.id, p.gpus, settings.seq, gb, [], tokens=settings.tokens,
@@ -243,7 +248,7 @@ def plan(w: Workload, t: Training, p: Parallel, target: Target, settings: Plan,
     result.considered = sum(len(g) for g in groups.values()) * len(acs)
     if not groups:
         raise FootprintError(_no_layout(model, p, gb, settings))
-    cache = TraceCache(w, t, store)
+    cache = TraceCache(w, t, store, sm_of(acc))
     traced_before = len(cache.store)
     _, blocks = repeated_blocks(model)
     start = time.perf_counter()

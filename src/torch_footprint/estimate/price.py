@@ -29,36 +29,20 @@ from ..hardware import Accelerator
 from ..hardware.networks import Network
 from ..settings import Parallel, Target, Training
 from ..trace import Trace
+from .allocator import communicators, cuda_extras, models_extras
 from .kernels.roofline import Prediction, estimate_latency
 from .layouts.comm import StepTime
+from .layouts.cp_ep import layout_memory, layout_states, without_experts
 from .layouts.schedule import layout_step, schedule_peak
-from .layouts.sharding import ModelStates, gather_bytes, model_states, step_peak
-from .memory import ALLOCATOR_ROUNDING, allocation_count, overheads_for
+from .layouts.sharding import ModelStates, gather_bytes, master_scale, model_states, step_peak
+from .memory import allocation_count
 
 FSDP = ("zero2", "zero3", "fsdp")
 
 
-def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False) -> dict[str, int]:
-    """What the device holds beside the traced tensors (CUDA context, allocator rounding, ...)."""
-    device = "cuda" if acc.kind == "gpu" else "cpu"
-    return overheads_for(device, n_allocations, ALLOCATOR_ROUNDING[device], backward)
-
-
-def refuse_unpriced(p: Parallel) -> None:
-    """A layout option whose cost is not modelled yet stops here (one line) rather than being
-    left out of the figures silently."""
-    for flag, given in (("--cp", p.cp > 1), ("--ep", p.ep > 1)):
-        if given:
-            raise FootprintError(f"{flag} is not priced yet: fit cannot answer for this layout")
-
-
-def priced(p: Parallel) -> bool:
-    """Whether the cost of layout ``p`` is modelled (what a search over layouts may consider)."""
-    try:
-        refuse_unpriced(p)
-    except FootprintError:
-        return False
-    return True
+def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False, groups: int = 0) -> dict[str, int]:
+    """What ``acc`` holds beyond the traced tensors (:mod:`.allocator`), ``groups`` NCCL communicators."""
+    return cuda_extras(acc, n_allocations, backward, groups)
 
 
 @dataclass
@@ -119,21 +103,26 @@ def price_layout(traced: TracedStep, acc: Accelerator, p: Parallel, target: Targ
                  network: Network | None = None) -> LayoutPrice:
     """Layout ``p`` on ``acc`` from ``traced`` (one rank's micro-batch under ``p``'s trace key):
     the figures ``fit`` gives for it at that batch."""
-    refuse_unpriced(p)
     trace, t = traced.trace, traced.training
     strategy, dp = p.sharding, p.data
-    shard = p.shard_group if strategy in FSDP else dp
-    peak = traced.peak(strategy, shard, p.bucket_view)
-    states = None
+    # the context-parallel ranks hold the same weights: FSDP shards over data x context ranks
+    shard = p.shard_group * p.cp if strategy in FSDP else dp * p.cp
+    peak = layout_memory(trace, traced.peak(strategy, shard, p.bucket_view), strategy)
+    states = whole = None
     if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
-        persistent = peak.persistent if shard == 1 else traced.persistent()
-        states = model_states(persistent, strategy, shard, gather_bytes(trace, strategy), p.bucket_view)
+        scale = master_scale(trace)
+        persistent = peak.persistent if shard == 1 and scale == 1 else traced.persistent()
+        whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy), p.bucket_view, scale)
+        states = layout_states(trace, whole, strategy)
     stages: list[dict[str, Any]] = []
     if p.pp > 1:
-        peak, stages = schedule_peak(trace, peak, states.total if states else 0, pp=p.pp, vpp=p.vpp,
-                                     microbatches=p.grad_accum, schedule=p.schedule)
-    fixed = sum(fixed_overheads(acc, traced.allocations, t.train).values())
-    need = math.ceil((peak.peak_bytes + fixed) / target.utilisation)
+        staged, stages = schedule_peak(trace, peak, whole.total if whole else 0, pp=p.pp, vpp=p.vpp,
+                                       microbatches=p.grad_accum, schedule=p.schedule)
+        peak = without_experts(staged, stages, whole.total if whole else 0, states.total if states else 0)
+    groups = communicators(dp, p.tensor, p.pp, p.cp, p.ep, dp * p.cp // shard) if p.gpus > 1 else 0
+    fixed = sum(fixed_overheads(acc, traced.allocations, t.train, groups).values())
+    # on an NVIDIA GPU the extras are modelled, the verdict is against the whole memory
+    need = math.ceil((peak.peak_bytes + fixed) / (1.0 if models_extras(acc) else target.utilisation))
     pred = traced.prediction(acc, target, p.fp8)
     step = None
     if t.train and (p.gpus > 1 or p.grad_accum > 1):

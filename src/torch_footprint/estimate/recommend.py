@@ -20,14 +20,17 @@ from ..hardware.networks import network_for
 from ..quantities import parse_seconds
 from ..settings import Parallel, Target, Training, Workload
 from ..trace import Trace
+from .allocator import SOURCES as EXTRAS_SOURCES
+from .allocator import communicators, models_extras
 from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
 from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime
+from .layouts.cp_ep import layout_memory, layout_states, without_experts
 from .layouts.schedule import layout_step, schedule_peak
-from .layouts.sharding import ModelStates, gather_bytes, model_states, step_peak
+from .layouts.sharding import ModelStates, gather_bytes, master_scale, model_states, step_peak
 from .memory import allocation_count
-from .price import fixed_overheads, refuse_unpriced
+from .price import fixed_overheads
 from .workload import at_batch, first_batch, layout_training, precision_of, trace_step
 
 
@@ -37,7 +40,7 @@ class FitRow:
 
     accelerator: Accelerator
     capacity: int
-    need: int  # provisioned bytes per rank at the batch asked (peak + overheads, / utilisation)
+    need: int  # bytes per rank at the batch asked: peak + extras (elsewhere than NVIDIA GPUs, / utilisation)
     fits: bool
     largest_batch: int | None
     prediction: Prediction | None
@@ -47,6 +50,8 @@ class FitRow:
     reason: str = ""
     step: StepTime | None = None  # one rank's training step with communication (several ranks)
     attention: list[dict[str, Any]] | None = None  # the kernel CUDA picks for each attention call (.kernels.sdpa)
+    extras: dict[str, int] = field(default_factory=dict)  # held beyond the tensors, by part (.allocator)
+    provision: int | None = None  # (peak + extras) / utilisation: what to provision with headroom
 
     @property
     def latency_s(self) -> float | None:
@@ -63,6 +68,7 @@ class FitRow:
                 "throughput_samples_per_s": self.throughput, "throughput_batch": self.throughput_batch,
                 "meets_target": self.meets_target, "reason": self.reason, "tdp_w": self.accelerator.tdp_w,
                 "step": self.step.to_dict() if self.step else None, "link_gbs": self.accelerator.link_gbs,
+                "extras_bytes": self.extras, "provision_bytes": self.provision,
                 **({"attention": self.attention} if self.attention else {})}
 
 
@@ -92,7 +98,7 @@ class FitResult:
                 "strategy": self.strategy, "settings": self.settings, "target_latency_s": self.target_s,
                 "model_states_per_rank": self.states.__dict__ if self.states else None,
                 "peak_per_rank": self.peak.to_dict() if self.peak else None,
-                "rows": [r.to_dict() for r in self.rows], "notes": self.notes}
+                "rows": [r.to_dict() for r in self.rows], "extras_sources": EXTRAS_SOURCES, "notes": self.notes}
 
 
 def rank(rows: list[FitRow], target_s: float | None) -> tuple[str | None, str]:
@@ -149,7 +155,6 @@ def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, t
     step with its micro-batches, pipeline and collectives as ``step``."""
     t = layout_training(t, p)
     trace, notes = trace_step(w, t, p)
-    refuse_unpriced(p)
     fp8_rows([acc], p, w, explicit=True)
     pred = estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout,
                             fp8=p.fp8)
@@ -192,7 +197,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     tf32, efficiency = target.tf32_flag, target.efficiencies
     target_s = parse_seconds(target.latency) if target.latency is not None else None
     net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
-    shard = p.shard_group if strategy in ("zero2", "zero3", "fsdp") else dp
+    # the context-parallel ranks hold the same weights: FSDP shards over data x context ranks
+    shard = p.shard_group * p.cp if strategy in ("zero2", "zero3", "fsdp") else dp * p.cp
     m, pp = p.grad_accum, p.pp
     if (m > 1 or pp > 1) and not t.train:
         raise FootprintError("--grad-accum and --pp price a training step: add --train")
@@ -201,22 +207,29 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     if only:
         rows_db = [find(rows_db, x) for x in only]
     rows_db = fp8_rows(rows_db, p, w, explicit=bool(only))
-    t1, notes = trace_step(w, t, p)
-    refuse_unpriced(p)
+    # on NVIDIA GPUs alone the step follows CUDA's attention kernel (the oldest GPU's choice)
+    sms = [sm_of(a) for a in rows_db]
+    cuda = min(sm for sm in sms if sm is not None) if sms and None not in sms else None
+    t1, notes = trace_step(w, t, p, cuda_sm=cuda)
     if p.fp8 not in (None, "none") and not only:
         notes.append(f"fp8 ({p.fp8}): only the accelerators with fp8 units are considered")
     b1 = first_batch(t1, w.batch)
-    traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p)[0] for k in (2, 3)}}
-    peaks = {b: step_peak(tr, strategy, shard, p.bucket_view) for b, tr in traces.items()}
+    traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p, cuda_sm=cuda)[0] for k in (2, 3)}}
+    peaks = {b: layout_memory(tr, step_peak(tr, strategy, shard, p.bucket_view), strategy) for b, tr in traces.items()}
     n_allocs = allocation_count(t1)
-    states = None
+    states = whole = None
     if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
-        persistent = peaks[b1].persistent if shard == 1 else replay(t1).persistent
-        states = model_states(persistent, strategy, shard, gather_bytes(t1, strategy), p.bucket_view)
+        persistent = peaks[b1].persistent if shard == 1 and master_scale(t1) == 1 else replay(t1).persistent
+        whole = model_states(persistent, strategy, shard, gather_bytes(t1, strategy), p.bucket_view,
+                             master_scale(t1))
+        states = layout_states(t1, whole, strategy)
     if pp > 1:  # the largest pipeline rank: its states, its micro-batches in flight
-        staged = {b: schedule_peak(tr, peaks[b], states.total if states else 0, pp=pp, vpp=p.vpp, microbatches=m,
+        # (split from the replay's live bytes with the states it holds, the experts of other
+        # expert-parallel ranks then taken out of the rank's share)
+        staged = {b: schedule_peak(tr, peaks[b], whole.total if whole else 0, pp=pp, vpp=p.vpp, microbatches=m,
                                    schedule=p.schedule) for b, tr in traces.items()}
-        peaks = {b: x[0] for b, x in staged.items()}
+        peaks = {b: without_experts(x[0], x[1], whole.total if whole else 0, states.total if states else 0)
+                 for b, x in staged.items()}
         notes.append(f"pipeline ranks of {p.schedule} at batch {b1}: " + ", ".join(
             f"rank {f['rank']} {f['need'] / 2**30:.3g} GiB ({f['in_flight']:g} micro-batches in flight)"
             for f in staged[b1][1]))
@@ -267,17 +280,23 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         return step
 
     out_rows: list[FitRow] = []
+    groups = communicators(dp, tp, pp, p.cp, p.ep, dp * p.cp // shard) if gpus > 1 else 0
     for acc in rows_db:
-        fixed = sum(fixed_overheads(acc, n_allocs, t.train).values())
+        extras = fixed_overheads(acc, n_allocs, t.train, groups)
+        fixed = sum(extras.values())
         cap = acc.memory_bytes
-        need = math.ceil((peaks[b1].peak_bytes + fixed) / utilisation)
-        room = cap * utilisation - fixed
+        # on an NVIDIA GPU the extras are modelled, the verdict is against the whole memory
+        use = 1.0 if models_extras(acc) else utilisation
+        need = math.ceil((peaks[b1].peak_bytes + fixed) / use)
+        provision = math.ceil((peaks[b1].peak_bytes + fixed) / utilisation)
+        room = cap * use - fixed
         largest = scaling.largest(room)
         if largest is not None:  # the traced peak at the batch asked overrules the extrapolation there
             largest = max(largest, b1) if need <= cap else min(largest, b1 - 1)
         if acc.bandwidth is None and not acc.calibrated:
             out_rows.append(FitRow(acc, cap, need, need <= cap, largest, None, None, None,
-                                   reason="no bandwidth figure: run `footprint calibrate` on it"))
+                                   reason="no bandwidth figure: run `footprint calibrate` on it", extras=extras,
+                                   provision=provision))
             continue
         pred = latency(traces[b1], acc)
         step = with_comm(traces[b1], acc, pred)
@@ -297,7 +316,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
                 t2 = total(traces[2 * b1])
                 secs = t0 + (t2 - t0) * (largest - b1) / b1
             thr, thr_b = (largest * dp * m / secs if secs > 0 else None), largest
-        row = FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b, step=step)
+        row = FitRow(acc, cap, need, need <= cap, largest, pred, thr, thr_b, step=step, extras=extras,
+                     provision=provision)
         if target_s is not None:
             row.meets_target = row.fits and (row.latency_s or 0.0) <= target_s
         out_rows.append(row)

@@ -8,12 +8,18 @@ import copy
 import dataclasses
 from typing import Any
 
+import torch
+
 from ..dtypes import name_of
 from ..errors import FootprintError
 from ..settings import Parallel, Training, Workload
+from ..settings.training import FSDP_STRATEGIES
 from ..sources import Workload as Prepared
 from ..sources import prepare
+from ..sources.inputs import InputSpec
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
+from .kernels.sdpa import cuda_backend
+from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.pipeline import check_layout
 from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp
 
@@ -25,9 +31,12 @@ def precision_of(w: Workload) -> str:
     return w.precision or DEFAULT_PRECISION
 
 
-def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) -> tuple[Trace, list[str]]:
+def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), *,
+               cuda_sm: tuple[int, int] | None = None) -> tuple[Trace, list[str]]:
     """Trace the step ``t`` of ``w`` at ``w.batch`` (the inputs' own when None), on one rank of
-    ``p``'s tensor parallelism; the trace and its notes."""
+    ``p``'s tensor parallelism; the trace and its notes. ``cuda_sm``: the step runs on NVIDIA GPUs
+    of that compute capability, whose attention kernel (sdp_utils' choice, :mod:`.kernels.sdpa`)
+    the trace follows where the CPU's would differ (dropout in training: fused there)."""
     if p.sequence_parallel and p.tensor <= 1:
         raise FootprintError("--sequence-parallel splits the sequence among tensor-parallel ranks: add --tp 2 "
                              "or more")
@@ -48,7 +57,18 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
         m = built.model = m.to(param_dtype)
         notes.append(f"weights cast to {name_of(param_dtype)} for precision {prec}")
         work = work.cast(param_dtype)
+    low = fsdp_compute_dtype(p, param_dtype)
+    if low is not None:  # FSDP2 gathers each unit in its param_dtype: the forward and backward run in it
+        m = built.model = m.to(low)
+        work = work.cast(low)
+        notes.append(f"FSDP's mixed-precision policy: parameters gathered and computed in {name_of(low)}; each "
+                     f"rank's shard, gradients and optimizer state stay {name_of(param_dtype)}")
     check_layout(m, p)
+    if p.cp > 1:  # one context-parallel rank's share of every sequence
+        work = Prepared(work.built, [_seq_share(x, p.cp) for x in work.pos],
+                        {k: _seq_share(v, p.cp) for k, v in work.kw.items()})
+        notes.append(f"context parallel over {p.cp} ranks: each holds 1/{p.cp} of the sequence; attention passes "
+                     "the key/value blocks round a ring")
     if p.tensor > 1:  # one rank's share, on a copy: a module the caller gave stays whole
         m = built.model = copy.deepcopy(m)
         plan = shrink_for_tp(m, p.tensor)
@@ -63,9 +83,17 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel()) 
         notes.append("activation checkpointing: " + what)
     try:
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
-                       step=StepOptions(opt, autocast, grads_kept=t.grads == "zero"))
+                       step=StepOptions(opt, autocast, grads_kept=t.grads == "zero",
+                                        fuse_attention=_cuda_fuses(cuda_sm)))
     finally:
         undo()
+    if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
+        trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None)
+    if low is not None:  # the sharded states are the wider dtype's (sharding.master_scale)
+        trace.settings["fsdp_compute_dtype"] = name_of(low)
+        trace.settings["fsdp_state_scale"] = param_dtype.itemsize / low.itemsize
+        reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
+        trace.settings["fsdp_reduce_scale"] = FSDP_DTYPES[str(reduce)].itemsize / low.itemsize
     return trace, notes + trace.notes
 
 
@@ -75,11 +103,43 @@ def layout_training(t: Training, p: Parallel) -> Training:
     return dataclasses.replace(t, grads="zero") if p.grad_accum > 1 or p.pp > 1 else t
 
 
-def trace_key(w: Workload, t: Training, p: Parallel) -> tuple[Any, ...]:
+def trace_key(w: Workload, t: Training, p: Parallel, cuda_sm: tuple[int, int] | None = None) -> tuple[Any, ...]:
     """What the trace of ``t`` under layout ``p`` depends on (what :func:`trace_step` reads of
-    them): layouts with equal keys are priced from one trace. The data-parallel sharding, the
-    pipeline split and schedule, the micro-batches a step and the network do not change it."""
-    return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.cp, p.ep)
+    them): layouts with equal keys are priced from one trace. The pipeline split and schedule,
+    the micro-batches a step and the network do not change it; the data-parallel sharding only
+    through FSDP's compute dtype."""
+    fsdp_dtype = p.fsdp_param_dtype if p.sharding in FSDP_STRATEGIES else None
+    return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.cp, p.ep, fsdp_dtype, cuda_sm)
+
+
+def _cuda_fuses(sm: tuple[int, int] | None) -> Any:
+    """Whether CUDA on ``sm`` runs an attention call fused (None: follow the CPU)."""
+    if sm is None:
+        return None
+    return lambda call: cuda_backend(call, sm)[0] != "math"
+
+
+def _seq_share(x: Any, cp: int) -> Any:
+    """An input's share on one context-parallel rank (its second dimension split)."""
+    if isinstance(x, InputSpec) and x.value is None:
+        return InputSpec(split_sequence(tuple(x.shape), cp), x.dtype, x.name, x.value)
+    return x
+
+
+FSDP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def fsdp_compute_dtype(p: Parallel, param_dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype FSDP2's MixedPrecisionPolicy(param_dtype=...) makes the forward and backward run
+    in, where it is narrower than the parameters' own (None: the parameters' own). FSDP2 casts
+    each unit's gathered parameters to it (torch/distributed/fsdp/_fully_shard/_fsdp_param.py), so
+    every activation follows; the sharded parameters, their gradients (cast to reduce_dtype
+    for the reduce-scatter, then kept in the sharded parameter's dtype) and the optimizer
+    state stay in the parameters' own dtype."""
+    if p.sharding not in FSDP_STRATEGIES or p.fsdp_param_dtype is None:
+        return None
+    low = FSDP_DTYPES[p.fsdp_param_dtype]
+    return low if low.itemsize < param_dtype.itemsize else None
 
 
 def at_batch(w: Workload, batch: int | None) -> Workload:

@@ -151,9 +151,16 @@ def render_fit(res: Any, console: Console) -> None:
             line += f", {st.extra_what} {binary(st.extra)}"
         console.print(Text(line + f" = {binary(st.total)}", style="dim"))
     if res.peak is not None:
+        util = s.get("utilisation", 0.8)
         console.print(Text(f"peak of tensors per rank at batch {res.batch}: {binary(res.peak.peak_bytes)} "
-                           f"(during the {res.peak.phase}); needs = (peak + fixed overheads) / "
-                           f"{s.get('utilisation', 0.8):g}", style="dim"))
+                           f"(during the {res.peak.phase}); needs = peak + what the process holds beyond its "
+                           f"tensors on NVIDIA GPUs, (peak + fixed overheads) / {util:g} elsewhere", style="dim"))
+        shown = next((r for r in rows if r.extras and r.accelerator.vendor == "nvidia"), None)
+        if shown is not None:
+            console.print(Text(f"beyond the tensors on {shown.accelerator.id}: " + ", ".join(
+                f"{k} {binary(v)}" for k, v in shown.extras.items() if v) + f"; to provision at {util:.0%}: "
+                f"{binary(shown.provision or 0)} (not counted: memory the caching allocator reserves above "
+                "what is allocated)", style="dim"))
     for r in rows:
         if r.step is not None and (r.accelerator.id == res.pick or (res.pick is None and r is rows[0])):
             st = r.step

@@ -98,11 +98,15 @@ class CpuKernels:
     """
 
     def __init__(self, reroute: bool = True,
-                 host_tensor: Callable[[str, torch.Tensor], None] | None = None) -> None:
+                 host_tensor: Callable[[str, torch.Tensor], None] | None = None,
+                 fuse: Callable[[dict[str, Any]], bool] | None = None) -> None:
         self._saved: Any = None
         self._saved_rng: Any = None
         self._saved_linear: Any = None
         self.reroute = reroute  # send meta-tensor calls to the CPU's fused kernel
+        # a CUDA target's choice (StepOptions.fuse_attention): calls the CPU runs through the math
+        # path only for their dropout, traced through the fused kernel where it says so
+        self.fuse = fuse
         self.host_tensor = host_tensor
         # each distinct attention call: what a GPU's kernel choice depends on, the path the CPU
         # took and how often (estimate/kernels/sdpa.py picks CUDA's kernel from these)
@@ -128,6 +132,9 @@ class CpuKernels:
             if not isinstance(q, torch.Tensor):
                 return original(*args, **kwargs)
             eligible = cpu_flash_eligible(q, k, v, a)
+            if not eligible and self.fuse is not None and self._fused_for_target(q, k, v, a):
+                self._note_call(q, k, v, a, "flash")
+                return _fused(q, k, v, a)
             self._note_call(q, k, v, a, "flash" if eligible and q.device.type in ("meta", "cpu") else "math")
             if self.reroute and q.device.type == "meta" and eligible:
                 # grouped-query attention: the CPU kernel reads each key/value head for its group of
@@ -147,20 +154,18 @@ class CpuKernels:
         F.linear = _in_place_bias(self._saved_linear)
         return self
 
+    def _fused_for_target(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any]) -> bool:
+        """Whether the CPU takes the math path for this call's dropout alone, and the target fuses it."""
+        dropout = float(a.get("dropout_p", 0.0) or 0.0)
+        if not (dropout > 0.0 and torch.is_grad_enabled()) or not cpu_flash_eligible(q, k, v, {**a, "dropout_p": 0.0}):
+            return False
+        call = _call_record(q, k, v, a, "math")
+        return call is not None and self.fuse is not None and self.fuse(call)
+
     def _note_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any], path: str) -> None:
-        if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-            return
-        dtype = q.dtype
-        if torch.is_autocast_enabled("cpu") and q.is_floating_point():
-            dtype = torch.get_autocast_dtype("cpu")
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-        call = {"dtype": str(dtype).removeprefix("torch."), "head_dim": int(q.shape[-1]),
-                "head_dim_k": int(k.shape[-1]), "head_dim_v": int(v.shape[-1]), "q_heads": int(q.shape[1]),
-                "kv_heads": int(k.shape[1]), "seq_q": int(q.shape[-2]), "seq_k": int(k.shape[-2]),
-                "mask": a.get("attn_mask") is not None, "causal": bool(a.get("is_causal", False)),
-                "dropout": float(a.get("dropout_p", 0.0) or 0.0), "grad": grad,
-                "enable_gqa": bool(a.get("enable_gqa", False)), "cpu_path": path}
-        self.add_attention([(call, 1)])
+        call = _call_record(q, k, v, a, path)
+        if call is not None:
+            self.add_attention([(call, 1)])
 
     def attention_counts(self) -> list[int]:
         """How many calls each distinct attention call has had so far (for :meth:`attention_since`)."""
@@ -186,6 +191,36 @@ class CpuKernels:
         F.scaled_dot_product_attention = self._saved
         torch.get_rng_state = self._saved_rng
         F.linear = self._saved_linear
+
+
+def _call_record(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any],
+                 path: str) -> dict[str, Any] | None:
+    """What a GPU's kernel choice depends on for one attention call, and the path the trace took."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return None
+    dtype = q.dtype
+    if torch.is_autocast_enabled("cpu") and q.is_floating_point():
+        dtype = torch.get_autocast_dtype("cpu")
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return {"dtype": str(dtype).removeprefix("torch."), "head_dim": int(q.shape[-1]),
+            "head_dim_k": int(k.shape[-1]), "head_dim_v": int(v.shape[-1]), "q_heads": int(q.shape[1]),
+            "kv_heads": int(k.shape[1]), "seq_q": int(q.shape[-2]), "seq_k": int(k.shape[-2]),
+            "mask": a.get("attn_mask") is not None, "causal": bool(a.get("is_causal", False)),
+            "dropout": float(a.get("dropout_p", 0.0) or 0.0), "grad": grad,
+            "enable_gqa": bool(a.get("enable_gqa", False)), "cpu_path": path}
+
+
+def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any]) -> torch.Tensor:
+    """The call through the fused kernel (what flash or memory-efficient attention keep: the
+    output and its log-sum-exp, no score matrix, no dropout mask: they draw it again from the
+    generator's seed and offset), in autocast's dtype where autocast is on."""
+    if torch.is_autocast_enabled("cpu") and q.is_floating_point():
+        low = torch.get_autocast_dtype("cpu")
+        q, k, v = (t.to(low) for t in (q, k, v))
+    out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, float(a.get("dropout_p", 0.0) or 0.0), bool(a.get("is_causal", False)),
+        attn_mask=a.get("attn_mask"), scale=a.get("scale"))
+    return out
 
 
 def _in_place_bias(original: Any) -> Any:

@@ -69,6 +69,10 @@ class StepOptions:
     # gradients kept from the previous step (zero_grad(set_to_none=False)): they exist before
     # the forward and the backward accumulates into them
     grads_kept: bool = False
+    # attention calls a CUDA target runs fused (flash or memory-efficient attention, as sdp_utils
+    # picks) where the CPU runs the math path (dropout while training): given a call's record
+    # (trace.kernels.CpuKernels), whether to trace it through the fused kernel; None: the CPU's choice
+    fuse_attention: Callable[[dict[str, Any]], bool] | None = None
 
 
 class StepHooks:

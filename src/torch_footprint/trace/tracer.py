@@ -291,7 +291,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     blocks: BlockReuse | None = None
     run_device = "meta" if tensors == "meta" else device
     mode: Any = _fake_mode() if tensors == "fake" else contextlib.nullcontext()
-    kernels: Any = (CpuKernels(reroute=tensors == "meta", host_tensor=rec.host_tensor) if device == "cpu"
+    kernels: Any = (CpuKernels(reroute=tensors == "meta", host_tensor=rec.host_tensor, fuse=step.fuse_attention)
+                    if device == "cpu"
                     else contextlib.nullcontext())
 
     if state is not None:

@@ -12,9 +12,11 @@ flash attention, memory-efficient attention and the math fallback whose checks p
     math           the rest: the scores materialised, softmax, dropout, a second matmul
 
 (Recent releases try cuDNN's attention first on sm90 and sm100 with cuDNN newer than 9.15; the
-order above is the default of the releases before.) The trace itself follows the CPU's kernels
+order above is the default of the releases before.) The trace follows the CPU's kernels
 (:mod:`torch_footprint.trace.kernels`), which run dropout in training and a mask together with
-is_causal through the math path: where CUDA would fuse what the CPU did not, ``fit`` says so.
+is_causal through the math path; for NVIDIA GPUs alone ``fit`` traces a call the CPU runs unfused
+for its dropout through the fused kernel where the choice here is fused, and says where the two
+still differ.
 """
 
 from __future__ import annotations

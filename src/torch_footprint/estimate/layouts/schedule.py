@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import replace
 from typing import Any
 
 from ...analysis.memory import MemoryPeak
@@ -36,6 +37,7 @@ from ...settings import Parallel
 from ...trace import Trace
 from ..kernels.prediction import Prediction
 from .comm import Collective, Link, StepTime, activation_bytes, link_of, step_time
+from .cp_ep import context_parallel, expert_parallel
 from .memo import once
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
 from .ranks import phase_times
@@ -192,21 +194,57 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
     micro-batch, ``pred`` its operators' times): its collectives on the links they run over,
     its micro-batches and pipeline (:func:`schedule_step`). None when the layout has several
     GPUs and ``acc`` no link figure."""
-    tp, dp, m, pp, strategy = p.tensor, p.data, p.grad_accum, p.pp, p.sharding
-    shard = p.shard_group if strategy in FSDP else dp
+    # the context-parallel ranks hold the same weights: gradients reduce over data x context ranks
+    tp, dp, strategy = p.tensor, p.data * p.cp, p.sharding
+    shard = p.shard_group * p.cp if strategy in FSDP else dp
     replicas = dp // shard
     # rank order as torchtitan and Megatron-LM lay it out: tensor-parallel ranks adjacent, then
     # context-parallel, then the FSDP group, then its replicas, pipeline stages outermost
-    inner, per_node = tp * p.cp, p.gpus_per_node
-    link = link_of(acc, ranks=shard, per_node=per_node, network=network, stride=inner)
+    # (the data-parallel groups take in the context-parallel ranks: their stride is the tensor group's)
+    per_node = p.gpus_per_node
+    link = link_of(acc, ranks=shard, per_node=per_node, network=network, stride=tp)
     tp_link = link_of(acc, ranks=tp, per_node=per_node, network=network)
-    rep_link = link_of(acc, ranks=replicas, per_node=per_node, network=network, stride=inner * shard)
+    rep_link = link_of(acc, ranks=replicas, per_node=per_node, network=network, stride=tp * shard)
     if link is None and p.gpus > 1:
         return None
     reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
+    step = _data_step(trace, pred, p, strategy, shard, replicas, link, tp_link, rep_link, reduce, acc, network)
+    if step is not None and (p.cp > 1 or p.ep > 1):
+        add_cp_ep(step, trace, pred, p, acc, network)
+    return step
+
+
+def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: Accelerator,
+              network: Network | None) -> None:
+    """Context and expert parallelism's compute and communication (:mod:`.cp_ep`) added to ``step``,
+    once per micro-batch."""
+    m = p.grad_accum
+    if p.cp > 1:
+        cp_link = link_of(acc, ranks=p.cp, per_node=p.gpus_per_node, network=network, stride=p.tensor)
+        if cp_link is not None:
+            extra, cs, exposed = context_parallel(trace, pred, p.cp, cp_link)
+            step.compute_s["context-parallel attention"] = m * sum(extra.values())
+            step.collectives += [replace(c, nbytes=m * c.nbytes, calls=m * c.calls, time_s=m * c.time_s) for c in cs]
+            step.exposed_s += m * exposed
+    moe = trace.settings.get("moe")
+    if p.ep > 1 and moe:
+        ep_link = link_of(acc, ranks=p.ep, per_node=p.gpus_per_node, network=network, stride=p.tensor)
+        if ep_link is not None:
+            cs, exposed = expert_parallel(trace, moe, p.ep, ep_link)
+            step.collectives += [replace(c, nbytes=m * c.nbytes, calls=m * c.calls, time_s=m * c.time_s) for c in cs]
+            step.exposed_s += m * exposed
+    elif p.ep > 1:
+        step.notes.append("expert parallelism: the model config names no top-k or hidden size; its all-to-alls "
+                          "are not timed")
+
+
+def _data_step(trace: Trace, pred: Prediction, p: Parallel, strategy: str, shard: int, replicas: int,
+               link: Link | None, tp_link: Link | None, rep_link: Link | None, reduce: str | None,
+               acc: Accelerator, network: Network | None) -> StepTime | None:
+    tp, dp, m, pp, per_node = p.tensor, p.data * p.cp, p.grad_accum, p.pp, p.gpus_per_node
     phases = dict(once(pred, "phase times", lambda: phase_times(pred)))
     if m > 1 or pp > 1:
-        pp_link = link_of(acc, ranks=2, per_node=per_node, network=network, stride=inner * dp)
+        pp_link = link_of(acc, ranks=2, per_node=per_node, network=network, stride=tp * dp)
         return schedule_step(trace, pred, phases, strategy=strategy, shard=shard, replicas=replicas,
                              tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
                              tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,

@@ -92,10 +92,18 @@ class ModelStates:
         return self.weights + self.gradients + self.optimizer + self.buffers + self.extra
 
 
+def master_scale(trace: Trace) -> float:
+    """How much wider each rank's sharded parameters, gradients and optimizer state are than the
+    traced ones: under FSDP2's MixedPrecisionPolicy the trace runs in param_dtype (bf16) while
+    the shards stay in the parameters' own dtype (fp32: 2; 1 otherwise)."""
+    return float(trace.settings.get("fsdp_state_scale", 1.0))
+
+
 def model_states(persistent: dict[str, int], strategy: str, n: int, gather_bytes: int = 0,
-                 bucket_view: bool = False) -> ModelStates:
-    """The per-rank model states of the module docstring's table, from whole-model totals."""
-    f = shard_factors(strategy, n)
+                 bucket_view: bool = False, state_scale: float = 1.0) -> ModelStates:
+    """The per-rank model states of the module docstring's table, from whole-model totals
+    (``state_scale``: :func:`master_scale` of the trace they come from)."""
+    f = {k: v * state_scale for k, v in shard_factors(strategy, n).items()}
     w, g, o = persistent.get("weights", 0), persistent.get("gradients", 0), persistent.get("optimizer state", 0)
     extra, what = 0, ""
     if strategy in ("ddp", "zero1") and n > 1 and not bucket_view and g:
@@ -112,9 +120,10 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
     """Peak memory of one rank: the trace replayed with sharded storages (module docstring);
     ``steady``: the steady-state step (optimizer state allocated before it; see :func:`replay`).
     The result keeps ``highs`` (live bytes at every op) for :func:`~.recommend.largest_fitting_batch`."""
-    if n == 1:
+    master = master_scale(trace)
+    if n == 1 and master == 1.0:
         return replay(trace, keep_timeline=True, steady=steady)
-    f = shard_factors(strategy, n)
+    f = {k: v * master for k, v in shard_factors(strategy, n).items()}
     scale: dict[int, float] = {}
     for uid, _, kind in trace.preexisting:
         if kind == "weights":
@@ -137,7 +146,7 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
     training = bool(trace.settings.get("backward"))
     if strategy in ("ddp", "zero1") and training and not bucket_view:
         extra = sum(p.nbytes for p in trace.params if p.trainable)
-    moments = fsdp_moments(trace, strategy, n) if strategy in ("zero2", "zero3", "fsdp") else []
+    moments = fsdp_moments(trace, strategy, n) if strategy in ("zero2", "zero3", "fsdp") and n > 1 else []
     for m in moments:  # a gradient is whole until its unit's reduce-scatter resizes it
         for uid in m.resize:
             scale.pop(uid, None)
@@ -227,13 +236,16 @@ def fsdp_moments(trace: Trace, strategy: str, n: int) -> list[Moment]:
             k = backward.index(u)
             gathered(u, span[backward[k - 1], "backward"][0] if k else bwd[0], bwd[1])
     gloo = trace.settings.get("device", "cpu") == "cpu"
+    # under a mixed-precision policy the input is cast to reduce_dtype and the shard kept in the
+    # sharded parameter's dtype (master_scale)
+    master, wider = master_scale(trace), float(trace.settings.get("fsdp_reduce_scale", 1.0))
     kept = 0
     for u in sorted(grads_of, key=lambda u: span.get((u, "backward"), [0, len(trace.events)])[1]):
-        g = sum(grads_of[u].values())
+        g = math.ceil(sum(grads_of[u].values()) * wider)
         if (u, "backward") not in span or not g:
             continue
         at = span[u, "backward"][1] + 1
-        shard = {uid: math.ceil(b / n) for uid, b in grads_of[u].items()}
+        shard = {uid: math.ceil(b * master / n) for uid, b in grads_of[u].items()}
         out.append(Moment(at, "reduce-scatter input", hold=g - kept, resize=shard,
                           spike=g if gloo else g - sum(shard.values())))
         kept = g

@@ -1,0 +1,223 @@
+"""Context parallelism (ring attention) and expert parallelism (all-to-all dispatch and combine),
+priced in time and memory for one rank.
+
+Context parallelism over ``cp`` ranks (torchtitan's ``context_parallel_degree``, Megatron-LM's
+``--context-parallel-size``): each rank holds ``seq/cp`` of every sequence, so the step is traced at
+that length (its activations, its linears' FLOPs). Attention needs every key: the ranks pass their
+key/value blocks round a ring, ``cp - 1`` hops in the forward, each overlapped with the attention of
+the block already there; the backward passes the key/value blocks again and their gradients back
+(Megatron-LM's ring: K, V forward; K, V and dK, dV backward, so twice the bytes). With the causal
+load balancing both use (each rank holds a chunk from either end of the sequence), each rank's
+attention work is ``1/cp`` of the whole sequence's, ``cp`` times the traced ``seq/cp`` call's: the
+attention kernels run ``cp`` times over, once per block. Each rank keeps the block it computes with
+and the one arriving (double buffering); the backward also the gradients' two.
+The gradients are reduced over the data- x context-parallel ranks (they hold the same weights):
+torchtitan's FSDP shards over that mesh (``dp_shard_cp``), Megatron-LM's data-parallel group
+includes the context-parallel ranks.
+
+Expert parallelism over ``ep`` ranks (torchtitan's ``expert_parallel_degree``, Megatron-LM's
+``--expert-model-parallel-size``): each rank holds ``experts/ep`` of each mixture-of-experts layer.
+Per layer each rank sends its tokens' hidden states to the ranks holding their ``top_k`` experts
+(dispatch, an all-to-all of ``tokens x top_k x hidden`` elements) and gets the results back
+(combine, the same size); the backward does both again with the gradients. ``(ep-1)/ep`` of each
+crosses the link, not overlapped (the default of both frameworks). With a capacity factor ``c``
+(Megatron-LM's ``--moe-expert-capacity-factor`` with padding) every expert's buffer is padded to
+``c`` times its even share: the dispatch, combine and expert compute grow by ``c``. The experts'
+parameters are split ``ep`` ways: unsharded strategies hold ``1/ep`` of them; under FSDP a rank
+already holds ``1/N`` of everything, so only the gathered experts shrink (to ``1/ep``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from ...analysis.memory import MemoryPeak
+from ...errors import FootprintError
+from ...trace import Trace
+from ..kernels.prediction import Prediction
+from .comm import Collective, Link
+from .sharding import ModelStates
+
+ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k", "moe_top_k")
+
+
+def split_sequence(shape: tuple[int, ...], cp: int) -> tuple[int, ...]:
+    """One context-parallel rank's share of an input ``[batch, sequence, ...]``."""
+    if len(shape) < 2:
+        raise FootprintError(f"--cp {cp} splits the sequence (an input's second dimension): an input of shape "
+                             f"{list(shape)} has none")
+    if shape[1] % cp:
+        raise FootprintError(f"--cp {cp} does not divide the sequence length {shape[1]}")
+    return (shape[0], shape[1] // cp, *shape[2:])
+
+
+def _is_attention(op: str) -> bool:
+    return any(k in op for k in ATTENTION_OPS)
+
+
+def kv_block_bytes(trace: Trace) -> list[int]:
+    """Bytes of the local key and value blocks (one rank's ``seq/cp`` of ``batch x kv_heads x
+    head_dim`` each) of each attention call of the forward (the largest call's block for each)."""
+    shape = trace.inputs[0]["shape"] if trace.inputs and trace.inputs[0]["shape"] else [1]
+    batch = int(shape[0])
+    sizes = [batch * c["kv_heads"] * c["seq_k"] * (c.get("head_dim_k", c["head_dim"]) + c.get("head_dim_v",
+                                                                                               c["head_dim"]))
+             * getattr(torch, c["dtype"]).itemsize for c in trace.settings.get("attention") or []]
+    calls = sum(1 for e in trace.events if e.phase == "forward" and _is_attention(e.op))
+    return [max(sizes)] * calls if sizes else []
+
+
+def ring_buffers(trace: Trace, cp: int) -> int:
+    """Bytes the ring holds beyond the trace: the block arriving beside the one computed with, for
+    keys and values and, in the backward, their gradients (the largest layer's)."""
+    blocks = kv_block_bytes(trace)
+    return 2 * max(blocks) if cp > 1 and blocks else 0
+
+
+def attention_seconds(pred: Prediction) -> dict[str, float]:
+    """The traced attention kernels' device time by phase."""
+    out: dict[str, float] = {}
+    for o in pred.ops:
+        if _is_attention(o.op):
+            out[o.phase] = out.get(o.phase, 0.0) + o.device_s
+    return out
+
+
+def p2p_s(nbytes: float, link: Link) -> float:
+    """One send to a ring neighbour."""
+    return nbytes / link.bandwidth + link.latency + link.base if nbytes > 0 else 0.0
+
+
+def context_parallel(trace: Trace, pred: Prediction, cp: int, link: Link) -> tuple[dict[str, float],
+                                                                               list[Collective], float]:
+    """Ring attention over ``cp`` ranks: the attention compute it adds by phase, the key/value
+    passes, and their time not hidden behind the attention of the block already there."""
+    if cp <= 1:
+        return {}, [], 0.0
+    att = attention_seconds(pred)
+    extra = {ph: (cp - 1) * s for ph, s in att.items()}
+    blocks = kv_block_bytes(trace)
+    calls = len(blocks)
+    fwd_bytes = (cp - 1) * sum(blocks)
+    # per hop: a block's send against one block of attention (the traced call's time)
+    per_fwd = att.get("forward", 0.0) / calls if calls else 0.0
+    per_bwd = att.get("backward", 0.0) / calls if calls else 0.0
+    t_f = sum(p2p_s(b, link) for b in blocks) * (cp - 1)
+    t_b = sum(p2p_s(2 * b, link) for b in blocks) * (cp - 1)
+    exposed = sum(max(0.0, p2p_s(b, link) - per_fwd) + max(0.0, p2p_s(2 * b, link) - per_bwd)
+                  for b in blocks) * (cp - 1)
+    cs = [Collective("key/value blocks round the context-parallel ring", "send/recv", fwd_bytes, calls * (cp - 1),
+                     "forward", True, t_f),
+          Collective("key/value blocks and their gradients round the ring", "send/recv", 2 * fwd_bytes,
+                     calls * (cp - 1), "backward", True, t_b)]
+    return extra, cs, exposed
+
+
+def moe_shape(model: Any) -> dict[str, int] | None:
+    """A mixture-of-experts model's top-k and hidden size from its config, and its expert layers."""
+    cfg = getattr(model, "config", None)
+    top_k = next((getattr(cfg, k) for k in TOP_K_KEYS if isinstance(getattr(cfg, k, None), int)), None)
+    hidden = getattr(cfg, "hidden_size", None)
+    layers = sum(1 for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] == "experts")
+    if not (top_k and hidden and layers):
+        return None
+    return {"top_k": int(top_k), "hidden": int(hidden), "layers": layers}
+
+
+def alltoall_s(nbytes: float, n: int, link: Link) -> float:
+    """An all-to-all of ``nbytes`` per rank over ``n`` ranks: (n-1)/n of it leaves the rank."""
+    return 0.0 if n <= 1 or nbytes <= 0 else (n - 1) / n * nbytes / link.bandwidth + (n - 1) * link.latency + link.base
+
+
+def dispatch_bytes(trace: Trace, moe: dict[str, int], capacity: float = 1.0) -> int:
+    """One dispatch (or combine) of one layer: tokens x top_k x hidden in the activations' dtype."""
+    shape = trace.inputs[0]["shape"] if trace.inputs else [1, 1]
+    tokens = math.prod(shape[:2]) if len(shape) >= 2 else math.prod(shape)
+    size = 2 if trace.settings.get("autocast") or trace.settings.get("fsdp_compute_dtype") else 4
+    return math.ceil(tokens * moe["top_k"] * moe["hidden"] * size * capacity)
+
+
+def expert_parallel(trace: Trace, moe: dict[str, int], ep: int, link: Link,
+                    capacity: float = 1.0) -> tuple[list[Collective], float]:
+    """The all-to-alls of expert parallelism over ``ep`` ranks (module docstring), all exposed."""
+    if ep <= 1:
+        return [], 0.0
+    b = dispatch_bytes(trace, moe, capacity)
+    one = alltoall_s(b, ep, link)
+    n = moe["layers"]
+    cs = [Collective("tokens to their experts and back (dispatch, combine)", "all-to-all", 2 * n * b, 2 * n,
+                     "forward", False, 2 * n * one),
+          Collective("their gradients, dispatch and combine", "all-to-all", 2 * n * b, 2 * n, "backward", False,
+                     2 * n * one)]
+    return cs, 4 * n * one
+
+
+def expert_modules(trace: Trace) -> set[str]:
+    """Module paths of the experts' parameters (a module named ``experts`` or inside one)."""
+    return {p.module for p in trace.params if ".experts" in f".{p.module}" or p.module.endswith("experts")}
+
+
+def layout_memory(trace: Trace, peak: MemoryPeak, strategy: str) -> MemoryPeak:
+    """One rank's peak under the trace's context and expert parallelism (``trace.settings`` "cp",
+    "ep"): the ring's arriving key/value blocks added; the experts held on other ranks taken out of
+    the model states (unsharded strategies: their weights, gradients and, under ddp, optimizer
+    state; FSDP: the gathered experts)."""
+    cp, ep = int(trace.settings.get("cp", 1)), int(trace.settings.get("ep", 1))
+    if cp <= 1 and ep <= 1:
+        return peak
+    out = replace(peak, breakdown=dict(peak.breakdown))
+    ring = ring_buffers(trace, cp)
+    if ring:
+        out.breakdown["key/value ring buffers"] = ring
+        out.peak_bytes += ring
+    if ep > 1:
+        away = experts_away(trace)
+        cats = ("gathered parameters",) if strategy in ("zero2", "zero3", "fsdp") else (
+            ("weights", "gradients", "optimizer state", "buffers (outside the model)") if strategy == "ddp" else
+            ("weights", "gradients", "buffers (outside the model)"))
+        for cat in cats:
+            if cat in out.breakdown:
+                cut = math.floor(out.breakdown[cat] * away)
+                out.breakdown[cat] -= cut
+                out.peak_bytes -= cut
+    return out
+
+
+def experts_away(trace: Trace) -> float:
+    """The share of the model's parameter bytes held on other expert-parallel ranks: the experts'
+    share times (ep-1)/ep."""
+    ep = int(trace.settings.get("ep", 1))
+    total = sum(p.nbytes for p in trace.params) or 1
+    share = sum(p.nbytes for p in trace.params if p.module in expert_modules(trace)) / total
+    return share * (1 - 1 / ep) if ep > 1 else 0.0
+
+
+def layout_states(trace: Trace, states: ModelStates, strategy: str) -> ModelStates:
+    """The per-rank model states without the experts other expert-parallel ranks hold (unsharded
+    strategies: weights, gradients, DDP's buckets, and under ddp the optimizer state; FSDP: the
+    gathered experts)."""
+    away = experts_away(trace)
+    if not away:
+        return states
+    keep = 1 - away
+    if strategy in ("zero2", "zero3", "fsdp"):
+        return replace(states, extra=math.ceil(states.extra * keep))
+    return replace(states, weights=math.ceil(states.weights * keep), gradients=math.ceil(states.gradients * keep),
+                   extra=math.ceil(states.extra * keep),
+                   optimizer=math.ceil(states.optimizer * keep) if strategy == "ddp" else states.optimizer)
+
+
+def without_experts(staged: MemoryPeak, figures: list[dict[str, Any]], whole: int, held: int) -> MemoryPeak:
+    """The largest pipeline rank's need (:func:`~.schedule.schedule_peak`, split with the ``whole``
+    model states the replay holds) less its share of the experts other expert-parallel ranks hold
+    (``held``: :func:`layout_states`' total)."""
+    if held >= whole or not whole or not figures:
+        return staged
+    worst = max(figures, key=lambda f: f["need"])
+    cut = math.floor((whole - held) * worst["states"] / whole)
+    return replace(staged, peak_bytes=staged.peak_bytes - cut)

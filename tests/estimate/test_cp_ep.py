@@ -1,0 +1,97 @@
+"""Context parallelism (ring attention) and expert parallelism (all-to-all dispatch and combine) by
+hand: a tiny Llama (tests/configs/llama-tiny: hidden 128, 4 heads of 32 with 2 key/value heads, 2
+layers) and a tiny Mixtral (hidden 64, 4 experts, top 2, 2 layers), one rank's communication
+volumes and memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_footprint import api
+from torch_footprint.estimate.layouts.comm import link_of
+from torch_footprint.estimate.layouts.cp_ep import alltoall_s, kv_block_bytes, p2p_s
+from torch_footprint.estimate.workload import trace_step
+from torch_footprint.hardware import get
+from torch_footprint.settings import Parallel, Training, Workload
+
+transformers = pytest.importorskip("transformers")
+
+LLAMA = Path(__file__).resolve().parents[1] / "configs" / "llama-tiny"
+STEP = dict(train=True, optimizer="adamw", gpu=["h100-sxm"])
+
+
+def test_context_parallel_rank_holds_its_share_of_the_sequence():
+    t, notes = trace_step(Workload(str(LLAMA), {"input_ids": "2,64:int64"}), Training(train=True),
+                          Parallel(gpus=2, cp=2))
+    assert t.inputs[0]["shape"] == [2, 32] and any("context parallel over 2" in n for n in notes)
+    # each layer's local key and value blocks: batch 2 x 2 kv heads x 32 positions x (32 + 32) x 4 B (fp32)
+    assert kv_block_bytes(t) == [2 * 2 * 32 * 64 * 4] * 2 == [32_768, 32_768]
+
+
+def test_ring_attention_by_hand():
+    res = api.fit(str(LLAMA), {"input_ids": "2,64:int64"}, gpus=2, cp=2, **STEP)
+    [row] = res.rows
+    assert row.step is not None and res.peak is not None
+    ring = {c.phase: c for c in row.step.collectives if c.op == "send/recv"}
+    # cp - 1 = 1 hop per layer: 2 layers x 32,768 B forward; the backward passes K, V and dK, dV: twice
+    assert ring["forward"].nbytes == 65_536 and ring["forward"].calls == 2
+    assert ring["backward"].nbytes == 131_072
+    # two ranks inside an H100 node: each hop at NVLink's rate, behind one block of attention or not
+    link = link_of(get("h100-sxm"), ranks=2)
+    assert link is not None
+    assert ring["forward"].time_s == pytest.approx(2 * p2p_s(32_768, link))
+    # the arriving block beside the one computed with: 2 x 32,768 B more at the peak
+    assert res.peak.breakdown["key/value ring buffers"] == 65_536
+    # each rank's attention runs once per block, cp = 2 times the traced seq/cp call's
+    att = sum(o.device_s for o in row.prediction.ops if "scaled_dot_product" in o.op) if row.prediction else 0
+    assert att > 0 and row.step.compute_s["context-parallel attention"] == pytest.approx(att)
+
+
+def _mixtral() -> torch.nn.Module:
+    cfg = transformers.MixtralConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                     num_experts_per_tok=2, max_position_embeddings=64)
+    with torch.device("meta"):
+        return transformers.MixtralForCausalLM(cfg)
+
+
+def test_expert_parallel_dispatch_and_combine_by_hand():
+    model = _mixtral()
+    ids = {"input_ids": "2,16:int64"}
+    one = api.fit(model, ids, gpus=2, **STEP)
+    res = api.fit(model, ids, gpus=2, ep=2, **STEP)
+    [row] = res.rows
+    assert row.step is not None
+    a2a = {c.phase: c for c in row.step.collectives if c.op == "all-to-all"}
+    # per layer: 32 tokens x top 2 x hidden 64 x 4 B = 16,384 B dispatched and as much combined; 2 layers
+    assert a2a["forward"].nbytes == 2 * 2 * 16_384 and a2a["forward"].calls == 4
+    assert a2a["backward"].nbytes == 65_536
+    link = link_of(get("h100-sxm"), ranks=2)
+    assert link is not None  # half of each leaves the rank
+    assert a2a["forward"].time_s == pytest.approx(4 * alltoall_s(16_384, 2, link))
+    assert alltoall_s(16_384, 2, link) == pytest.approx(8_192 / link.bandwidth + link.latency + link.base)
+    # ddp: each rank holds 2 of the 4 experts: half the experts' weights, gradients and Adam state
+    experts = 2 * 4 * 3 * 64 * 96 * 4  # 2 layers x 4 experts x gate, up, down of 64 x 96, fp32
+    total = sum(p.numel() for p in model.parameters()) * 4
+    assert one.peak is not None and res.peak is not None
+    for cat in ("weights", "gradients", "optimizer state"):
+        held = one.peak.breakdown[cat]
+        assert res.peak.breakdown[cat] == pytest.approx(held - held * experts / total / 2, abs=2)
+
+
+def test_expert_parallel_states_under_a_pipeline():
+    model = _mixtral()
+    ids = {"input_ids": "2,16:int64"}
+    one = api.fit(model, ids, gpus=4, pp=2, grad_accum=2, **STEP)
+    res = api.fit(model, ids, gpus=4, pp=2, ep=2, grad_accum=2, **STEP)
+    assert one.states is not None and res.states is not None
+    experts = 2 * 4 * 3 * 64 * 96 * 4  # as above: half of them on the other expert-parallel rank
+    total = sum(p.numel() for p in model.parameters()) * 4
+    for cat in ("weights", "gradients", "optimizer"):
+        held = getattr(one.states, cat)
+        assert getattr(res.states, cat) == pytest.approx(held * (1 - experts / total / 2), abs=2)
+    # the largest pipeline rank holds less by its share of the experts now on the other rank
+    assert one.peak is not None and res.peak is not None and res.peak.peak_bytes < one.peak.peak_bytes
