@@ -23,17 +23,36 @@ def test_a_gpu_count_no_layout_divides_says_the_nearest_that_do(capsys: pytest.C
     assert "no layout of 7 GPUs" in err and "nearest GPU counts that do are 4 and 8" in err
 
 
+TINY_GPU = """
+[[accelerator]]
+id = "tiny-gpu"
+name = "tiny-gpu"
+vendor = "test"
+kind = "gpu"
+memory_gb = 0.001
+bandwidth_gbs = 100
+tdp_w = 5
+tflops = { fp32 = 1.0, bf16 = 2.0 }
+link_gbs = 10
+link = "a test link"
+source = "https://example.com/tiny-gpu"
+"""
+
+
 def test_nothing_fits_is_an_answer_with_what_would(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    # with a thousandth of each GPU usable, no layout fits 80 GiB: exit 0, the answer "nothing fits" and the
-    # smallest need per rank
+    # a GPU of 1 MB: the tiny Llama's weights alone (about 0.3 M parameters) are more than that in every layout:
+    # exit 0, the answer "nothing fits" and the smallest need per rank
+    hw = tmp_path / "tiny.toml"
+    hw.write_text(TINY_GPU)
     out = tmp_path / "plan.json"
-    assert main([*BASE, "--gpus", "8", "--utilisation", "0.001", "--json", str(out)]) == 0
+    args = ["plan", LLAMA, "--hardware", str(hw), "--gpu", "tiny-gpu", "--seq", "64", "--global-batch", "16"]
+    assert main([*args, "--gpus", "8", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "nothing fits on 8 x h100-sxm (80 GiB): the smallest need is" in text
+    assert "nothing fits on 8 x tiny-gpu" in text and "the smallest need is" in text
     d = json.loads(out.read_text())
     assert d["nothing_fits"] and d["rows"] == [] and d["layouts_evaluated"] > 0
     need = float(d["closest"].split("smallest need is ")[1].split(" GiB")[0])
-    assert need > 80
+    assert need * 2**30 > 0.001e9
 
 
 @pytest.mark.parametrize(("flags", "words"), [
