@@ -136,6 +136,44 @@ def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, s
     return out
 
 
+def rank_transients(trace: Trace, highs: list[int], states: int, sm: StageMap, acts: list[int]) -> list[int]:
+    """Per pipeline rank, what its own operators (forward, loss, backward) hold at their worst
+    beyond the model states and its micro-batch's saved activations at their fullest
+    (``acts``): the logits and their gradient on the last rank, an operator's outputs and
+    scratch on each. At each event of the whole model's replay of one micro-batch (``highs``:
+    live bytes at its high point), the saved activations alive then (storages the forward made
+    that outlive it, from birth to free) are counted for the rank whose chunk made them only;
+    the model's output (the logits) for the last rank only, which a one-rank step keeps
+    through the whole backward and a pipeline's other ranks never see. One rank: the replay's
+    peak less its states and activations."""
+    fwd = [i for i, e in enumerate(trace.events) if e.phase == "forward"]
+    end = fwd[-1] if fwd else -1
+    freed = {f.storage: f.after for f in trace.frees}
+    outputs = set(trace.tags.get("output", []))
+    n = len(trace.events)
+    last = sm.rank(sm.p * sm.v - 1)
+    # live bytes by kind at each event: saved by each rank, and the output
+    change: dict[Any, list[int]] = {k: [0] * (n + 1) for k in [*range(sm.p), "saved", "output"]}
+    for i in fwd:
+        for uid, nbytes in trace.events[i].allocs:
+            gone = freed.get(uid, n)
+            kinds = ["output"] if uid in outputs else ["saved", sm.rank(max(sm.events[i], 0))] if gone > end else []
+            for k in kinds:
+                change[k][i] += nbytes
+                change[k][min(gone, n - 1) + 1] -= nbytes  # freed after event ``gone``
+    live = {k: 0 for k in change}
+    out = [-(2**62)] * sm.p
+    for i, e in enumerate(trace.events):
+        for k in live:
+            live[k] += change[k][i]
+        c = sm.events[i] if i < len(sm.events) else -1
+        if c >= 0 and e.phase != "optimizer" and i < len(highs):
+            r = sm.rank(c)
+            others = live["saved"] - live[r] + (live["output"] if r != last else 0)
+            out[r] = max(out[r], highs[i] - states - others - acts[r])
+    return [x if x > -(2**62) else 0 for x in out]
+
+
 def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: int, microbatches: int,
                   schedule: str) -> tuple[MemoryPeak, list[dict[str, Any]]]:
     """The largest pipeline rank's peak (module docstring): ``peak`` is one micro-batch's peak
@@ -151,23 +189,32 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
     # live bytes at each operator's high point (peak.highs[i + 1]: event i), in the forward and
     # backward, and in the optimizer step
     highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
-    fb = max((h for h, e in zip(highs, trace.events) if e.phase != "optimizer"), default=peak.peak_bytes)
     opt = max((h for h, e in zip(highs, trace.events) if e.phase == "optimizer"), default=0)
-    transient = max(0, fb - states - sum(acts))
+    transients = rank_transients(trace, highs, states, sm, acts)
+    # torch.distributed.pipelining allocates, once, a receive buffer per micro-batch for each
+    # chunk's input activation (but the first chunk's) and for each chunk's output gradient (but
+    # the last chunk's); they stay allocated between steps
+    boundary = activation_bytes(trace, f"{sm.blocks}.{sm.per_chunk - 1}")
+    chunks = pp * vpp
     best, at = -1, 0
     figures = []
     for r in range(pp):
         held = in_flight(schedule, pp, r, microbatches, vpp)
         share = params[r] / total
-        need = math.ceil(max(states * share + held * acts[r] + transient, opt * share))
+        transient = transients[r]
+        ends = sum((c > 0) + (c < chunks - 1) for c in range(r, chunks, pp))
+        buffers = microbatches * boundary * ends
+        need = math.ceil(max(states * share + held * acts[r] + transient + buffers, opt * share + buffers))
         figures.append({"rank": r, "states": math.ceil(states * params[r] / total), "in_flight": held,
-                        "activations": math.ceil(held * acts[r]), "need": need})
+                        "activations": math.ceil(held * acts[r]), "transient": transient, "receive buffers": buffers,
+                        "need": need})
         if need > best:
             best, at = need, r
     f = figures[at]
     return MemoryPeak(peak_bytes=best, baseline_bytes=f["states"], event=-1, phase="pipeline", module=f"rank {at}",
                       op="", breakdown={"model states": f["states"], "activations in flight": f["activations"],
-                                        "largest transient": transient},
+                                        "largest transient": f["transient"],
+                                        "stage receive buffers": f["receive buffers"]},
                       persistent={k: math.ceil(v * params[at] / total) for k, v in peak.persistent.items()}), figures
 
 
