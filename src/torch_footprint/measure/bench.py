@@ -136,11 +136,13 @@ def bench_ranks(w: Workload, t: Training, p: Parallel, target: Target, m: Measur
            "warmup": m.warmup, "steps": m.steps, "pp": p.pp, "vpp": p.vpp, "schedule": p.schedule,
            "microbatches": p.grad_accum}
     before = contention.sample(children=True)
-    ranks = launch(run, nproc, timeout=m.timeout, threads=n_threads)
+    ranks = launch(run, nproc, timeout=m.timeout, threads=n_threads, nnodes=m.nnodes or 1)
     busy = None if dev.startswith("cuda") else contention.between(before, contention.sample(children=True),
                                                                   nproc * n_threads)
     settings = {"optimizer": optimizer, "precision": precision_of(w), "batch_per_rank": batch, "threads": n_threads,
                 "steps": m.steps, "warmup": m.warmup}
+    if m.nnodes:
+        settings["nnodes"] = m.nnodes
     if pipeline:
         settings.update(pp=p.pp, vpp=p.vpp, schedule=p.schedule, microbatches=p.grad_accum)
     notes = [n for n in notes if not n.startswith("default input")]

@@ -230,7 +230,8 @@ def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     def build() -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]]:
         torch.manual_seed(0)
         with real_weights():  # with --pp, --batch is one micro-batch
-            work = prepare(spec["model"], spec["inputs"]).at_batch(spec["batch"] * microbatches)
+            batch = spec["batch"] * microbatches if spec["batch"] is not None else None
+            work = prepare(spec["model"], spec["inputs"]).at_batch(batch)
         model = work.model.to(device)
         model.train()
         args, kwargs = work.make_inputs()(device)
