@@ -156,3 +156,32 @@ def test_predict_takes_the_layout_fit_takes():
     assert pred.to_dict()["step"]["pipeline"]["microbatches"] == 4
     with pytest.raises(Exception, match="add --train"):
         api.predict(str(LLAMA), "h100-sxm", IDS, gpus=2)
+
+
+def test_gpipe_keeps_every_micro_batchs_logits_on_the_last_rank():
+    t = _trace()
+    peak = replay(t, keep_timeline=True, steady=True)
+    states = sum(peak.persistent.values())
+    fig = {s: schedule_peak(t, peak, states, pp=2, vpp=1, microbatches=4, schedule=s)[1] for s in ("1f1b", "gpipe")}
+    # the last stage holds each micro-batch's logits [2, 64, 1000] fp32 = 512,000 bytes until its backward:
+    # GPipe all 4 (3 more than 1F1B's one); the first rank never holds them
+    assert fig["gpipe"][1]["transient"] - fig["1f1b"][1]["transient"] == 3 * 2 * 64 * 1000 * 4
+    assert fig["gpipe"][0]["transient"] == fig["1f1b"][0]["transient"]
+    assert fig["gpipe"][0]["in_flight"] == fig["gpipe"][1]["in_flight"] == 4
+
+
+def test_a_tied_head_gets_its_own_weight_on_the_last_stage():
+    from torch_footprint.estimate.layouts.schedule import tied_head_bytes
+
+    gpt2 = Path(__file__).resolve().parents[1] / "configs" / "gpt2-tiny"  # tie_word_embeddings: wte is the head
+    t = _trace(gpt2)
+    # the head's copy of the 1000 x 128 fp32 embedding on rank 1: 512,000 bytes; the untied Llama has none
+    assert tied_head_bytes(t, stage_map(t, 2)) == 1000 * 128 * 4
+    assert tied_head_bytes(_trace(), stage_map(_trace(), 2)) == 0
+    peak = replay(t, keep_timeline=True, steady=True)
+    states = sum(peak.persistent.values())
+    _, figures = schedule_peak(t, peak, states, pp=2, vpp=1, microbatches=4, schedule="1f1b")
+    weights = sum(q.nbytes for q in t.params)
+    # rank 1's states: its own parameters and the copy, with their gradients and Adam's two moments
+    mine = sum(q.nbytes for q in t.params if q.module.startswith(("transformer.h.1", "transformer.ln_f")))
+    assert figures[1]["states"] == pytest.approx(states * (mine + 512_000) / weights, abs=1)

@@ -136,6 +136,24 @@ def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, s
     return out
 
 
+def tied_head_bytes(trace: Trace, sm: StageMap) -> int:
+    """The weight a pipeline's last stage holds a copy of: an output head tied to the input
+    embedding (GPT-2's ``lm_head``, ``tie_word_embeddings``) owns no parameter in a one-rank
+    trace, the embedding on the first rank does; with the stages on different ranks, the last
+    one keeps its own (torchtitan and Megatron-LM untie it, Megatron all-reducing the two
+    gradients). Found as a parameterless linear of the last chunk whose output width is the
+    rows of a matrix on another rank; 0 when there is none."""
+    last = sm.p * sm.v - 1
+    for mod in trace.modules:
+        if mod.type != "Linear" or mod.param_bytes or not mod.out_shapes or sm.chunk_of_module(mod.path) != last:
+            continue
+        width = mod.out_shapes[0][-1]
+        for q in trace.params:
+            if len(q.shape) == 2 and q.shape[0] == width and sm.rank(sm.chunk_of_module(q.module)) != sm.rank(last):
+                return q.nbytes
+    return 0
+
+
 def rank_transients(trace: Trace, highs: list[int], states: int, sm: StageMap, acts: list[int]) -> list[int]:
     """Per pipeline rank, what its own operators (forward, loss, backward) hold at their worst
     beyond the model states and its micro-batch's saved activations at their fullest
@@ -186,6 +204,7 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
     for q in trace.params:
         params[sm.rank(sm.chunk_of_module(q.module))] += q.nbytes
     total = sum(params) or 1
+    params[sm.rank(pp * vpp - 1)] += tied_head_bytes(trace, sm)  # its states as a parameter of its own
     # live bytes at each operator's high point (peak.highs[i + 1]: event i), in the forward and
     # backward, and in the optimizer step
     highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
@@ -196,6 +215,11 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
     # the last chunk's); they stay allocated between steps
     boundary = activation_bytes(trace, f"{sm.blocks}.{sm.per_chunk - 1}")
     chunks = pp * vpp
+    # the last stage keeps each micro-batch's output (the logits) until that micro-batch's backward:
+    # GPipe all m of them at once, 1F1B one (the transient counts one)
+    outputs = set(trace.tags.get("output", []))
+    out_bytes = sum(n for e in trace.events if e.phase == "forward" for uid, n in e.allocs if uid in outputs)
+    more_outputs = (microbatches - 1) * out_bytes if schedule == "gpipe" else 0
     best, at = -1, 0
     figures = []
     for r in range(pp):
@@ -204,6 +228,8 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
         transient = transients[r]
         ends = sum((c > 0) + (c < chunks - 1) for c in range(r, chunks, pp))
         buffers = microbatches * boundary * ends
+        if r == sm.rank(chunks - 1):
+            transient += more_outputs
         need = math.ceil(max(states * share + held * acts[r] + transient + buffers, opt * share + buffers))
         figures.append({"rank": r, "states": math.ceil(states * params[r] / total), "in_flight": held,
                         "activations": math.ceil(held * acts[r]), "transient": transient, "receive buffers": buffers,
