@@ -88,7 +88,8 @@ def bench_ranks(w: Workload, t: Training, p: Parallel, target: Target, m: Measur
     tensor-parallel plan: each rank's measured peak, step time and communication time beside
     one rank's prediction. The model is given by name (each rank builds it). Returns a
     :class:`~torch_footprint.measure.distributed.RanksBench`."""
-    from ..estimate.layouts.ranks import predict_pipeline, predict_rank, rank_device
+    from ..estimate.layouts.ranks import predict_rank, rank_device
+    from ..estimate.layouts.schedule import predict_pipeline
     from ..estimate.workload import first_batch, precision_of, trace_step
     from ..hardware.catalog import local_accelerator
     from . import contention

@@ -35,9 +35,10 @@ from ...hardware.networks import Network
 from ...settings import Parallel
 from ...trace import Trace
 from ..kernels.prediction import Prediction
+from ..kernels.roofline import estimate_latency
 from .comm import Collective, Link, StepTime, activation_bytes, link_of, step_time
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
-from .ranks import phase_times
+from .ranks import RankPrediction, phase_times
 
 FSDP = ("zero2", "zero3", "fsdp")
 
@@ -270,3 +271,26 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
                              param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
     return step_time(trace, phase_times(pred), strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
                      replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
+
+
+def predict_pipeline(trace: Trace, pp: int, vpp: int, microbatches: int, schedule: str,
+                     acc: Accelerator | None = None, share: float = 1.0) -> RankPrediction:
+    """Each of ``pp`` pipeline ranks (no data parallelism) as ``fit --pp`` prices it: one
+    micro-batch's ``trace`` replayed, its model states, and :func:`schedule_peak`'s
+    cut and micro-batches in flight; ``peak`` is the largest rank's, ``stages`` every rank's.
+    The step time, on ``acc`` where it has a link figure: :func:`schedule_step`."""
+    from .sharding import gather_bytes, model_states, step_peak
+
+    one = step_peak(trace, "ddp", 1)
+    states = model_states(one.persistent, "ddp", 1, gather_bytes(trace, "ddp"), False)
+    peak, figures = schedule_peak(trace, one, states.total, pp=pp, vpp=vpp, microbatches=microbatches,
+                                  schedule=schedule)
+    step = None
+    link = link_of(acc) if acc is not None and (acc.bandwidth is not None or acc.calibrated) else None
+    if acc is not None and link is not None:
+        pred = estimate_latency(trace, acc)
+        step = schedule_step(trace, pred, phase_times(pred, share), strategy="ddp", shard=1, replicas=1, tp=1, pp=pp,
+                             vpp=vpp, microbatches=microbatches, schedule=schedule, link=link, tp_link=None,
+                             replica_link=None, pp_link=link)
+        step.notes.append(f"link: {link.source}")
+    return RankPrediction("pp", 1, 1, peak, step, stages=figures)
