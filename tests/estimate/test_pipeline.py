@@ -168,6 +168,11 @@ def test_gpipe_keeps_every_micro_batchs_logits_on_the_last_rank():
     assert fig["gpipe"][1]["transient"] - fig["1f1b"][1]["transient"] == 3 * 2 * 64 * 1000 * 4
     assert fig["gpipe"][0]["transient"] == fig["1f1b"][0]["transient"]
     assert fig["gpipe"][0]["in_flight"] == fig["gpipe"][1]["in_flight"] == 4
+    # and every forward runs before the first backward: rank 0's 309,504 fp32 gradients (1,238,016 bytes,
+    # set to None at the step's start) do not exist yet while its 4 micro-batches' activations do
+    f = fig["gpipe"][0]
+    assert f["need"] == pytest.approx(f["states"] + f["activations"] + f["transient"] + f["receive buffers"]
+                                      - 309_504 * 4, abs=2)
 
 
 def test_a_tied_head_gets_its_own_weight_on_the_last_stage():

@@ -206,6 +206,7 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
         params[sm.rank(sm.chunk_of_module(q.module))] += q.nbytes
     total = sum(params) or 1
     params[sm.rank(pp * vpp - 1)] += tied_head_bytes(trace, sm)  # its states as a parameter of its own
+    grads = peak.persistent.get("gradients", 0) * sum(params) / total  # the gradients, as states are spread
     # live bytes at each operator's high point (peak.highs[i + 1]: event i), in the forward and
     # backward, and in the optimizer step
     highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
@@ -231,7 +232,14 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
         buffers = microbatches * boundary * ends
         if r == sm.rank(chunks - 1):
             transient += more_outputs
-        need = math.ceil(max(states * share + held * acts[r] + transient + buffers, opt * share + buffers))
+        moment = states * share + held * acts[r] + transient
+        if pp > 1 and held >= max(2, microbatches):
+            # every forward of the step runs before this rank's first backward (GPipe; 1F1B with no more
+            # micro-batches than ranks ahead): the gradients, set to None at the step's start, do not exist
+            # yet when the most activations do; they come as the first micro-batch's are freed (one
+            # micro-batch: the traced step as it is)
+            moment = max(moment - grads * share, moment - acts[r])
+        need = math.ceil(max(moment + buffers, opt * share + buffers))
         figures.append({"rank": r, "states": math.ceil(states * params[r] / total), "in_flight": held,
                         "activations": math.ceil(held * acts[r]), "transient": transient, "receive buffers": buffers,
                         "need": need})
