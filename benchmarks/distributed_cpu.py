@@ -2,6 +2,7 @@
 communication time beside footprint's prediction for one rank.
 
     python benchmarks/distributed_cpu.py [--nproc 2] [--models resnet18,gpt2-tiny,llama-tiny] [--rounds 3]
+        [--pipelines llama-tiny,llama-4l,gpt2-tiny]
 
 Step time first: ``--rounds`` times, ``footprint calibrate --nproc N`` (this CPU's ceilings,
 measured in N ranks at once on the threads each rank gets, and its gloo all-reduce link),
@@ -20,7 +21,11 @@ Predicted: the per-rank replay of the trace (estimate/sharding.py; tensor parall
 trace of one rank's share), and the roofline step on the ceilings the ranks reached plus
 the collectives over the calibrated link (estimate/comm.py).
 
-Targets (issue 14): per-rank peak within 5% of the measured one; the step-time error is
+Pipelines (``footprint bench --gpus N --pp N --pp-schedule S --grad-accum M``): each rank one stage of
+torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B or ScheduleInterleaved1F1B, its peak over
+the first two steps beside fit's need for that stage (estimate/layouts/schedule.py, the same cut).
+
+Targets: per-rank peak within 5% of the measured one; the step-time error is
 reported as it is.
 """
 
@@ -44,6 +49,14 @@ MODELS = {
     "llama-tiny": (str(CONFIGS / "llama-tiny"), {"input_ids": "2,128:int64"}, ("ddp", "zero1", "zero2", "fsdp", "tp")),
 }
 STEP_MODELS = ("resnet18", "gpt2-tiny")
+# pipeline parallelism over every rank (--gpus N --pp N): (model, its config, schedule, --vpp, micro-batches);
+# interleaving 2 chunks per rank over 2 ranks needs 4 blocks
+LLAMA_4 = str(ROOT / "benchmarks" / "configs" / "llama-tiny-4layers")
+PIPELINES = {
+    "llama-tiny": [(str(CONFIGS / "llama-tiny"), "gpipe", 1, 4), (str(CONFIGS / "llama-tiny"), "1f1b", 1, 4)],
+    "llama-4l": [(LLAMA_4, "1f1b", 1, 4), (LLAMA_4, "interleaved-1f1b", 2, 4)],
+    "gpt2-tiny": [(str(CONFIGS / "gpt2-tiny"), "1f1b", 1, 4)],
+}
 
 
 def _bench(name: str, strategy: str, args: argparse.Namespace) -> Any:
@@ -100,7 +113,7 @@ def peaks(args: argparse.Namespace) -> None:
           f"{'pred':>7s} {'err':>7s}   {'comm ms':>8s} {'pred':>7s} {'exposed':>7s}  others")
     errs: list[float] = []
     step_errs: list[float] = []
-    for name in args.models.split(","):
+    for name in filter(None, args.models.split(",")):
         for strategy in MODELS[name][2]:
             res = _bench(name, strategy, args)
             p = res.predicted
@@ -118,7 +131,11 @@ def peaks(args: argparse.Namespace) -> None:
                 else:
                     line += f"{'-':>7s} {'':7s}   {r.comm_s * 1e3:8.1f} {'':7s} {'':7s}"
                 print(line + f"  {_others(res)}", flush=True)
+    if args.pipelines:
+        errs += pipelines(args)
     print()
+    if not errs:
+        return
     within = sum(abs(e) <= 0.05 for e in errs)
     print(f"per-rank peak within 5%: {within}/{len(errs)}; median |error| "
           f"{100 * statistics.median(abs(e) for e in errs):.1f}%, worst {100 * max(abs(e) for e in errs):.1f}%")
@@ -129,10 +146,34 @@ def peaks(args: argparse.Namespace) -> None:
         print("step time not predicted: run `footprint calibrate --nproc N` first")
 
 
+def pipelines(args: argparse.Namespace) -> list[float]:
+    """Each rank one pipeline stage: its measured peak beside fit's need for that stage."""
+    errs = []
+    for name in filter(None, args.pipelines.split(",")):
+        for ref, schedule, vpp, m in PIPELINES[name]:
+            res = api.bench(ref, {"input_ids": "2,128:int64"}, train=True, gpus=args.nproc, pp=args.nproc, vpp=vpp,
+                            pp_schedule=schedule, grad_accum=m, optimizer=args.optimizer, steps=args.steps, warmup=2)
+            p = res.predicted
+            what = f"{schedule}{f' v{vpp}' if vpp > 1 else ''} m{m}"
+            for r in res.ranks:
+                err = (p.peak_of(r.rank) - r.peak_bytes) / r.peak_bytes
+                errs.append(err)
+                st = p.step
+                need = p.peak_of(r.rank)
+                line = (f"{name:11s} {what:8s} {r.rank:4d} {r.peak_bytes / 2**20:9.2f} {need / 2**20:7.2f} "
+                        f"{100 * err:+6.1f}%   {r.step_s * 1e3:8.1f} ")
+                if st is not None:
+                    line += f"{st.time_s * 1e3:7.1f} {100 * (st.time_s - r.step_s) / r.step_s:+6.1f}%"
+                print(line + f"   {r.comm_s * 1e3:8.1f}  {_others(res)}", flush=True)
+    return errs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--pipelines", default=",".join(PIPELINES), help="models run as pipelines, one stage per rank "
+                                                                      "(empty: none)")
     ap.add_argument("--optimizer", default="adamw")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3, help="calibrate-then-DDP rounds for the step time (0: none; "

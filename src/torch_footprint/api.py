@@ -62,7 +62,9 @@ VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
     "profile": {Workload: (*WORK, "tensors"), Training: ("train", "optimizer", "checkpointing")},
     "memory": {Workload: WORK, Training: ALL, Target: ("device", "utilisation"), Memory: ALL},
     "bench": {Workload: ("model", "inputs", "precision", "weights", "channels_last", "trust_remote_code"),
-              Training: ("train", "optimizer"), Parallel: ("strategy",), Target: ("device",), Measurement: ALL},
+              Training: ("train", "optimizer"),
+              Parallel: ("strategy", "gpus", "pp", "vpp", "pp_schedule", "grad_accum"), Target: ("device",),
+              Measurement: ALL},
     "predict": {Workload: (*WORK, "channels_last"), Training: ALL, Parallel: ALL, Target: ESTIMATE},
     "fit": {Workload: WORK, Training: ALL, Parallel: ALL, Target: (*ESTIMATE, "utilisation", "latency")},
     "report": {Workload: WORK, Training: ALL, Target: ("gpu", "hardware", "utilisation"), Sections: ALL},
@@ -140,6 +142,8 @@ def bench(model: ModelLike, inputs: InputsLike = None, *, progress: Callable[[st
     from .measure.bench import bench_ranks
 
     w, t, p, target, m = _records("bench", settings, model, inputs)
+    if m.nproc is None and p.pp > 1:  # a pipeline as fit takes it: --gpus N --pp N, one rank per GPU
+        m = dataclasses.replace(m, nproc=p.gpus)
     if m.nproc is not None:
         return bench_ranks(w, t, p, target, m)  # type: ignore[no-any-return]
     return measure(w, t, target, m, progress)  # type: ignore[no-any-return]

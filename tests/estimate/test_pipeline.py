@@ -77,18 +77,24 @@ def test_a_stage_holds_its_share_and_its_micro_batches_in_flight():
     sm = stage_map(t, 2)
     acts = [sum(b for mod, b in peak.activations_by_module.items() if sm.rank(sm.chunk_of_module(mod)) == r)
             for r in (0, 1)]
-    fb = max(h for h, e in zip(peak.highs[1:], t.events) if e.phase != "optimizer")
     opt = max(h for h, e in zip(peak.highs[1:], t.events) if e.phase == "optimizer")
-    transient = fb - states - sum(acts)
-    assert transient >= 0 and sum(acts) > 0
+    assert sum(acts) > 0
+    # torch.distributed.pipelining keeps a receive buffer per micro-batch for the stage boundary:
+    # the activation [2, 64, 128] fp32 = 65,536 bytes into rank 1, its gradient back into rank 0; x 4
+    assert figures[0]["receive buffers"] == figures[1]["receive buffers"] == 4 * 2 * 64 * 128 * 4
+    # the logits [2, 64, 1000] fp32 (512,000 bytes) and their gradient live on the last rank only: rank 1's
+    # operators hold more beyond their activations than rank 0's, by at least the logits
+    assert figures[1]["transient"] - figures[0]["transient"] >= 2 * 64 * 1000 * 4
     # rank 0 holds 309,504 of the 619,136 parameters and 2 micro-batches in flight (p - 0); rank 1 309,632
     # and 1. Each needs the larger of its forward/backward moment (its states, its micro-batches' saved
-    # activations, the transient) and its share of the optimizer step's live bytes
+    # activations, its own operators' transient, its receive buffers) and its share of the optimizer step's
+    # live bytes with its buffers
     assert figures[0]["in_flight"] == 2 and figures[1]["in_flight"] == 1
     for r, (held, mine) in enumerate(((2, 309_504), (1, 309_632))):
         share = mine / 619_136
-        assert figures[r]["need"] == pytest.approx(max(states * share + held * acts[r] + transient, opt * share),
-                                                   abs=1)
+        f = figures[r]
+        assert f["need"] == pytest.approx(max(states * share + held * acts[r] + f["transient"], opt * share)
+                                          + f["receive buffers"], abs=1)
     assert staged.peak_bytes == max(f["need"] for f in figures)
     # a pipeline of one rank and one micro-batch is the step as traced
     whole, _ = schedule_peak(t, peak, states, pp=1, vpp=1, microbatches=1, schedule="1f1b")
@@ -150,3 +156,37 @@ def test_predict_takes_the_layout_fit_takes():
     assert pred.to_dict()["step"]["pipeline"]["microbatches"] == 4
     with pytest.raises(Exception, match="add --train"):
         api.predict(str(LLAMA), "h100-sxm", IDS, gpus=2)
+
+
+def test_gpipe_keeps_every_micro_batchs_logits_on_the_last_rank():
+    t = _trace()
+    peak = replay(t, keep_timeline=True, steady=True)
+    states = sum(peak.persistent.values())
+    fig = {s: schedule_peak(t, peak, states, pp=2, vpp=1, microbatches=4, schedule=s)[1] for s in ("1f1b", "gpipe")}
+    # the last stage holds each micro-batch's logits [2, 64, 1000] fp32 = 512,000 bytes until its backward:
+    # GPipe all 4 (3 more than 1F1B's one); the first rank never holds them
+    assert fig["gpipe"][1]["transient"] - fig["1f1b"][1]["transient"] == 3 * 2 * 64 * 1000 * 4
+    assert fig["gpipe"][0]["transient"] == fig["1f1b"][0]["transient"]
+    assert fig["gpipe"][0]["in_flight"] == fig["gpipe"][1]["in_flight"] == 4
+    # and every forward runs before the first backward: rank 0's 309,504 fp32 gradients (1,238,016 bytes,
+    # set to None at the step's start) do not exist yet while its 4 micro-batches' activations do
+    f = fig["gpipe"][0]
+    assert f["need"] == pytest.approx(f["states"] + f["activations"] + f["transient"] + f["receive buffers"]
+                                      - 309_504 * 4, abs=2)
+
+
+def test_a_tied_head_gets_its_own_weight_on_the_last_stage():
+    from torch_footprint.estimate.layouts.schedule import tied_head_bytes
+
+    gpt2 = Path(__file__).resolve().parents[1] / "configs" / "gpt2-tiny"  # tie_word_embeddings: wte is the head
+    t = _trace(gpt2)
+    # the head's copy of the 1000 x 128 fp32 embedding on rank 1: 512,000 bytes; the untied Llama has none
+    assert tied_head_bytes(t, stage_map(t, 2)) == 1000 * 128 * 4
+    assert tied_head_bytes(_trace(), stage_map(_trace(), 2)) == 0
+    peak = replay(t, keep_timeline=True, steady=True)
+    states = sum(peak.persistent.values())
+    _, figures = schedule_peak(t, peak, states, pp=2, vpp=1, microbatches=4, schedule="1f1b")
+    weights = sum(q.nbytes for q in t.params)
+    # rank 1's states: its own parameters and the copy, with their gradients and Adam's two moments
+    mine = sum(q.nbytes for q in t.params if q.module.startswith(("transformer.h.1", "transformer.ln_f")))
+    assert figures[1]["states"] == pytest.approx(states * (mine + 512_000) / weights, abs=1)

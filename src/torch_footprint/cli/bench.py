@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import api
 from ..errors import ExitCode, Interrupted
-from ..settings import Measurement, Workload
+from ..settings import Measurement, Parallel, Workload
 from .commands import COMMANDS
 from .options import Command, View, settings_of
 from .output import save_json, show
@@ -21,6 +21,7 @@ EXAMPLES = """examples:
   footprint bench resnet50 --train --optimizer sgd
   footprint bench resnet50 --profile
   footprint bench resnet18 --train --nproc 2 --strategy fsdp
+  footprint bench llama.json --train --gpus 2 --pp 2 --grad-accum 4 --pp-schedule 1f1b
 """
 
 
@@ -30,11 +31,12 @@ def run(args: argparse.Namespace, r: dict[type, Any]) -> int:
     from ..report.progress import progress
     from ..report.terminal import render_bench
 
-    w, m = r[Workload], r[Measurement]
-    if m.nproc is not None:
+    w, m, p = r[Workload], r[Measurement], r[Parallel]
+    if m.nproc is not None or p.pp > 1:
         from ..report.hardware import render_ranks
 
-        with Console(stderr=True).status(f"{m.nproc} ranks under torchrun: {args.strategy}"):
+        how = f"pipeline {p.schedule}" if p.pp > 1 else args.strategy
+        with Console(stderr=True).status(f"{m.nproc or p.gpus} ranks under torchrun: {how}"):
             res = api.bench(w.model, **settings_of(r))
         show(render_ranks, res)
         save_json(r[View].json, "bench", res.to_dict())
@@ -62,7 +64,10 @@ COMMAND = Command(
     helps={"json": "also write the measurements as JSON",
            "device": "cpu, cuda or cuda:N (default: cuda when present)",
            "strategy": "with --nproc: ddp, zero1, zero2, zero3, fsdp, or tp (one tensor-parallel group of every "
-                       "rank)",
+                       "rank); for pipeline ranks give --pp (and --gpus, --grad-accum, --pp-schedule, --vpp) "
+                       "instead",
+           "gpus": "with --pp: the ranks under torchrun, one pipeline rank each (the same as --nproc)",
+           "grad_accum": "with --pp: the pipeline's micro-batches of --batch per step",
            "precision": "cast weights and floating inputs (fp32, fp16, bf16), or run under torch.autocast "
                         "(fp16-mixed, bf16-mixed) (default: as the model is built)"},
     examples=EXAMPLES)

@@ -89,7 +89,8 @@ def bench_ranks(w: Workload, t: Training, p: Parallel, target: Target, m: Measur
     one rank's prediction. The model is given by name (each rank builds it). Returns a
     :class:`~torch_footprint.measure.distributed.RanksBench`."""
     from ..estimate.layouts.ranks import predict_rank, rank_device
-    from ..estimate.workload import precision_of, trace_step
+    from ..estimate.layouts.schedule import predict_pipeline
+    from ..estimate.workload import first_batch, precision_of, trace_step
     from ..hardware.catalog import local_accelerator
     from . import contention
     from .distributed import RanksBench, check_nproc, launch, usable_cores
@@ -106,35 +107,62 @@ def bench_ranks(w: Workload, t: Training, p: Parallel, target: Target, m: Measur
     batch = int(batch[0] if isinstance(batch, tuple) else batch) if batch is not None else w.batch
     strategy = p.strategy  # tp: one tensor-parallel group of every rank
     tp = nproc if strategy == "tp" else 1
+    pipeline = p.pp > 1 or p.grad_accum > 1
+    if pipeline:
+        check_pipeline(p, nproc)
+        strategy = "pp"
     dev = pick_device(target.device)
     check_nproc(nproc, dev)
     optimizer = t.step_optimizer
-    t = dataclasses.replace(t, optimizer=optimizer)
-    trace, notes = trace_step(dataclasses.replace(w, batch=batch), t, Parallel(gpus=tp, tp=tp))
+    # a pipeline's micro-batches accumulate their gradients: they exist before each forward (as fit prices it)
+    t = dataclasses.replace(t, optimizer=optimizer, **({"grads": "zero"} if pipeline else {}))
+    trace, notes = trace_step(dataclasses.replace(w, batch=batch), t,
+                              dataclasses.replace(p, gpus=nproc) if pipeline else Parallel(gpus=tp, tp=tp))
     acc = local_accelerator(dev)
     n_threads = max(1, usable_cores() // nproc)
     share, where = 1.0, ""
     if not dev.startswith("cuda") and acc is not None and acc.calibrated:  # the ranks share this CPU's cores
         acc, share, where = rank_device(acc, nproc, n_threads)
-    pred = predict_rank(trace, strategy, 1 if tp > 1 else nproc, tp, acc, share)
+    if pipeline:  # the ranks cut --batch * --grad-accum into micro-batches of --batch
+        batch = first_batch(trace, batch)
+        pred = predict_pipeline(trace, p.pp, p.vpp, p.grad_accum, p.schedule, acc, share)
+    else:
+        pred = predict_rank(trace, strategy, 1 if tp > 1 else nproc, tp, acc, share)
     if acc is None:
         pred.notes.append("run `footprint calibrate --nproc N` to see the predicted step time beside this")
     elif where and pred.step is not None:
         pred.step.notes.append(where)
     run = {"model": w.model, "inputs": portable(w.inputs), "batch": batch, "optimizer": optimizer,
            "precision": precision_of(w), "strategy": strategy, "device": "cuda" if dev.startswith("cuda") else "cpu",
-           "warmup": m.warmup, "steps": m.steps}
+           "warmup": m.warmup, "steps": m.steps, "pp": p.pp, "vpp": p.vpp, "schedule": p.schedule,
+           "microbatches": p.grad_accum}
     before = contention.sample(children=True)
-    ranks = launch(run, nproc, timeout=m.timeout, threads=n_threads)
+    ranks = launch(run, nproc, timeout=m.timeout, threads=n_threads, nnodes=m.nnodes or 1)
     busy = None if dev.startswith("cuda") else contention.between(before, contention.sample(children=True),
                                                                   nproc * n_threads)
     settings = {"optimizer": optimizer, "precision": precision_of(w), "batch_per_rank": batch, "threads": n_threads,
                 "steps": m.steps, "warmup": m.warmup}
+    if m.nnodes:
+        settings["nnodes"] = m.nnodes
+    if pipeline:
+        settings.update(pp=p.pp, vpp=p.vpp, schedule=p.schedule, microbatches=p.grad_accum)
     notes = [n for n in notes if not n.startswith("default input")]
     if busy is not None and busy.describe():
         notes.append(busy.describe().replace("this process got", "the ranks got"))
     return RanksBench(model=trace.model, strategy=strategy, nproc=nproc, device=dev, settings=settings, ranks=ranks,
                       predicted=pred, notes=notes, contention=busy)
+
+
+def check_pipeline(p: Parallel, nproc: int) -> None:
+    """One line for a pipeline ``bench`` cannot run: every rank is one pipeline rank (no data or
+    tensor parallelism beside it), and the micro-batches fill the pipeline."""
+    if p.pp != nproc or p.gpus != nproc:
+        raise FootprintError(f"bench --pp runs one pipeline rank per process: --pp {p.pp} and --gpus {p.gpus} must "
+                             f"equal --nproc {nproc}")
+    if p.strategy != "ddp" or p.tp not in (None, 1):
+        raise FootprintError("bench --pp runs pipeline ranks only: drop --strategy and --tp")
+    if p.pp == 1:
+        raise FootprintError(f"--grad-accum {p.grad_accum} with --nproc: bench runs it as a pipeline; add --pp")
 
 
 def portable(inputs: Any) -> Any:

@@ -106,7 +106,7 @@ def _pids(out: Path) -> list[int]:
     return pids
 
 
-def _wait(proc: subprocess.Popen[bytes], out: Path, nproc: int, timeout: float) -> int:
+def _wait(proc: Any, out: Path, nproc: int, timeout: float) -> int:
     """torchrun's exit status once it ends; ranks that have not finished ``timeout`` seconds
     after all of them connected (imports and start-up aside: STARTUP_S for those) are
     stopped, and reported as hung."""
@@ -124,17 +124,60 @@ def _wait(proc: subprocess.Popen[bytes], out: Path, nproc: int, timeout: float) 
             done = sorted(int(f.stem[4:]) for f in out.glob("rank*.json"))
             hung = [r for r in range(nproc) if r not in done]
             pids = _pids(out)
-            _stop(proc, pids)
+            for p in getattr(proc, "procs", [proc]):
+                _stop(p, pids)
             what = (f"did not finish within {timeout:g} s of connecting (hung?)" if started is not None else
                     f"did not start and connect within {max(STARTUP_S, timeout):g} s")
             raise RanksFailed(f"rank(s) {', '.join(map(str, hung))} {what}: all ranks stopped", pids)
         time.sleep(0.1)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free now, for the rendezvous of several torchrun nodes."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun_commands(nproc: int, nnodes: int, tail: list[str]) -> list[list[str]]:
+    """One torchrun command per node: ``--standalone`` for one node; for several, each node a
+    torchrun of ``nproc / nnodes`` ranks meeting the others by torchrun's own c10d
+    rendezvous on 127.0.0.1 (what a multi-node job runs on each of its nodes)."""
+    head = [sys.executable, "-m", "torch.distributed.run", "--max-restarts=0", "--monitor-interval=0.5"]
+    if nnodes == 1:
+        return [[*head, "--standalone", f"--nproc-per-node={nproc}", *tail]]
+    rdzv = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc // nnodes}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id=footprint-{os.getpid()}-{time.monotonic_ns()}"]
+    return [[*head, *rdzv, *tail] for _ in range(nnodes)]
+
+
+class _Nodes:
+    """The torchrun processes of one run, waited on and stopped as one: its exit status is the
+    first non-zero one, once every node has ended."""
+
+    def __init__(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        self.procs = procs
+        self.pid = procs[0].pid
+
+    def poll(self) -> int | None:
+        codes = [p.poll() for p in self.procs]
+        if any(c is None for c in codes):
+            return None
+        return next((c for c in codes if c), 0)
+
+
+def _stop_all(nodes: _Nodes, rank_pids: list[int]) -> None:
+    for proc in nodes.procs:
+        _stop(proc, rank_pids)
+
+
 def run_ranks(spec: dict[str, Any], nproc: int, *, timeout: float = 600.0,
-              threads: int | None = None) -> list[dict[str, Any]]:
-    """Run ``spec`` (see :mod:`.rank`) on ``nproc`` ranks under torchrun; each rank's JSON.
-    Raises :class:`RanksFailed` naming the rank that failed or the ranks that hung."""
+              threads: int | None = None, nnodes: int = 1) -> list[dict[str, Any]]:
+    """Run ``spec`` (see :mod:`.rank`) on ``nproc`` ranks under torchrun, as ``nnodes`` torchrun
+    processes (:func:`torchrun_commands`); each rank's JSON. Raises :class:`RanksFailed`
+    naming the rank that failed or the ranks that hung."""
     check_nproc(nproc, spec.get("device", "cpu"))
     spec = dict(spec, timeout=timeout, threads=threads or max(1, usable_cores() // nproc))
     with tempfile.TemporaryDirectory(prefix="footprint-ranks-") as tmp:
@@ -144,21 +187,20 @@ def run_ranks(spec: dict[str, Any], nproc: int, *, timeout: float = 600.0,
                    TORCHELASTIC_ERROR_FILE=str(out / "torchelastic.json"))
         src = str(Path(__file__).resolve().parents[2])  # the ranks import this very copy of footprint
         env["PYTHONPATH"] = os.pathsep.join(x for x in (src, env.get("PYTHONPATH")) if x)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               "--max-restarts=0", "--monitor-interval=0.5", "-m", "torch_footprint.measure.rank",
-               str(out / "spec.json"), str(out)]
-        log = open(out / "torchrun.log", "wb")  # noqa: SIM115 - closed below, after the process
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        tail = ["-m", "torch_footprint.measure.rank", str(out / "spec.json"), str(out)]
+        log = open(out / "torchrun.log", "wb")  # noqa: SIM115 - closed below, after the processes
+        nodes = _Nodes([subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                        for cmd in torchrun_commands(nproc, nnodes, tail)])
         try:
             try:
-                rc = _wait(proc, out, nproc, timeout)
+                rc = _wait(nodes, out, nproc, timeout)
             except KeyboardInterrupt:  # stop them all, then let the interruption go on up
-                _stop(proc, _pids(out))
+                _stop_all(nodes, _pids(out))
                 raise
         finally:
             log.close()
-            if proc.poll() is None or any(_alive(p) for p in _pids(out)):
-                _stop(proc, _pids(out))
+            if nodes.poll() is None or any(_alive(p) for p in _pids(out)):
+                _stop_all(nodes, _pids(out))
         errors = sorted(out.glob("rank*.error"), key=lambda f: f.stat().st_mtime_ns)
         if errors:  # the first to fail is the cause; the others lost their peer
             first = errors[0]
@@ -172,11 +214,12 @@ def run_ranks(spec: dict[str, Any], nproc: int, *, timeout: float = 600.0,
         return [read_json(out / f"rank{r}.json") for r in range(nproc)]
 
 
-def launch(spec: dict[str, Any], nproc: int, *, timeout: float = 600.0, threads: int | None = None) -> list[RankResult]:
+def launch(spec: dict[str, Any], nproc: int, *, timeout: float = 600.0, threads: int | None = None,
+           nnodes: int = 1) -> list[RankResult]:
     """Training steps on ``nproc`` ranks (:func:`run_ranks`): what each rank measured."""
     return [RankResult(rank=d["rank"], start_bytes=d["start_bytes"], peak_bytes=d["peak_bytes"], step_s=d["step_s"],
                        comm_s=d["comm_s"], collectives=d["collectives"])
-            for d in run_ranks(spec, nproc, timeout=timeout, threads=threads)]
+            for d in run_ranks(spec, nproc, timeout=timeout, threads=threads, nnodes=nnodes)]
 
 
 CEILINGS_META = ("device", "name", "when", "seconds", "torch", "problems")  # not ceilings

@@ -24,6 +24,7 @@ with one line; ``rankR.pid`` tells the launcher which process to stop if it must
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import os
@@ -223,19 +224,37 @@ def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     cuda = device.startswith("cuda")
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
-    def build() -> tuple[nn.Module, Any, tuple[Any, ...], dict[str, Any]]:
+    pp = int(spec.get("pp") or 1)
+    microbatches = int(spec.get("microbatches") or 1)
+
+    def build() -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]]:
         torch.manual_seed(0)
-        with real_weights():
-            work = prepare(spec["model"], spec["inputs"]).at_batch(spec["batch"])
+        with real_weights():  # with --pp, --batch is one micro-batch
+            batch = spec["batch"] * microbatches if spec["batch"] is not None else None
+            work = prepare(spec["model"], spec["inputs"]).at_batch(batch)
         model = work.model.to(device)
         model.train()
-        wrapped, opt = _wrap(model, spec["strategy"], world, factory, device)
         args, kwargs = work.make_inputs()(device)
+        if pp > 1:  # this rank's stages only; the rest of the model goes with ``work``
+            from .stages import PipelineStep
+
+            runner = PipelineStep(model, rank, pp, int(spec.get("vpp") or 1), spec["schedule"], microbatches,
+                                  device)
+            return runner, factory(runner.parameters()), args, kwargs
+        wrapped, opt = _wrap(model, spec["strategy"], world, factory, device)
         return wrapped, opt, args, kwargs
 
-    def step(m: nn.Module, opt: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        run_step(m, args, kwargs, backward=True, optimizer=opt, autocast=autocast,
-                 device_type=torch.device(device).type)
+    def step(m: Any, opt: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if pp > 1:
+            if any(q.grad is not None for g in opt.param_groups for q in g["params"]):
+                opt.zero_grad(set_to_none=True)
+            with (torch.autocast(device_type=torch.device(device).type, dtype=autocast) if autocast is not None
+                  else contextlib.nullcontext()):
+                m(args, kwargs)
+            opt.step()
+        else:
+            run_step(m, args, kwargs, backward=True, optimizer=opt, autocast=autocast,
+                     device_type=torch.device(device).type)
         if cuda:
             torch.cuda.synchronize()
 
@@ -254,7 +273,10 @@ def run_rank(spec: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
             gc.collect()  # what the construction's collectives left to the collector goes first
             dist.barrier()
             with torch.profiler.record_function("footprint.step"):
-                step(model, opt, args, kwargs)
+                # a pipeline's first step has no optimizer state in its forwards and backwards; its
+                # second one has: the peak of the two, the need of a run (as fit prices it)
+                for _ in range(2 if pp > 1 else 1):
+                    step(model, opt, args, kwargs)
         start, peak = _step_window_peak(prof)
         del prof
     for _ in range(spec["warmup"]):

@@ -246,7 +246,9 @@ def render_ranks(res: Any, console: Console) -> None:
     measured peak, step and communication time beside the prediction."""
     s = res.settings
     header = Text(res.model, style="bold cyan")
-    header.append(f"  ·  training, {res.strategy} over {res.nproc} ranks on {res.device} (torchrun)  ·  "
+    how = (f"pipeline ({s['schedule']}, {s['microbatches']} micro-batches of {s['batch_per_rank']})"
+           if s.get("schedule") else res.strategy)
+    header.append(f"  ·  training, {how} over {res.nproc} ranks on {res.device} (torchrun)  ·  "
                   f"optimizer {s.get('optimizer')}, {s.get('precision')}, {s.get('threads')} thread(s) per rank",
                   style="dim")
     console.print(header)
@@ -254,8 +256,8 @@ def render_ranks(res: Any, console: Console) -> None:
     step = p.step if p else None
     cols = [Column(c) for c in ("rank", "peak", "predicted", "error", "step", "predicted", "error", "comm",
                                 "predicted")]
-    cells = [[str(r.rank), binary(r.peak_bytes), binary(p.peak.peak_bytes) if p else "",
-              _err(p.peak.peak_bytes if p else None, r.peak_bytes), _t(r.step_s),
+    cells = [[str(r.rank), binary(r.peak_bytes), binary(p.peak_of(r.rank)) if p else "",
+              _err(p.peak_of(r.rank) if p else None, r.peak_bytes), _t(r.step_s),
               _t(step.time_s) if step else "", _err(step.time_s if step else None, r.step_s), _t(r.comm_s),
               _t(step.comm_s) if step else ""] for r in res.ranks]
     console.print(*fit_tables(cols, cells, console.width))

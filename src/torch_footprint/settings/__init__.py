@@ -263,6 +263,9 @@ class Measurement(Record):
     nproc: int | None = opt(metavar="N")
     """training steps on N ranks started by torchrun (gloo on CPU, NCCL on CUDA): per-rank memory, step and
     communication time beside prediction"""
+    nnodes: int | None = opt(metavar="N")
+    """with --nproc: split the ranks over N torchrun processes on this machine, each one node of --nproc / N
+    ranks, meeting by torchrun's own c10d rendezvous on 127.0.0.1"""
     steps: int = opt(5, metavar="N")
     """with --nproc: timed steps per rank"""
     warmup: int = opt(2, metavar="N")
@@ -284,6 +287,9 @@ class Measurement(Record):
             raise FootprintError(f"--threads must be at least 1, got {self.threads}")
         if self.max_memory is not None:
             parse_bytes(self.max_memory, "--max-memory budget")
+        if self.nnodes is not None and (self.nnodes < 1 or not self.nproc or self.nproc % self.nnodes):
+            raise FootprintError(f"--nnodes {self.nnodes} splits the ranks into nodes of equal size: it must divide "
+                                 f"--nproc ({self.nproc or 'not given'})")
 
 
 @dataclass(frozen=True)

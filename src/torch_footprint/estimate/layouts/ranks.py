@@ -60,11 +60,17 @@ class RankPrediction:
     peak: MemoryPeak
     step: StepTime | None
     notes: list[str] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)  # pipeline ranks: each one's need (schedule_peak)
+
+    def peak_of(self, rank: int) -> int:
+        """Rank ``rank``'s predicted peak: its pipeline stage's need, else every rank's."""
+        return int(self.stages[rank]["need"]) if self.stages else self.peak.peak_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "data_parallel": self.dp, "tensor_parallel": self.tp,
                 "peak_bytes": self.peak.peak_bytes, "baseline_bytes": self.peak.baseline_bytes,
-                "step": self.step.to_dict() if self.step else None, "notes": self.notes}
+                "step": self.step.to_dict() if self.step else None, "notes": self.notes,
+                **({"pipeline_ranks": self.stages} if self.stages else {})}
 
 
 def predict_rank(trace: Trace, strategy: str, dp: int, tp: int = 1, acc: Accelerator | None = None,
@@ -87,3 +93,4 @@ def predict_rank(trace: Trace, strategy: str, dp: int, tp: int = 1, acc: Acceler
             step = step_time(trace, phase_times(pred, share), dp_strategy, dp, link, tp)
             step.notes.append(f"link: {link.source}" if link else "one rank: no communication")
     return RankPrediction(strategy, dp, tp, peak, step, notes)
+

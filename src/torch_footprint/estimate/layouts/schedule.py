@@ -36,11 +36,12 @@ from ...hardware.networks import Network
 from ...settings import Parallel
 from ...trace import Trace
 from ..kernels.prediction import Prediction
+from ..kernels.roofline import estimate_latency
 from .comm import Collective, Link, StepTime, activation_bytes, link_of, step_time
 from .cp_ep import context_parallel, expert_parallel
 from .memo import once
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
-from .ranks import phase_times
+from .ranks import RankPrediction, phase_times
 
 FSDP = ("zero2", "zero3", "fsdp")
 
@@ -147,6 +148,62 @@ def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, s
     return out
 
 
+def tied_head_bytes(trace: Trace, sm: StageMap) -> int:
+    """The weight a pipeline's last stage holds a copy of: an output head tied to the input
+    embedding (GPT-2's ``lm_head``, ``tie_word_embeddings``) owns no parameter in a one-rank
+    trace, the embedding on the first rank does; with the stages on different ranks, the last
+    one keeps its own (torchtitan and Megatron-LM untie it, Megatron all-reducing the two
+    gradients). Found as a parameterless linear of the last chunk whose output width is the
+    rows of a matrix on another rank; 0 when there is none."""
+    last = sm.p * sm.v - 1
+    for mod in trace.modules:
+        if mod.type != "Linear" or mod.param_bytes or not mod.out_shapes or sm.chunk_of_module(mod.path) != last:
+            continue
+        width = mod.out_shapes[0][-1]
+        for q in trace.params:
+            if len(q.shape) == 2 and q.shape[0] == width and sm.rank(sm.chunk_of_module(q.module)) != sm.rank(last):
+                return q.nbytes
+    return 0
+
+
+def rank_transients(trace: Trace, highs: list[int], states: int, sm: StageMap, acts: list[int]) -> list[int]:
+    """Per pipeline rank, what its own operators (forward, loss, backward) hold at their worst
+    beyond the model states and its micro-batch's saved activations at their fullest
+    (``acts``): the logits and their gradient on the last rank, an operator's outputs and
+    scratch on each. At each event of the whole model's replay of one micro-batch (``highs``:
+    live bytes at its high point), the saved activations alive then (storages the forward made
+    that outlive it, from birth to free) are counted for the rank whose chunk made them only;
+    the model's output (the logits) for the last rank only, which a one-rank step keeps
+    through the whole backward and a pipeline's other ranks never see. One rank: the replay's
+    peak less its states and activations."""
+    fwd = [i for i, e in enumerate(trace.events) if e.phase == "forward"]
+    end = fwd[-1] if fwd else -1
+    freed = {f.storage: f.after for f in trace.frees}
+    outputs = set(trace.tags.get("output", []))
+    n = len(trace.events)
+    last = sm.rank(sm.p * sm.v - 1)
+    # live bytes by kind at each event: saved by each rank, and the output
+    change: dict[Any, list[int]] = {k: [0] * (n + 1) for k in [*range(sm.p), "saved", "output"]}
+    for i in fwd:
+        for uid, nbytes in trace.events[i].allocs:
+            gone = freed.get(uid, n)
+            kinds = ["output"] if uid in outputs else ["saved", sm.rank(max(sm.events[i], 0))] if gone > end else []
+            for k in kinds:
+                change[k][i] += nbytes
+                change[k][min(gone, n - 1) + 1] -= nbytes  # freed after event ``gone``
+    live = {k: 0 for k in change}
+    out = [-(2**62)] * sm.p
+    for i, e in enumerate(trace.events):
+        for k in live:
+            live[k] += change[k][i]
+        c = sm.events[i] if i < len(sm.events) else -1
+        if c >= 0 and e.phase != "optimizer" and i < len(highs):
+            r = sm.rank(c)
+            others = live["saved"] - live[r] + (live["output"] if r != last else 0)
+            out[r] = max(out[r], highs[i] - states - others - acts[r])
+    return [x if x > -(2**62) else 0 for x in out]
+
+
 def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: int, microbatches: int,
                   schedule: str) -> tuple[MemoryPeak, list[dict[str, Any]]]:
     """The largest pipeline rank's peak (module docstring): ``peak`` is one micro-batch's peak
@@ -159,33 +216,52 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
     for q in trace.params:
         params[sm.rank(sm.chunk_of_module(q.module))] += q.nbytes
     total = sum(params) or 1
+    params[sm.rank(pp * vpp - 1)] += tied_head_bytes(trace, sm)  # its states as a parameter of its own
+    grads = peak.persistent.get("gradients", 0) * sum(params) / total  # the gradients, as states are spread
     # live bytes at each operator's high point (peak.highs[i + 1]: event i), in the forward and
     # backward, and in the optimizer step
-    fb, opt = once(peak, ("phase highs", id(trace)), lambda: _phase_highs(trace, peak))
-    transient = max(0, fb - states - sum(acts))
+    highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
+    opt = max((h for h, e in zip(highs, trace.events) if e.phase == "optimizer"), default=0)
+    transients = rank_transients(trace, highs, states, sm, acts)
+    # torch.distributed.pipelining allocates, once, a receive buffer per micro-batch for each
+    # chunk's input activation (but the first chunk's) and for each chunk's output gradient (but
+    # the last chunk's); they stay allocated between steps
+    boundary = activation_bytes(trace, f"{sm.blocks}.{sm.per_chunk - 1}")
+    chunks = pp * vpp
+    # the last stage keeps each micro-batch's output (the logits) until that micro-batch's backward:
+    # GPipe all m of them at once, 1F1B one (the transient counts one)
+    outputs = set(trace.tags.get("output", []))
+    out_bytes = sum(n for e in trace.events if e.phase == "forward" for uid, n in e.allocs if uid in outputs)
+    more_outputs = (microbatches - 1) * out_bytes if schedule == "gpipe" else 0
     best, at = -1, 0
     figures = []
     for r in range(pp):
         held = in_flight(schedule, pp, r, microbatches, vpp)
         share = params[r] / total
-        need = math.ceil(max(states * share + held * acts[r] + transient, opt * share))
+        transient = transients[r]
+        ends = sum((c > 0) + (c < chunks - 1) for c in range(r, chunks, pp))
+        buffers = microbatches * boundary * ends
+        if r == sm.rank(chunks - 1):
+            transient += more_outputs
+        moment = states * share + held * acts[r] + transient
+        if pp > 1 and held >= max(2, microbatches):
+            # every forward of the step runs before this rank's first backward (GPipe; 1F1B with no more
+            # micro-batches than ranks ahead): the gradients, set to None at the step's start, do not exist
+            # yet when the most activations do; they come as the first micro-batch's are freed (one
+            # micro-batch: the traced step as it is)
+            moment = max(moment - grads * share, moment - acts[r])
+        need = math.ceil(max(moment + buffers, opt * share + buffers))
         figures.append({"rank": r, "states": math.ceil(states * params[r] / total), "in_flight": held,
-                        "activations": math.ceil(held * acts[r]), "need": need})
+                        "activations": math.ceil(held * acts[r]), "transient": transient, "receive buffers": buffers,
+                        "need": need})
         if need > best:
             best, at = need, r
     f = figures[at]
     return MemoryPeak(peak_bytes=best, baseline_bytes=f["states"], event=-1, phase="pipeline", module=f"rank {at}",
                       op="", breakdown={"model states": f["states"], "activations in flight": f["activations"],
-                                        "largest transient": transient},
+                                        "largest transient": f["transient"],
+                                        "stage receive buffers": f["receive buffers"]},
                       persistent={k: math.ceil(v * params[at] / total) for k, v in peak.persistent.items()}), figures
-
-
-def _phase_highs(trace: Trace, peak: MemoryPeak) -> tuple[int, int]:
-    """The most live bytes in the forward and backward, and in the optimizer step."""
-    highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
-    fb = max((h for h, e in zip(highs, trace.events) if e.phase != "optimizer"), default=peak.peak_bytes)
-    opt = max((h for h, e in zip(highs, trace.events) if e.phase == "optimizer"), default=0)
-    return fb, opt
 
 
 def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
@@ -251,3 +327,26 @@ def _data_step(trace: Trace, pred: Prediction, p: Parallel, strategy: str, shard
                              param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
     return step_time(trace, phases, strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
                      replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
+
+
+def predict_pipeline(trace: Trace, pp: int, vpp: int, microbatches: int, schedule: str,
+                     acc: Accelerator | None = None, share: float = 1.0) -> RankPrediction:
+    """Each of ``pp`` pipeline ranks (no data parallelism) as ``fit --pp`` prices it: one
+    micro-batch's ``trace`` replayed, its model states, and :func:`schedule_peak`'s
+    cut and micro-batches in flight; ``peak`` is the largest rank's, ``stages`` every rank's.
+    The step time, on ``acc`` where it has a link figure: :func:`schedule_step`."""
+    from .sharding import gather_bytes, model_states, step_peak
+
+    one = step_peak(trace, "ddp", 1)
+    states = model_states(one.persistent, "ddp", 1, gather_bytes(trace, "ddp"), False)
+    peak, figures = schedule_peak(trace, one, states.total, pp=pp, vpp=vpp, microbatches=microbatches,
+                                  schedule=schedule)
+    step = None
+    link = link_of(acc) if acc is not None and (acc.bandwidth is not None or acc.calibrated) else None
+    if acc is not None and link is not None:
+        pred = estimate_latency(trace, acc)
+        step = schedule_step(trace, pred, phase_times(pred, share), strategy="ddp", shard=1, replicas=1, tp=1, pp=pp,
+                             vpp=vpp, microbatches=microbatches, schedule=schedule, link=link, tp_link=None,
+                             replica_link=None, pp_link=link)
+        step.notes.append(f"link: {link.source}")
+    return RankPrediction("pp", 1, 1, peak, step, stages=figures)
