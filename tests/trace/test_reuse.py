@@ -507,3 +507,35 @@ def test_training_checkpoint_inside_a_block_is_not_replayed() -> None:
     model.layers = nn.ModuleList(Inner(i) for i in range(6))
     stats = _train(model)
     assert stats.replayed == 0
+
+
+class Unit(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.norm(x))
+
+
+class Residual(nn.Module):
+    """A block of sub-blocks, with a residual add around them or not (as EfficientNet's last block
+    of a stage has one and the next stage's first has none)."""
+
+    def __init__(self, res: bool) -> None:
+        super().__init__()
+        self.res = res
+        self.block = nn.Sequential(Unit(), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x)
+        return y + x if self.res else y
+
+
+def test_training_sub_blocks_in_other_contexts_are_not_replayed() -> None:
+    # each Unit is alone in its own Sequential: the units of other blocks are alike, but where the
+    # block adds its input back, the input's gradient is summed inside the unit's backward
+    model = Stack()
+    model.layers = nn.ModuleList([Residual(True), Residual(True), Residual(True), Residual(False), Residual(True)])
+    _train(model)  # the same trace as without reuse (replayed, or traced again in full)

@@ -43,6 +43,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from . import reuse_train as train
 from .blockkeys import (
     HOOKS,
     INTERNAL,
@@ -59,16 +60,6 @@ from .blockkeys import (
 from .modules import ModuleStack
 from .recorder import Recorder
 from .records import MemFree, OpEvent
-from .reuse_train import (
-    Replayed,
-    checkpoint_seen,
-    checkpointing,
-    grad_mode_replayable,
-    last_call,
-    last_of_key,
-    node_outputs,
-    saved_by_graph,
-)
 
 MAX_RECORDED = 3  # calls of one structure recorded (and checked) at most; later misses run as they are
 
@@ -242,20 +233,22 @@ class BlockReuse:
     def call(self, mod: nn.Module, original: Callable[..., Any], args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> Any:
         grad = self.training and torch.is_grad_enabled()
-        if self.busy or (grad and not grad_mode_replayable()):
+        if self.busy or (grad and not train.grad_mode_replayable()):
             return original(*args, **kwargs)
         structure = self._structure(mod)
         inputs = self._inputs(args, kwargs) if structure is not None else None
         if structure is None or inputs is None:
             return original(*args, **kwargs)
         skey, subs = structure
-        if grad and checkpointing(subs):
+        if grad and train.checkpointing(subs):
             return original(*args, **kwargs)
         key = (skey, inputs[0])
         for done in self.recorded.get(key, ()):
             if done.usable and self._equal(done, subs):
-                if grad and last_of_key(self, done, mod):
-                    return last_call(self, done, subs, original, args, kwargs, inputs[1])
+                what = train.role(self, done, mod) if grad else "replay"
+                if what != "replay":
+                    return (train.last_call(self, done, subs, original, args, kwargs, inputs[1]) if what == "last"
+                            else original(*args, **kwargs))
                 return self._replay(done, subs, inputs[1], grad)
             if done.usable and self.tries.get(skey, 0) < MAX_RECORDED and self._all_differ(done, mod):
                 self.tries[skey] = MAX_RECORDED  # no two calls will be equal: none is recorded again
@@ -305,7 +298,7 @@ class BlockReuse:
                 if sub is not None:
                     m.__class__ = sub
                     swapped.append(m)
-            with checkpoint_seen() if grad else contextlib.nullcontext([]) as ckpt:
+            with train.checkpoint_seen() if grad else contextlib.nullcontext([]) as ckpt:
                 out = original(*args, **kwargs)
         finally:
             for m in swapped:
@@ -392,7 +385,8 @@ class BlockReuse:
             return False
         if grad:  # what the graph keeps for the backward: saved activations, and inputs it saved
             done.kept = sorted(u - uid0 for u in alive)
-            saved = saved_by_graph([x for x in out_leaves if isinstance(x, torch.Tensor) and x.requires_grad], leaves)
+            saved = train.saved_by_graph([x for x in out_leaves if isinstance(x, torch.Tensor) and x.requires_grad],
+                                         leaves)
             if saved is None or (any(o.kind == "new" and o.key[6] for o in done.outs)
                                  and not any(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)):
                 return False
@@ -447,7 +441,7 @@ class BlockReuse:
                         outs.append(t)
             return outs
 
-        outs = (node_outputs(Replayed(self, done, mine, now, subs, leaves, shift, made), make) if grad
+        outs = (train.node_outputs(train.Replayed(self, done, mine, now, subs, leaves, shift, made), make) if grad
                 else make(("new", "same", "value", "view")))
         for path, shapes in done.log:
             q = paths[path]

@@ -376,16 +376,24 @@ class BlockFunction(torch.autograd.Function):
         return (None, None, *ctx.state.backward(grads))
 
 
-def last_of_key(owner: Any, done: Any, mod: Any) -> bool:
-    """Whether ``mod`` is the last module of its group foreseen to make a call equal to ``done``'s
-    (the same structure, and the attributes the recorded call read equal)."""
+def role(owner: Any, done: Any, mod: Any) -> str:
+    """What a call equal to ``done``'s does in a training step: "last" (the last module of its group
+    foreseen to make an equal call: traced in full, its backward recorded), "replay", or "full".
+    Only siblings of the recorded module (children of one container, as a model's layers are)
+    replay it: a block elsewhere may sit in another context (its input also read by a residual
+    add around it, or not), and the engine's summing of an input's gradients falls inside a
+    block's backward."""
     if done.matching is None:
+        paths = owner.stack.paths
+        parent = paths.get(id(done.module), "?").rpartition(".")[0]
         done.matching = []
         for g in owner.group_of.get(id(mod), []):
-            s = owner._structure(g)
+            s = owner._structure(g) if paths.get(id(g), "?").rpartition(".")[0] == parent else None
             if s is not None and s[0] == done.skey and owner._equal(done, s[1]):
                 done.matching.append(id(g))
-    return bool(done.matching) and done.matching[-1] == id(mod)
+    if id(mod) not in done.matching:
+        return "full"
+    return "last" if done.matching[-1] == id(mod) else "replay"
 
 
 def last_call(owner: Any, done: Any, subs: list[Any], original: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
