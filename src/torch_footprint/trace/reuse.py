@@ -124,6 +124,7 @@ class _Recorded:
     kept: list[int] = field(default_factory=list)
     held: list[int] = field(default_factory=list)
     backward: Any = None
+    saved_outs: list[int] = field(default_factory=list)  # outputs its graph saved (relative ids)
 
 
 class BlockReuse:
@@ -392,6 +393,8 @@ class BlockReuse:
                 return False
             done.held = [i for i, x in enumerate(leaves)
                          if isinstance(x, torch.Tensor) and x.untyped_storage()._cdata in saved]
+            done.saved_outs = [o.uid for o, x in zip(done.outs, out_leaves)
+                               if o.kind == "new" and x.untyped_storage()._cdata in saved]
         done.events = events
         return True
 

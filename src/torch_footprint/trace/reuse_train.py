@@ -267,6 +267,7 @@ class Replayed:
         self.owner, self.done, self.paths, self.params, self.shift = owner, done, paths, params, shift
         self.own = params_of(subs)
         self.made = made  # the outputs made (relative storage id -> tensor), until the node has them
+        self.storages: list[Any] = []
         self.out_keys: dict[int, int] = {}  # relative storage id -> the output storage's address (no reference)
         # inputs the recorded call's graph saved are held as its graph would hold them
         self.held: dict[int, Any] = {i: leaves[i] for i in done.held}
@@ -308,7 +309,8 @@ class Replayed:
                 self._free(nxt, base, b0, grads)
                 nxt = next(frees, None)
         n = len(rec.frees)
-        self.held.clear()  # the inputs another holder keeps: letting them go must free nothing
+        self.held.clear()  # the inputs (and saved outputs) another holder keeps: letting them go must free nothing
+        self.storages = []
         if len(rec.frees) != n:
             raise ReplayMismatch("an input of a replayed block was freed at the end of its backward")
         if self.owner.kernels is not None and bw.attention:
@@ -338,7 +340,8 @@ class Replayed:
             key = self.out_keys.get(value) if kind == "o" else grads[value].untyped_storage()._cdata
             entry = rec.live.get(key) if key is not None else None
             if entry is None:
-                raise ReplayMismatch("a replayed block's output or gradient is not the storage its recorded one was")
+                raise ReplayMismatch(f"a replayed block's output or gradient is not the storage its recorded one was "
+                                     f"({kind})")
             uid = entry[0]
             del rec.live[key]  # freed here, as the recorded one was: its finalizer must not free it again
         rec.frees.append(MemFree(after=base + after, storage=uid, nbytes=nbytes))
@@ -366,9 +369,12 @@ class BlockFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, state: Replayed, make: Any, *inputs: Any) -> Any:  # noqa: ARG004
         ctx.state = state
-        outs, plain = make()
+        outs, plain, saved = make()
         if plain:
             ctx.mark_non_differentiable(*plain)
+        # outputs the recorded graph saved: their storages held as it held them (the storage, not the
+        # tensor: no cycle through the node, and no operator recorded as saving one would be)
+        state.storages = [t.untyped_storage() for t in saved]
         return tuple(outs)
 
     @staticmethod
@@ -423,9 +429,11 @@ def node_outputs(state: Replayed, make: Any) -> list[Any]:
     returned as they are, plain values) as the forward's replay makes them."""
     outs = state.done.outs
 
-    def made_in_node() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def made_in_node() -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
         new = [t for t in make(("new",)) if t is not None]
-        return new, [t for t, o in zip(new, [o for o in outs if o.kind == "new"]) if not o.key[6]]
+        kinds = [o for o in outs if o.kind == "new"]
+        return (new, [t for t, o in zip(new, kinds) if not o.key[6]],
+                [t for t, o in zip(new, kinds) if o.uid in state.done.saved_outs])
 
     new = iter(BlockFunction.apply(state, made_in_node, *state.grad_in))
     state.grad_in = []  # the node holds only the inputs its recorded graph saved
