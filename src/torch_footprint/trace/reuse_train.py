@@ -7,13 +7,15 @@ recorded call's) is therefore also traced in full, its forward checked equal to 
 one event by event, and its backward recorded between the moment its outputs' gradients are
 ready and the moment its inputs' are. The calls between replay their forward and, through one
 autograd node standing for the whole block, that backward, under their own module paths, with
-their own parameters and storage ids.
+their own parameters and storage ids. Only siblings (children of the recorded block's container,
+as a model's layers are) replay: an equal block elsewhere may sit in another context.
 
 Lifetimes are stitched as a full trace has them: the storages a replayed forward kept for its
 backward (its saved activations) are freed where the recorded backward freed its own; its
 outputs and the incoming gradients where the recorded ones were; the block's gradients come
 back as new storages (the inputs' gradients, and each parameter's ``.grad`` as the recorded
-call's was stolen or accumulated); an input the recorded block's graph saved is held by the
+call's was stolen or accumulated); an output the recorded graph saved keeps its storage held
+until then; an input the recorded block's graph saved is held by the
 node until the point the recorded backward let its own go (or the end, where another holder
 must outlive it: that is checked), and an input it did not save is not held.
 
