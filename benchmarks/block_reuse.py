@@ -9,13 +9,18 @@ and 405B Llama shapes (CPU time, alternating).
 
 ``exact``: every shipped Hugging Face config, the benchmarks' and the tests' config folders and
 a set of torchvision models, each traced in one process with and without reuse (forward, eval
-mode); the two traces compared record by record. Prints each model's calls recorded and
-replayed, both trace times, and the count of models whose traces are identical.
+mode; with ``--train``, a training step: forward, backward and AdamW, train mode); the two
+traces compared record by record. Prints each model's calls recorded and replayed, both trace
+times, and the count of models whose traces are identical.
 
-    python benchmarks/block_reuse.py [speed|exact] [--repeat 3] [--tokens 2048]
+``process``: the whole-process targets, each process against its floor, alternating: the
+Llama-3-70B training step's profile against torch's FlopCounterMode on meta (which traces every
+layer), Llama-3.1-405B's against Llama-3.1-8B's, ``footprint llm`` on DeepSeek-V3 (every
+accelerator) against a process that only imports torch and transformers, and ``footprint profile
+resnet50`` against one that only imports torch and torchvision. Medians, their ratios and the
+ratio of each round.
 
-Replay covers inference on meta tensors; a training step (forward and backward) traces
-every call, so its reuse and --no-reuse rows measure the same work.
+    python benchmarks/block_reuse.py [speed|exact|process] [--train] [--repeat 3] [--tokens 2048]
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-from _process import compare
+from _process import compare, timed_process
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tests" / "configs" / "llama3-70b"
@@ -76,6 +81,44 @@ def speed(repeat: int, tokens: int) -> None:
           f"(--no-reuse {rows[2][2] / rows[0][2]:.2f}x)")
 
 
+PAIRS = (  # (what, command, floor, target ratio)
+    ("Llama-3-70B fwd+bwd, 1x2048, CLI", "FlopCounterMode fwd+bwd on meta", 0.5),
+    ("Llama-3.1-405B fwd+bwd, 1x2048, CLI", "Llama-3.1-8B fwd+bwd, 1x2048, CLI", 1.2),
+    ("footprint llm DeepSeek-V3", "import torch, transformers", 1.5),
+    ("footprint profile resnet50", "import torch, torchvision", 1.05),
+)
+
+
+def process(repeat: int, tokens: int) -> None:
+    """Whole processes, alternating, each against its floor: the ratios the targets name."""
+    py = sys.executable
+    cli = [py, "-m", "torch_footprint"]
+    train = ["--input-ids", f"1,{tokens}", "--depth", "1", "--train"]
+    bench = ROOT / "benchmarks" / "configs"
+    commands = {
+        PAIRS[0][0]: [*cli, "profile", str(CONFIG), *train],
+        PAIRS[0][1]: [py, "-c", REFERENCE, str(CONFIG), str(tokens)],
+        PAIRS[1][0]: [*cli, "profile", str(bench / "meta-llama--Llama-3.1-405B"), *train],
+        PAIRS[1][1]: [*cli, "profile", "hf:meta-llama/Llama-3.1-8B", *train],
+        PAIRS[2][0]: [*cli, "llm", "hf:deepseek-ai/DeepSeek-V3"],
+        PAIRS[2][1]: [py, "-c", "import torch, transformers"],
+        PAIRS[3][0]: [*cli, "profile", "resnet50"],
+        PAIRS[3][1]: [py, "-c", "import torch, torchvision"],
+    }
+    walls: dict[str, list[float]] = {name: [] for name in commands}
+    for i in range(repeat):
+        for name, cmd in commands.items():
+            wall, rss, _ = timed_process(cmd)
+            walls[name].append(wall)
+            print(f"run {i + 1} {name:40s} {wall:7.2f} s {rss:7.0f} MiB", flush=True)
+    print(f"\n{'process':40s} {'against':36s} {'median':>8s} {'floor':>8s} {'ratio':>6s} {'target':>7s} "
+          "per-round ratios")
+    for name, floor, target in PAIRS:
+        a, b = statistics.median(walls[name]), statistics.median(walls[floor])
+        rounds = " ".join(f"{x / y:.2f}" for x, y in zip(walls[name], walls[floor]))
+        print(f"{name:40s} {floor:36s} {a:7.2f}s {b:7.2f}s {a / b:6.2f} {target:6.2f}x  {rounds}")
+
+
 def _trace_times(config: Path, tokens: int, repeat: int) -> tuple[float, float]:
     """Median CPU seconds of one forward trace with reuse and with --no-reuse, alternating."""
     from torch_footprint.sources import prepare
@@ -105,22 +148,24 @@ def _models() -> list[tuple[str, str | None]]:
     return out
 
 
-def exact() -> None:
+def exact(train: bool = False) -> None:
     from torch_footprint.sources import prepare
-    from torch_footprint.trace import reuse, trace_model
+    from torch_footprint.trace import StepOptions, reuse, setups, trace_model
 
     same = tried = 0
+    step = StepOptions(setups.optimizer("adamw")) if train else None
+    print("training steps (forward, backward, AdamW; train mode)" if train else "inference (forward, eval mode)")
     print(f"{'model':52s} {'events':>7s} {'recorded':>8s} {'replayed':>8s} {'full s':>7s} {'reuse s':>7s}  identical")
     for name, inputs in _models():
         label = name if len(name) <= 52 else "..." + name[-49:]
         try:
             work = prepare(name, inputs)
-            work.model.eval()
+            work.model.train(train)
             with work.built.trace_context():
                 t0 = time.perf_counter()
-                full = trace_model(work.model, work.make_inputs(), reuse=False)
+                full = trace_model(work.model, work.make_inputs(), reuse=False, backward=train, step=step)
                 t1 = time.perf_counter()
-                fast = trace_model(work.model, work.make_inputs(), reuse=True)
+                fast = trace_model(work.model, work.make_inputs(), reuse=True, backward=train, step=step)
                 t2 = time.perf_counter()
         except Exception as exc:  # noqa: BLE001 - a model this machine cannot build: listed, not counted
             print(f"{label:52s} skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
@@ -131,7 +176,8 @@ def exact() -> None:
         ok = fast.to_dict() == full.to_dict()
         same += ok
         print(f"{label:52s} {len(full.events):7d} {reuse.LAST.recorded:8d} {reuse.LAST.replayed:8d} "
-              f"{t1 - t0:7.2f} {t2 - t1:7.2f}  {'yes' if ok else 'NO'}", flush=True)
+              f"{t1 - t0:7.2f} {t2 - t1:7.2f}  {'yes' if ok else 'NO'}"
+              f"{' (re-traced without reuse)' if reuse.LAST.retraced else ''}", flush=True)
     print(f"\n{same} of {tried} models: reused and full traces identical (every event, free, module and tag)")
     if same != tried:
         raise SystemExit(1)
@@ -139,13 +185,16 @@ def exact() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", nargs="?", choices=("speed", "exact"), default="speed")
+    ap.add_argument("mode", nargs="?", choices=("speed", "exact", "process"), default="speed")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--train", action="store_true", help="exact: training steps instead of forwards")
     ap.add_argument("--debug", action="store_true", help="print the traceback of a model that is skipped")
     args = ap.parse_args()
     if args.mode == "exact":
-        exact()
+        exact(args.train)
+    elif args.mode == "process":
+        process(args.repeat, args.tokens)
     else:
         speed(args.repeat, args.tokens)
 

@@ -247,12 +247,15 @@ def test_outputs_that_are_inputs_or_their_views_replay() -> None:
     assert (stats.recorded, stats.replayed) == (1, 4)
 
 
-def test_training_and_other_tensor_kinds_trace_in_full() -> None:
+def test_training_step_replays_the_middle_layers() -> None:
     model = Stack().to("meta")
     model.train()
     fast, full, stats = traced_both(model, _inputs, backward=True)
     assert_same(fast, full)
-    assert stats.replayed == 0
+    # layer 0's input needs no gradient (the model's input): a call of its own; layer 1 is recorded,
+    # layers 2 to 4 replay it, and layer 5, the last of its kind, runs in full to record the
+    # backward the replays play back (blocks' backwards run last layer first)
+    assert (stats.recorded, stats.replayed, stats.retraced) == (2, 3, False)
 
 
 def test_no_reuse_setting_reaches_the_trace() -> None:
@@ -273,7 +276,7 @@ def test_forward_of_its_own_on_one_submodule_is_told_apart() -> None:
 
 # --------------------------------------------------------------------------- training steps: traced in full
 
-@pytest.mark.parametrize("setup", ["adamw", "checkpointing", "bf16-mixed"])
+@pytest.mark.parametrize("setup", ["adamw", "checkpointing", "selective", "bf16-mixed"])
 def test_training_steps_are_the_same_with_reuse_on(setup: str) -> None:
     from torch_footprint.trace import StepOptions, setups
 
@@ -282,8 +285,8 @@ def test_training_steps_are_the_same_with_reuse_on(setup: str) -> None:
     model.train()
     undo = lambda: None  # noqa: E731
     autocast = None
-    if setup == "checkpointing":
-        _, undo = setups.enable_checkpointing(model)
+    if setup in ("checkpointing", "selective"):
+        _, undo = setups.enable_checkpointing(model, selective=setup == "selective")
     if setup == "bf16-mixed":
         _, autocast = setups.precision("bf16-mixed")
     step = StepOptions(setups.optimizer("adamw"), autocast)
@@ -293,7 +296,10 @@ def test_training_steps_are_the_same_with_reuse_on(setup: str) -> None:
     finally:
         undo()
     assert_same(fast, full)
-    assert stats.replayed == 0  # a training step's blocks all run: replay covers inference
+    # 3 layers: the first recorded, the second replayed, the third (the last) traced in full for the
+    # backward; a checkpointed block recomputes its forward in the backward and a mixed-precision
+    # step runs on fake tensors: those trace every call
+    assert stats.replayed == (1 if setup == "adamw" else 0)
 
 
 class Outside(nn.Module):
@@ -365,3 +371,171 @@ def test_hybrids_replay_each_kind_of_layer(kind: str) -> None:
         fast, full, stats = traced_both(work.model, work.make_inputs())
     assert_same(fast, full)
     assert (stats.recorded, stats.replayed) == expect
+
+
+# --------------------------------------------------------------------------- training steps: alike but not equal
+
+def _train(model: nn.Module, grads_kept: bool = False):
+    from torch_footprint.trace import StepOptions, setups
+
+    model = model.to("meta").train()
+    fast, full, stats = traced_both(model, _inputs, backward=True,
+                                    step=StepOptions(setups.optimizer("adamw"), grads_kept=grads_kept))
+    assert_same(fast, full)
+    return stats
+
+
+class Sharing(nn.Module):
+    """Every layer calls one Linear of the model's: its gradient accumulates across the layers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        shared = nn.Linear(8, 8)
+        self.layers = nn.ModuleList(nn.Sequential(shared, nn.ReLU()) for _ in range(5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Skip(nn.Module):
+    """Every layer also reads the first layer's output: its gradient sums every layer's part."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(8, 8)
+        self.layers = nn.ModuleList(Pair() for _ in range(5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h0 = x = self.first(x)
+        for layer in self.layers:
+            x = layer(x, h0)
+        return x
+
+
+class Pair(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * h0
+
+
+class Double(torch.autograd.Function):
+    """A custom autograd function: its context may hold anything."""
+
+    @staticmethod
+    def forward(ctx, x):  # noqa: ANN001, ANN205
+        ctx.x = x
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):  # noqa: ANN001, ANN205
+        return g * 2
+
+
+class Custom(Block):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Double.apply(self.fc(x))
+
+
+def test_training_layer_idx_branch_is_told_apart() -> None:
+    stats = _train(Stack(branch=True))
+    assert stats.replayed == 0  # layer_idx is read and differs in every layer
+
+
+def test_training_frozen_layer_is_told_apart() -> None:
+    model = Stack()
+    model.layers[3].requires_grad_(False)
+    stats = _train(model)
+    assert not stats.retraced
+
+
+def test_training_grads_kept_accumulate_as_in_full() -> None:
+    stats = _train(Stack(), grads_kept=True)
+    assert (stats.replayed, stats.retraced) == (3, False)
+
+
+def test_training_shared_parameter_is_traced_again_in_full() -> None:
+    # the shared Linear's gradient is stolen by the last layer's backward and accumulated by the
+    # others': the replays cannot be proven equal, and the step is traced again without them
+    stats = _train(Sharing())
+    assert stats.retraced
+
+
+def test_training_input_shared_by_every_layer_is_traced_again_in_full() -> None:
+    stats = _train(Skip())
+    assert stats.retraced
+
+
+def test_training_custom_autograd_function_is_not_replayed() -> None:
+    stats = _train(_custom_stack())
+    assert stats.replayed == 0
+
+
+def _custom_stack() -> nn.Module:
+    model = Stack()
+    model.layers = nn.ModuleList(Custom(i) for i in range(6))
+    return model
+
+
+def test_training_checkpointed_blocks_trace_in_full() -> None:
+    from torch_footprint.trace import setups
+
+    model = Stack()
+    _, undo = setups.enable_checkpointing(model)  # each layer wrapped in torch's checkpoint
+    try:
+        stats = _train(model)
+    finally:
+        undo()
+    assert stats.replayed == 0
+
+
+class Inner(Block):
+    """Checkpoints its own Linear inside its forward, as a model's code may."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return x + checkpoint(self.fc, self.norm(x), use_reentrant=False)
+
+
+def test_training_checkpoint_inside_a_block_is_not_replayed() -> None:
+    model = Stack()
+    model.layers = nn.ModuleList(Inner(i) for i in range(6))
+    stats = _train(model)
+    assert stats.replayed == 0
+
+
+class Unit(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.norm(x))
+
+
+class Residual(nn.Module):
+    """A block of sub-blocks, with a residual add around them or not (as EfficientNet's last block
+    of a stage has one and the next stage's first has none)."""
+
+    def __init__(self, res: bool) -> None:
+        super().__init__()
+        self.res = res
+        self.block = nn.Sequential(Unit(), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x)
+        return y + x if self.res else y
+
+
+def test_training_sub_blocks_in_other_contexts_are_not_replayed() -> None:
+    # each Unit is alone in its own Sequential: the units of other blocks are alike, but where the
+    # block adds its input back, the input's gradient is summed inside the unit's backward
+    model = Stack()
+    model.layers = nn.ModuleList([Residual(True), Residual(True), Residual(True), Residual(False), Residual(True)])
+    _train(model)  # the same trace as without reuse (replayed, or traced again in full)

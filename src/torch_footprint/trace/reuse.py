@@ -22,14 +22,17 @@ strides and storage sizes (views of the call's own inputs where the recorded out
 
 A recorded call is used only if everything it did is accounted for: every event inside the
 block's own modules, every storage it freed made inside it, every storage it made and kept
-is one of its outputs, its outputs are plain tensors or simple values, and it changed no
-attribute of its modules. Otherwise (a cache a block writes, a free the collector made in
-the middle) later calls run in full. Replay covers inference on meta tensors; a training
-step, fake or real tensors and models with recurrent layers trace every call in full.
+is one of its outputs (in a training step: or freed by its backward), its outputs are plain
+tensors or simple values, and it changed no attribute of its modules. Otherwise (a cache a
+block writes, a free the collector made in the middle) later calls run in full. Replay covers
+meta tensors, inference and training steps (the backward: :mod:`.reuse_train`); fake or real
+tensors (a mixed-precision step's), models with recurrent layers and checkpointed blocks
+trace every call in full.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +43,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from . import reuse_train as train
 from .blockkeys import (
     HOOKS,
     INTERNAL,
@@ -66,17 +70,19 @@ class Stats:
 
     recorded: int = 0  # calls traced in full while recording
     replayed: int = 0  # calls replayed from a recorded one
+    retraced: bool = False  # a training step's replay could not be proven equal: traced again in full
 
 
 LAST = Stats()
 
 
 def reusable(stack: ModuleStack, *, reuse: bool, tensors: str, backward: bool, step: Any) -> bool:
-    """Whether a run may replay blocks: asked for, inference on meta tensors, no autocast, no
-    recurrent layer, and no global module hooks but the trace's own."""
+    """Whether a run may replay blocks: asked for, meta tensors, no autocast, no recurrent layer,
+    and no global module hooks but the trace's own (a training step's: :mod:`.reuse_train`)."""
     LAST.recorded = LAST.replayed = 0
+    LAST.retraced = False
     glob = torch.nn.modules.module
-    return (reuse and tensors == "meta" and not backward and getattr(step, "autocast", None) is None
+    return (reuse and tensors == "meta" and getattr(step, "autocast", None) is None
             and not stack.recurrent and len(glob._global_forward_pre_hooks) == 1
             and len(glob._global_forward_hooks) == 1
             and not glob._global_backward_hooks and not glob._global_backward_pre_hooks)
@@ -112,12 +118,21 @@ class _Recorded:
     params: list[int | None] = field(default_factory=list)
     usable: bool = True
     attention: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # the kernels' notes of its calls
+    # a training step's (reuse_train.py): the structure key, the group's modules foreseen to make
+    skey: Any = None  # equal calls, the saved activations (relative ids), the inputs its graph saved, its backward
+    matching: list[int] | None = None
+    kept: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+    backward: Any = None
+    saved_outs: list[int] = field(default_factory=list)  # outputs its graph saved (relative ids)
 
 
 class BlockReuse:
     """Replays equal calls of repeated blocks during one traced run (see the module's docstring)."""
 
-    def __init__(self, model: nn.Module, stack: ModuleStack, rec: Recorder, kernels: Any = None) -> None:
+    def __init__(self, model: nn.Module, stack: ModuleStack, rec: Recorder, kernels: Any = None,
+                 training: bool = False) -> None:
+        self.training = training  # a training step: calls with gradients on replay their backward too
         self.stack = stack
         self.rec = rec
         self.kernels = kernels  # the device's kernels (trace/kernels.py): a replay notes its attention calls
@@ -218,23 +233,30 @@ class BlockReuse:
 
     def call(self, mod: nn.Module, original: Callable[..., Any], args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> Any:
-        if self.busy:
+        grad = self.training and torch.is_grad_enabled()
+        if self.busy or (grad and not train.grad_mode_replayable()):
             return original(*args, **kwargs)
         structure = self._structure(mod)
         inputs = self._inputs(args, kwargs) if structure is not None else None
         if structure is None or inputs is None:
             return original(*args, **kwargs)
         skey, subs = structure
+        if grad and train.checkpointing(subs):
+            return original(*args, **kwargs)
         key = (skey, inputs[0])
         for done in self.recorded.get(key, ()):
             if done.usable and self._equal(done, subs):
-                return self._replay(done, subs, inputs[1])
+                what = train.role(self, done, mod) if grad else "replay"
+                if what != "replay":
+                    return (train.last_call(self, done, subs, original, args, kwargs, inputs[1]) if what == "last"
+                            else original(*args, **kwargs))
+                return self._replay(done, subs, inputs[1], grad)
             if done.usable and self.tries.get(skey, 0) < MAX_RECORDED and self._all_differ(done, mod):
                 self.tries[skey] = MAX_RECORDED  # no two calls will be equal: none is recorded again
         if self.tries.get(skey, 0) >= MAX_RECORDED:
             return original(*args, **kwargs)
         self.tries[skey] = self.tries.get(skey, 0) + 1
-        return self._record(mod, key, subs, original, args, kwargs, inputs[1])
+        return self._record(mod, key, subs, original, args, kwargs, inputs[1], grad)
 
     def _equal(self, done: _Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
         mods = dict(subs)
@@ -258,7 +280,7 @@ class BlockReuse:
         return False
 
     def _record(self, mod: nn.Module, key: Any, subs: list[tuple[str, nn.Module]], original: Callable[..., Any],
-                args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any]) -> Any:
+                args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], grad: bool = False) -> Any:
         rec, stack = self.rec, self.stack
         unique = {id(m): (rel, m) for rel, m in reversed(subs)}  # the first name of each module
         before = {id(m): self._attrs(m) for _, m in unique.values()}
@@ -277,7 +299,8 @@ class BlockReuse:
                 if sub is not None:
                     m.__class__ = sub
                     swapped.append(m)
-            out = original(*args, **kwargs)
+            with train.checkpoint_seen() if grad else contextlib.nullcontext([]) as ckpt:
+                out = original(*args, **kwargs)
         finally:
             for m in swapped:
                 if type(m) is self._classes.get(classes[id(m)]):
@@ -285,14 +308,15 @@ class BlockReuse:
             self.busy = False
             stack.log = prev_log
         values = {(unique[i][0], name): before[i][name] for i, name in self._reads}
-        done = _Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log,
+        done = _Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log, skey=key[0],
                          paths=[stack.paths.get(id(m), "?") for _, m in subs],
                          attention=self.kernels.attention_since(noted) if self.kernels is not None else [])
-        done.usable = (len(swapped) == len(unique) and all(type(m) is classes[id(m)] for _, m in unique.values())
+        done.usable = (not ckpt and len(swapped) == len(unique)
+                       and all(type(m) is classes[id(m)] for _, m in unique.values())
                        and self._unchanged(unique, before, contents))
         if done.usable:
             done.casts = [u - uid0 for u in rec.param_casts[pc0:]]
-            done.usable = self._capture(done, subs, ev0, fr0, uid0, out, leaves)
+            done.usable = self._capture(done, subs, ev0, fr0, uid0, out, leaves, grad)
         self.recorded.setdefault(key, []).append(done)
         LAST.recorded += 1
         return out
@@ -314,7 +338,7 @@ class BlockReuse:
         return all(not changed(before[i][k], saved) for (i, k), saved in contents.items())
 
     def _capture(self, done: _Recorded, subs: list[tuple[str, nn.Module]], ev0: int, fr0: int, uid0: int,
-                 out: Any, leaves: list[Any]) -> bool:
+                 out: Any, leaves: list[Any], grad: bool = False) -> bool:
         """Keep what the recorded call did, if all of it is accounted for."""
         rec = self.rec
         inside = set(done.paths)
@@ -342,7 +366,7 @@ class BlockReuse:
                     return False
                 done.outs.append(_Out("value", value=x))
                 continue
-            if type(x) is not torch.Tensor or x.requires_grad or x.device.type != "meta":
+            if type(x) is not torch.Tensor or (x.requires_grad and not grad) or x.device.type != "meta":
                 return False
             st = x.untyped_storage()._cdata
             uid = rec.live.get(st, (0, 0))[0]
@@ -352,18 +376,32 @@ class BlockReuse:
             elif st in by_storage:
                 src = by_storage[st]
                 same = next((i for i, y in enumerate(leaves) if y is x), None)
+                if same is None and x.requires_grad:  # a view of an input, in autograd's eyes: not replayed
+                    return False
                 done.outs.append(_Out("same", source=same) if same is not None
                                  else _Out("view", source=src, key=tensor_key(x)))
             else:
                 return False
-        if alive:
+        if alive and not grad:
             return False
+        if grad:  # what the graph keeps for the backward: saved activations, and inputs it saved
+            done.kept = sorted(u - uid0 for u in alive)
+            saved = train.saved_by_graph([x for x in out_leaves if isinstance(x, torch.Tensor) and x.requires_grad],
+                                         leaves)
+            if saved is None or (any(o.kind == "new" and o.key[6] for o in done.outs)
+                                 and not any(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)):
+                return False
+            done.held = [i for i, x in enumerate(leaves)
+                         if isinstance(x, torch.Tensor) and x.untyped_storage()._cdata in saved]
+            done.saved_outs = [o.uid for o, x in zip(done.outs, out_leaves)
+                               if o.kind == "new" and x.untyped_storage()._cdata in saved]
         done.events = events
         return True
 
-    def _replay(self, done: _Recorded, subs: list[tuple[str, nn.Module]], leaves: list[Any]) -> Any:
+    def _replay(self, done: _Recorded, subs: list[tuple[str, nn.Module]], leaves: list[Any], grad: bool = False) -> Any:
         rec, stack = self.rec, self.stack
-        paths = dict(zip(done.paths, [stack.paths.get(id(m), "?") for _, m in subs]))
+        mine = [stack.paths.get(id(m), "?") for _, m in subs]
+        paths = dict(zip(done.paths, mine))
         index = rec.param_index
         now = [index.get(p.untyped_storage()._cdata) for p in params_of(subs)]
         weights = {a: b for a, b in zip(done.params, now) if a is not None and b is not None}
@@ -383,23 +421,31 @@ class BlockReuse:
         if self.kernels is not None and done.attention:
             self.kernels.add_attention(done.attention)
         made: dict[int, torch.Tensor] = {}
-        outs: list[Any] = []
-        with _disable_current_modes():
-            for o in done.outs:
-                if o.kind == "value":
-                    outs.append(o.value)
-                elif o.kind == "same":
-                    outs.append(leaves[o.source])
-                else:
-                    _, shape, stride, offset, dtype, device, _, nbytes = o.key
-                    st = (leaves[o.source].untyped_storage() if o.kind == "view"
-                          else made[o.uid].untyped_storage() if o.uid in made
-                          else torch.UntypedStorage(nbytes, device=device))
-                    t = torch.empty(0, dtype=dtype, device=device).set_(st, offset, shape, stride)
-                    if o.kind == "new" and o.uid not in made:
-                        made[o.uid] = t
-                        rec.adopt(t, shift + o.uid)
-                    outs.append(t)
+
+        def make(kinds: tuple[str, ...]) -> list[Any]:
+            outs: list[Any] = []
+            with _disable_current_modes():
+                for o in done.outs:
+                    if o.kind not in kinds:
+                        outs.append(None)
+                    elif o.kind == "value":
+                        outs.append(o.value)
+                    elif o.kind == "same":
+                        outs.append(leaves[o.source])
+                    else:
+                        _, shape, stride, offset, dtype, device, _, nbytes = o.key
+                        st = (leaves[o.source].untyped_storage() if o.kind == "view"
+                              else made[o.uid].untyped_storage() if o.uid in made
+                              else torch.UntypedStorage(nbytes, device=device))
+                        t = torch.empty(0, dtype=dtype, device=device).set_(st, offset, shape, stride)
+                        if o.kind == "new" and o.uid not in made:
+                            made[o.uid] = t
+                            rec.adopt(t, shift + o.uid)
+                        outs.append(t)
+            return outs
+
+        outs = (train.node_outputs(train.Replayed(self, done, mine, now, subs, leaves, shift, made), make) if grad
+                else make(("new", "same", "value", "view")))
         for path, shapes in done.log:
             q = paths[path]
             stack.calls[q] = stack.calls.get(q, 0) + 1
@@ -409,5 +455,3 @@ class BlockReuse:
         rec._folded = None  # (read only inside recurrent layers, which a run that replays has none of)
         LAST.replayed += 1
         return tree_unflatten(outs, done.spec)
-
-

@@ -27,7 +27,9 @@ from .kernels import NESTED_NOTE, CpuKernels, dense_encoders
 from .modules import ModuleStack, module_infos
 from .recorder import Recorder
 from .records import TensorInfo, Trace
+from .reuse import LAST as reuse_stats
 from .reuse import BlockReuse, reusable
+from .reuse_train import ReplayMismatch
 from .state import ModelState
 from .step import StepHooks, StepOptions, run_step, tensors_in
 from .swap import materialize, param_infos, swap_tensors
@@ -73,9 +75,15 @@ def trace_model(
     restore, dense = dense_encoders(model)
     try:
         state = ModelState(model)  # each attempt puts it back (_run); nothing else runs the model
+        common = dict(name=name, backward=backward, device=device, inputs_meta=inputs_meta or [], step=step,
+                      state=state)
         try:
-            trace = _traced(model, make_inputs, tensors, real_fallback_limit, name=name, backward=backward,
-                            device=device, inputs_meta=inputs_meta or [], step=step, state=state, reuse=reuse)
+            try:
+                trace = _traced(model, make_inputs, tensors, real_fallback_limit, reuse=reuse, **common)
+            except ReplayMismatch:  # a training step's replay not proven equal: every call traced
+                gc.collect()
+                trace = _traced(model, make_inputs, tensors, real_fallback_limit, reuse=False, **common)
+                reuse_stats.retraced = True
         finally:
             if not state.clean:
                 state.restore()
@@ -329,13 +337,14 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                         new = rec.watch(t) if isinstance(t, torch.Tensor) else None
                         if new is not None:
                             pre.append([new[0], new[1], "optimizer state"])
-                blocks = (BlockReuse(model, stack, rec, kernels if isinstance(kernels, CpuKernels) else None)
+                blocks = (BlockReuse(model, stack, rec, kernels if isinstance(kernels, CpuKernels) else None,
+                                     training=backward)
                           if reusable(stack, reuse=reuse, tensors=tensors, backward=backward, step=step) else None)
                 with rec:
                     out = run_step(model, args, kwargs, backward=backward, optimizer=opt, autocast=step.autocast,
                                    device_type=device, grads_kept=step.grads_kept, hooks=hooks)
                     del out, opt
-            except FootprintError:
+            except (FootprintError, ReplayMismatch):
                 raise
             except Exception as exc:  # the model's own error: report where it happened
                 phase = hooks.current
