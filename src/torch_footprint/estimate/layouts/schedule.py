@@ -166,16 +166,16 @@ def tied_head_bytes(trace: Trace, sm: StageMap) -> int:
     return 0
 
 
-def rank_transients(trace: Trace, highs: list[int], states: int, sm: StageMap, acts: list[int]) -> list[int]:
+def _transients_above(trace: Trace, highs: list[int], sm: StageMap, acts: list[int]) -> list[int | None]:
     """Per pipeline rank, what its own operators (forward, loss, backward) hold at their worst
-    beyond the model states and its micro-batch's saved activations at their fullest
-    (``acts``): the logits and their gradient on the last rank, an operator's outputs and
-    scratch on each. At each event of the whole model's replay of one micro-batch (``highs``:
-    live bytes at its high point), the saved activations alive then (storages the forward made
-    that outlive it, from birth to free) are counted for the rank whose chunk made them only;
-    the model's output (the logits) for the last rank only, which a one-rank step keeps
-    through the whole backward and a pipeline's other ranks never see. One rank: the replay's
-    peak less its states and activations."""
+    beyond its micro-batch's saved activations at their fullest (``acts``), the model states
+    still counted (the caller takes them out; None for a rank with no operator): the logits and
+    their gradient on the last rank, an operator's outputs and scratch on each. At each event of
+    the whole model's replay of one micro-batch (``highs``: live bytes at its high point), the
+    saved activations alive then (storages the forward made that outlive it, from birth to free)
+    are counted for the rank whose chunk made them only; the model's output (the logits) for the
+    last rank only, which a one-rank step keeps through the whole backward and a pipeline's other
+    ranks never see. One rank: the replay's peak less its activations."""
     fwd = [i for i, e in enumerate(trace.events) if e.phase == "forward"]
     end = fwd[-1] if fwd else -1
     freed = {f.storage: f.after for f in trace.frees}
@@ -200,14 +200,15 @@ def rank_transients(trace: Trace, highs: list[int], states: int, sm: StageMap, a
         if c >= 0 and e.phase != "optimizer" and i < len(highs):
             r = sm.rank(c)
             others = live["saved"] - live[r] + (live["output"] if r != last else 0)
-            out[r] = max(out[r], highs[i] - states - others - acts[r])
-    return [x if x > -(2**62) else 0 for x in out]
+            out[r] = max(out[r], highs[i] - others - acts[r])
+    return [x if x > -(2**62) else None for x in out]
 
 
-def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: int, microbatches: int,
-                  schedule: str) -> tuple[MemoryPeak, list[dict[str, Any]]]:
-    """The largest pipeline rank's peak (module docstring): ``peak`` is one micro-batch's peak
-    of the whole model on a rank of the data-parallel layout, ``states`` its model states."""
+def _rank_figures(trace: Trace, peak: MemoryPeak, pp: int, vpp: int) -> tuple[Any, ...]:
+    """Each pipeline rank's share of ``peak`` (one micro-batch, the whole model on one rank): the
+    stage map, saved activations, parameter bytes (and their total), gradients, the optimizer
+    step's high, the transients above the states (:func:`_transients_above`), a stage boundary's
+    activation and the model's output bytes."""
     sm = stage_map(trace, pp, vpp)
     acts = [0] * pp
     for module, nbytes in peak.activations_by_module.items():
@@ -222,16 +223,27 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
     # backward, and in the optimizer step
     highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
     opt = max((h for h, e in zip(highs, trace.events) if e.phase == "optimizer"), default=0)
-    transients = rank_transients(trace, highs, states, sm, acts)
+    above = _transients_above(trace, highs, sm, acts)
     # torch.distributed.pipelining allocates, once, a receive buffer per micro-batch for each
     # chunk's input activation (but the first chunk's) and for each chunk's output gradient (but
     # the last chunk's); they stay allocated between steps
     boundary = activation_bytes(trace, f"{sm.blocks}.{sm.per_chunk - 1}")
-    chunks = pp * vpp
     # the last stage keeps each micro-batch's output (the logits) until that micro-batch's backward:
     # GPipe all m of them at once, 1F1B one (the transient counts one)
     outputs = set(trace.tags.get("output", []))
     out_bytes = sum(n for e in trace.events if e.phase == "forward" for uid, n in e.allocs if uid in outputs)
+    return sm, acts, params, total, grads, opt, above, boundary, out_bytes
+
+
+def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: int, microbatches: int,
+                  schedule: str) -> tuple[MemoryPeak, list[dict[str, Any]]]:
+    """The largest pipeline rank's peak (module docstring): ``peak`` is one micro-batch's peak
+    of the whole model on a rank of the data-parallel layout, ``states`` its model states."""
+    # what does not depend on the states or the micro-batches: worked out once per peak and split
+    sm, acts, params, total, grads, opt, above, boundary, out_bytes = once(
+        peak, ("pipeline ranks", id(trace), pp, vpp), lambda: _rank_figures(trace, peak, pp, vpp))
+    transients = [x - states if x is not None else 0 for x in above]
+    chunks = pp * vpp
     more_outputs = (microbatches - 1) * out_bytes if schedule == "gpipe" else 0
     best, at = -1, 0
     figures = []
