@@ -192,9 +192,12 @@ def experts_away(trace: Trace) -> float:
     """The share of the model's parameter bytes held on other expert-parallel ranks: the experts'
     share times (ep-1)/ep."""
     ep = int(trace.settings.get("ep", 1))
+    if ep <= 1:
+        return 0.0
+    experts = expert_modules(trace)
     total = sum(p.nbytes for p in trace.params) or 1
-    share = sum(p.nbytes for p in trace.params if p.module in expert_modules(trace)) / total
-    return share * (1 - 1 / ep) if ep > 1 else 0.0
+    share = sum(p.nbytes for p in trace.params if p.module in experts) / total
+    return share * (1 - 1 / ep)
 
 
 def layout_states(trace: Trace, states: ModelStates, strategy: str) -> ModelStates:

@@ -176,6 +176,22 @@ def _transients_above(trace: Trace, highs: list[int], sm: StageMap, acts: list[i
     are counted for the rank whose chunk made them only; the model's output (the logits) for the
     last rank only, which a one-rank step keeps through the whole backward and a pipeline's other
     ranks never see. One rank: the replay's peak less its activations."""
+    ranks, others = once(trace, ("pipeline others", sm.p, sm.v), lambda: _others_by_event(trace, sm))
+    out: list[int | None] = [None] * sm.p
+    for i in range(min(len(ranks), len(highs))):
+        r = ranks[i]
+        if r >= 0:
+            v = highs[i] - others[i] - acts[r]
+            x = out[r]
+            if x is None or v > x:
+                out[r] = v
+    return out
+
+
+def _others_by_event(trace: Trace, sm: StageMap) -> tuple[list[int], list[int]]:
+    """At each event of the trace: the pipeline rank whose operator it is (-1: none, or the
+    optimizer step) and the live bytes at it that belong to other ranks (saved activations other
+    ranks' chunks made, and the model's output where the rank is not the last)."""
     fwd = [i for i, e in enumerate(trace.events) if e.phase == "forward"]
     end = fwd[-1] if fwd else -1
     freed = {f.storage: f.after for f in trace.frees}
@@ -192,16 +208,15 @@ def _transients_above(trace: Trace, highs: list[int], sm: StageMap, acts: list[i
                 change[k][i] += nbytes
                 change[k][min(gone, n - 1) + 1] -= nbytes  # freed after event ``gone``
     live = {k: 0 for k in change}
-    out = [-(2**62)] * sm.p
+    ranks, others = [-1] * n, [0] * n
     for i, e in enumerate(trace.events):
         for k in live:
             live[k] += change[k][i]
         c = sm.events[i] if i < len(sm.events) else -1
-        if c >= 0 and e.phase != "optimizer" and i < len(highs):
-            r = sm.rank(c)
-            others = live["saved"] - live[r] + (live["output"] if r != last else 0)
-            out[r] = max(out[r], highs[i] - others - acts[r])
-    return [x if x > -(2**62) else None for x in out]
+        if c >= 0 and e.phase != "optimizer":
+            r = ranks[i] = sm.rank(c)
+            others[i] = live["saved"] - live[r] + (live["output"] if r != last else 0)
+    return ranks, others
 
 
 def _rank_figures(trace: Trace, peak: MemoryPeak, pp: int, vpp: int) -> tuple[Any, ...]:
