@@ -137,7 +137,7 @@ def detail(res: LlmResult, r: LlmRow, width: int) -> list[Table]:
         if m.get("usd_per_m_output_tokens") is not None:
             cells.append(["$ per million tokens", f"${m['usd_per_m_output_tokens']:.3g} out",
                           f"${m['usd_per_m_input_tokens']:.3g} in; {m['gpus']} GPU(s) at "
-                          f"${m['usd_per_gpu_hour']:g}/h ({m['price_source']})"])
+                          f"${m['usd_per_gpu_hour']:g}/h ({m.get('price_from') or m['price_source']})"])
         if m.get("joules_per_output_token") is not None:
             cells.append(["energy per token", f"{m['joules_per_output_token']:.3g} J out",
                           f"{m['joules_per_input_token'] or 0:.3g} J in; {m['energy_note']}"])

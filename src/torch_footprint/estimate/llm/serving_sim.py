@@ -257,6 +257,7 @@ def _cost(setup: Setup, o: Outcome, m: dict[str, Any], pools: tuple[int, int] | 
             pre, dec = whole * share, whole * (1 - share)
         out["usd_per_gpu_hour"] = price.usd_per_hour
         out["price_source"] = f"{price.source}{', ' + price.date if price.date else ''}"
+        out["price_from"] = f"{price.provider or price.source}{', ' + price.date if price.date else ''}"
         out["usd_per_m_input_tokens"] = pre / tokens_in * 1e6 if tokens_in else None
         out["usd_per_m_output_tokens"] = dec / tokens_out * 1e6 if tokens_out else None
         out["usd_per_m_tokens"] = whole / (tokens_in + tokens_out) * 1e6 if tokens_in + tokens_out else None
