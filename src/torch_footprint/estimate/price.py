@@ -20,6 +20,7 @@ the batch it was asked for (the same functions, in the same order)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +38,34 @@ from .layouts.schedule import layout_step, schedule_peak
 from .layouts.sharding import ModelStates, gather_bytes, master_scale, model_states, step_peak
 from .memory import allocation_count
 
-FSDP = ("zero2", "zero3", "fsdp")
-
 
 def fixed_overheads(acc: Accelerator, n_allocations: int, backward: bool = False, groups: int = 0) -> dict[str, int]:
     """What ``acc`` holds beyond the traced tensors (:mod:`.allocator`), ``groups`` NCCL communicators."""
     return cuda_extras(acc, n_allocations, backward, groups)
+
+
+def layout_extras(acc: Accelerator, n_allocations: int, backward: bool, p: Parallel) -> dict[str, int]:
+    """:func:`fixed_overheads` of one rank of layout ``p``: a communicator per parallel dimension."""
+    dp = p.data
+    groups = communicators(dp, p.tensor, p.pp, p.cp, p.ep, dp * p.cp // p.state_shards) if p.gpus > 1 else 0
+    return fixed_overheads(acc, n_allocations, backward, groups)
+
+
+def needed(acc: Accelerator, held: int, utilisation: float) -> int:
+    """The bytes a rank needs for ``held`` (the peak and the extras): on an NVIDIA GPU, whose
+    extras are modelled, the whole memory is the budget; elsewhere ``utilisation`` of it."""
+    return math.ceil(held / (1.0 if models_extras(acc) else utilisation))
+
+
+def rank_states(trace: Trace, peak: MemoryPeak, p: Parallel,
+                persistent: Callable[[], dict[str, int]]) -> tuple[ModelStates, ModelStates]:
+    """The whole model's states under ``p``'s sharding and one rank's share of them (the experts of
+    other expert-parallel ranks taken out); ``persistent()`` the unsharded replay's states, read
+    only where ``peak`` (a sharded replay's, or master weights in another dtype) does not have them."""
+    shard, scale = p.state_shards, master_scale(trace)
+    kept = peak.persistent if shard == 1 and scale == 1 else persistent()
+    whole = model_states(kept, p.sharding, shard, gather_bytes(trace, p.sharding), p.bucket_view, scale)
+    return whole, layout_states(trace, whole, p.sharding)
 
 
 @dataclass
@@ -104,25 +127,15 @@ def price_layout(traced: TracedStep, acc: Accelerator, p: Parallel, target: Targ
     """Layout ``p`` on ``acc`` from ``traced`` (one rank's micro-batch under ``p``'s trace key):
     the figures ``fit`` gives for it at that batch."""
     trace, t = traced.trace, traced.training
-    strategy, dp = p.sharding, p.data
-    # the context-parallel ranks hold the same weights: FSDP shards over data x context ranks
-    shard = p.shard_group * p.cp if strategy in FSDP else dp * p.cp
-    peak = layout_memory(trace, traced.peak(strategy, shard, p.bucket_view), strategy)
-    states = whole = None
-    if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
-        scale = master_scale(trace)
-        persistent = peak.persistent if shard == 1 and scale == 1 else traced.persistent()
-        whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy), p.bucket_view, scale)
-        states = layout_states(trace, whole, strategy)
+    peak = layout_memory(trace, traced.peak(p.sharding, p.state_shards, p.bucket_view), p.sharding)
+    whole, states = rank_states(trace, peak, p, traced.persistent) if t.train else (None, None)
     stages: list[dict[str, Any]] = []
     if p.pp > 1:
         staged, stages = schedule_peak(trace, peak, whole.total if whole else 0, pp=p.pp, vpp=p.vpp,
                                        microbatches=p.grad_accum, schedule=p.schedule)
         peak = without_experts(staged, stages, whole.total if whole else 0, states.total if states else 0)
-    groups = communicators(dp, p.tensor, p.pp, p.cp, p.ep, dp * p.cp // shard) if p.gpus > 1 else 0
-    fixed = sum(fixed_overheads(acc, traced.allocations, t.train, groups).values())
-    # on an NVIDIA GPU the extras are modelled, the verdict is against the whole memory
-    need = math.ceil((peak.peak_bytes + fixed) / (1.0 if models_extras(acc) else target.utilisation))
+    fixed = sum(layout_extras(acc, traced.allocations, t.train, p).values())
+    need = needed(acc, peak.peak_bytes + fixed, target.utilisation)
     pred = traced.prediction(acc, target, p.fp8)
     step = None
     if t.train and (p.gpus > 1 or p.grad_accum > 1):

@@ -21,16 +21,16 @@ from ..quantities import parse_seconds
 from ..settings import Parallel, Target, Training, Workload
 from ..trace import Trace
 from .allocator import SOURCES as EXTRAS_SOURCES
-from .allocator import communicators, models_extras
+from .allocator import models_extras
 from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
 from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime
-from .layouts.cp_ep import layout_memory, layout_states, without_experts
+from .layouts.cp_ep import layout_memory, without_experts
 from .layouts.schedule import layout_step, schedule_peak
-from .layouts.sharding import ModelStates, gather_bytes, master_scale, model_states, step_peak
+from .layouts.sharding import ModelStates, step_peak
 from .memory import allocation_count
-from .price import fixed_overheads
+from .price import layout_extras, needed, rank_states
 from .workload import at_batch, first_batch, layout_training, precision_of, trace_step
 
 
@@ -197,8 +197,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     tf32, efficiency = target.tf32_flag, target.efficiencies
     target_s = parse_seconds(target.latency) if target.latency is not None else None
     net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
-    # the context-parallel ranks hold the same weights: FSDP shards over data x context ranks
-    shard = p.shard_group * p.cp if strategy in ("zero2", "zero3", "fsdp") else dp * p.cp
+    shard = p.state_shards
     m, pp = p.grad_accum, p.pp
     if (m > 1 or pp > 1) and not t.train:
         raise FootprintError("--grad-accum and --pp price a training step: add --train")
@@ -217,12 +216,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p, cuda_sm=cuda)[0] for k in (2, 3)}}
     peaks = {b: layout_memory(tr, step_peak(tr, strategy, shard, p.bucket_view), strategy) for b, tr in traces.items()}
     n_allocs = allocation_count(t1)
-    states = whole = None
-    if t.train:  # whole-model totals: the single-rank replay has them; a sharded one scaled them
-        persistent = peaks[b1].persistent if shard == 1 and master_scale(t1) == 1 else replay(t1).persistent
-        whole = model_states(persistent, strategy, shard, gather_bytes(t1, strategy), p.bucket_view,
-                             master_scale(t1))
-        states = layout_states(t1, whole, strategy)
+    whole, states = rank_states(t1, peaks[b1], p, lambda: replay(t1).persistent) if t.train else (None, None)
     if pp > 1:  # the largest pipeline rank: its states, its micro-batches in flight
         # (split from the replay's live bytes with the states it holds, the experts of other
         # expert-parallel ranks then taken out of the rank's share)
@@ -280,14 +274,13 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         return step
 
     out_rows: list[FitRow] = []
-    groups = communicators(dp, tp, pp, p.cp, p.ep, dp * p.cp // shard) if gpus > 1 else 0
     for acc in rows_db:
-        extras = fixed_overheads(acc, n_allocs, t.train, groups)
+        extras = layout_extras(acc, n_allocs, t.train, p)
         fixed = sum(extras.values())
         cap = acc.memory_bytes
         # on an NVIDIA GPU the extras are modelled, the verdict is against the whole memory
         use = 1.0 if models_extras(acc) else utilisation
-        need = math.ceil((peaks[b1].peak_bytes + fixed) / use)
+        need = needed(acc, peaks[b1].peak_bytes + fixed, utilisation)
         provision = math.ceil((peaks[b1].peak_bytes + fixed) / utilisation)
         room = cap * use - fixed
         largest = scaling.largest(room)

@@ -211,6 +211,13 @@ class Parallel(Record):
         return self.data // self.dp_replicate if self.dp_replicate else self.data
 
     @property
+    def state_shards(self) -> int:
+        """The ranks one rank's model states are divided over: its FSDP group under FSDP or ZeRO-2/3,
+        else every data-parallel rank; the context-parallel ranks hold the same weights, so they
+        count with them."""
+        return (self.shard_group if self.sharding in FSDP_STRATEGIES else self.data) * self.cp
+
+    @property
     def schedule(self) -> str:
         """The pipeline schedule: the one named, else 1f1b (interleaved-1f1b with --vpp 2 or more)."""
         return self.pp_schedule or ("interleaved-1f1b" if self.vpp > 1 else "1f1b")

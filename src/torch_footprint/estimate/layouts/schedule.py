@@ -298,8 +298,7 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
     its micro-batches and pipeline (:func:`schedule_step`). None when the layout has several
     GPUs and ``acc`` no link figure."""
     # the context-parallel ranks hold the same weights: gradients reduce over data x context ranks
-    tp, dp, strategy = p.tensor, p.data * p.cp, p.sharding
-    shard = p.shard_group * p.cp if strategy in FSDP else dp
+    tp, dp, strategy, shard = p.tensor, p.data * p.cp, p.sharding, p.state_shards
     replicas = dp // shard
     # rank order as torchtitan and Megatron-LM lay it out: tensor-parallel ranks adjacent, then
     # context-parallel, then the FSDP group, then its replicas, pipeline stages outermost
