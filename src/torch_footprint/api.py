@@ -35,6 +35,7 @@ from .settings import (
 if TYPE_CHECKING:
     from .analysis import Profile
     from .estimate.kernels.prediction import Prediction
+    from .estimate.llm.fleet import FleetPlan
     from .estimate.llm.result import LlmResult
     from .estimate.memory import MemoryEstimate
     from .estimate.plan import PlanResult
@@ -72,9 +73,13 @@ VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
             Target: ("gpu", "hardware", "device", "efficiency", "price"), Simulation: ALL},
     "plan": {Workload: ("model", "precision", "weights", "trust_remote_code", "reuse"),
              Training: ("train", "optimizer", "ac"),
-             Parallel: ("gpus", "sequence_parallel", "fsdp_param_dtype", "fsdp_reduce_dtype", "fp8", "network",
+             Parallel: ("gpus", "tp", "sequence_parallel", "fsdp_param_dtype", "fsdp_reduce_dtype", "fp8", "network",
                         "network_gbps", "nics_per_node", "gpus_per_node"),
-             Target: ("gpu", "hardware", "utilisation", "tf32", "efficiency", "price"), Plan: ALL},
+             Target: ("gpu", "hardware", "utilisation", "tf32", "efficiency", "price"), Plan: ALL,
+             Serving: ("prompt", "output", "kv", "engine", "max_model_len", "engine_version",
+                       "gpu_memory_utilization", "max_num_batched_tokens", "block_size", "num_prompts"),
+             Simulation: ("request_rate", "lengths", "request_trace", "seed", "slo_ttft", "slo_tpot",
+                          "prefix_hit_rate")},
     "calibrate": {Target: ("device",), Measurement: ("nproc", "threads"), Calibration: ALL},
     "watch": {Watch: ALL, Workload: ("inputs", "batch", "precision", "weights", "trust_remote_code"), Training: ALL,
               Target: ("device", "utilisation")},
@@ -195,17 +200,23 @@ def fit(model: ModelLike, inputs: InputsLike = None, **settings: Any) -> FitResu
 
 @_verb("plan")
 def plan(model: ModelLike, *, progress: Callable[[str, float | None], None] | None = None,
-         **settings: Any) -> PlanResult:
+         **settings: Any) -> PlanResult | FleetPlan:
     """Search the training layouts of ``gpus`` accelerators ``gpu`` for ``model``: data, tensor
     and pipeline parallelism, virtual stages and schedule, micro-batch and gradient accumulation,
     activation checkpointing and ZeRO/FSDP sharding; keep those that fit, best predicted tokens/s
-    per GPU first, with a launch configuration each. ``progress(message, fraction)`` hears the
+    per GPU first, with a launch configuration each. With ``serve``, the serving fleets instead:
+    accelerator, engine, tensor-parallel degree, knobs and replicas that serve ``request_rate``
+    within ``slo_ttft``/``slo_tpot``, cheapest first. ``progress(message, fraction)`` hears the
     search; Ctrl-C stops it with the best found so far."""
     from .estimate.plan import plan as search
 
     if "training" not in settings:
         settings = {"train": True, **settings}
-    w, t, p, target, pl = _records("plan", settings, model)
+    w, t, p, target, pl, s, sim = _records("plan", settings, model)
+    if pl.serve:
+        from .estimate.llm import plan_serving
+
+        return plan_serving(w, s, p, target, sim, pl, progress)
     return search(w, t, p, target, pl, progress)
 
 

@@ -10,7 +10,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpus": ("gpus", "the accelerator database: memory, bandwidth, dense TFLOPS per dtype, TDP"),
     "fit": ("fit", "which accelerator runs this model: fits, largest batch, predicted speed"),
     "plan": ("plan", "which training layout to run on N GPUs: data, tensor and pipeline parallelism, "
-                     "micro-batches, checkpointing and sharding searched, a launch configuration to paste"),
+                     "micro-batches, checkpointing and sharding searched, a launch configuration to paste; with "
+                     "--serve, the cheapest serving fleet for a request rate under latency targets"),
     "predict": ("predict", "roofline latency of one model on one accelerator, by module and operator"),
     "watch": ("watch", "run or follow a real job: memory, utilisation and power beside the prediction"),
     "calibrate": ("calibrate", "measure this machine's matmul FLOP/s, copy bandwidth and call overhead"),

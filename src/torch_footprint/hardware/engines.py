@@ -59,6 +59,11 @@ class EngineProfile:
     # what admitting a request reserves: "prompt" (its prompt's blocks; preempted when the cache
     # runs out) or "whole" (every block it can reach, prompt + output: it is never preempted)
     admission: str = "prompt"
+    vendors: tuple[str, ...] = ()  # the GPU vendors it runs on (empty: any device)
+
+    def runs_on(self, vendor: str) -> bool:
+        """Whether the engine runs on this vendor's devices."""
+        return not self.vendors or vendor in self.vendors
 
     def efficiency(self) -> dict[str, float]:
         """The achieved fractions of the datasheet's rates (memory, matrix, vector) this engine
@@ -130,6 +135,7 @@ def _profile(path: Path) -> EngineProfile:
     knobs = {k: float(v) for k, v in raw.pop("knobs", {}).items()}
     eras = tuple(raw.pop("eras", ()))
     raw["small_device_names"] = tuple(raw.get("small_device_names", ()))
+    raw["vendors"] = tuple(raw.get("vendors", ()))
     for era in eras:
         if release(era.get("until")) is None:
             raise FootprintError(f"{path.name}: every era needs an 'until' version, got {era.get('until')!r}")

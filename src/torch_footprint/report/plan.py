@@ -98,3 +98,48 @@ def render_plan(res: Any, console: Console, top: int = 5) -> None:
     console.print(Text(" ".join(rows[0]["launch"]["megatron"])))
     for n in d["notes"]:
         console.print(Text(f"note: {n}", style="dim"))
+
+
+@as_text
+def render_fleet(res: Any, console: Console, top: int = 5) -> None:
+    """The cheapest ``top`` serving fleets that meet the targets; the best one's launch line."""
+    d = res.to_dict() if hasattr(res, "to_dict") else res
+    head = Text(d["model"], style="bold cyan")
+    slo = [f"TTFT <= {duration(d['slo_ttft_s'])}" if d["slo_ttft_s"] is not None else "",
+           f"TPOT <= {duration(d['slo_tpot_s'])}" if d["slo_tpot_s"] is not None else ""]
+    lengths = f"{d['prompt']:,} + {d['output']:,} tokens" if d["lengths"] == "fixed" else d["lengths"]
+    head.append(f"  ·  {d['request_rate']:g} requests/s  ·  {lengths}  ·  {' and '.join(x for x in slo if x)} "
+                f"for {d['attainment']:.0%} of requests", style="dim")
+    console.print(head)
+    console.print(Text(f"{d['candidates']} replica set-ups searched ({d['pruned']} cut short: they could not beat "
+                       f"those kept), {d['simulations']} simulated points", style="dim"))
+    rows = d["rows"][:top]
+    if not rows:
+        console.print(Text(d["closest"] or "nothing meets the targets", style="bold red"))
+    else:
+        cols = [Column("#"), Column("replica", "left", wrap=True), Column("replicas"), Column("GPUs"),
+                Column("$ / hour"), Column("$ / M out"), Column("req/s\nper replica"), Column("TTFT p90"),
+                Column("TPOT p90"), Column("met"), Column("cache\npeak")]
+        cells = []
+        for i, r in enumerate(rows, 1):
+            knobs = "".join(f", {k} {v:g}" for k, v in r["knobs"].items())
+            usd, per_m = r["usd_per_hour"], r["usd_per_m_output_tokens"]
+            cells.append([str(i), f"{r['accelerator']} x {r['tp']}, {r['engine']}{knobs}", str(r["replicas"]),
+                          str(r["gpus"]), "-" if usd is None else f"${usd:,.2f}",
+                          "-" if per_m is None else f"${per_m:,.2f}", f"{r['rate_per_replica']:.3g}",
+                          duration(r["ttft_s"]["p90"]), duration(r["tpot_s"]["p90"]), f"{r['attainment']:.0%}",
+                          f"{r['kv_peak_fraction']:.0%}"])
+        console.print(*fit_tables(cols, cells, console.width, row_styles=["bold green", *[None] * (len(rows) - 1)]))
+        best = rows[0]
+        if best["price"] is not None:
+            p = best["price"]
+            where = ", ".join(x for x in (p.get("provider"), p.get("date")) if x) or p["source"]
+            console.print(Text(f"#1 at ${p['usd_per_hour']:g} per GPU-hour ({where})", style="dim"))
+        console.print(Text(f"#1, each of {best['replicas']} replica(s):", style="bold"))
+        console.print(Text(best["launch"]))
+    for m in d["missed"][:top]:
+        console.print(Text(f"cannot: {m['candidate']}: {m['why']}", style="dim"))
+    if len(d["missed"]) > top:
+        console.print(Text(f"... and {len(d['missed']) - top} more that cannot (--json lists them)", style="dim"))
+    for n in d["notes"]:
+        console.print(Text(f"note: {n}", style="dim"))

@@ -33,7 +33,7 @@ from ..errors import FootprintError
 SCHEMA_VERSION = 1
 TOOL = "torch-footprint"
 KINDS = ("profile", "memory", "bench", "fit", "predict", "gpus", "calibrate", "llm", "report", "diff", "check",
-         "watch", "plan")
+         "watch", "plan", "plan-serve")
 # kinds whose settings are top-level fields rather than a "settings" object
 SETTINGS_KEYS = {"llm": ("batch", "prompt", "output", "gpus", "tp", "engine", "chunk", "weights_scheme", "kv_scheme"),
                  "watch": ("command", "pid", "interval_s")}

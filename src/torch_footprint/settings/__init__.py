@@ -353,6 +353,12 @@ class Plan(Record):
     a smaller one fit)"""
     tokens: float | None = opt(metavar="N")
     """price a run of N tokens (e.g. 15e12): GPU-hours and dollars, from --price or the shipped table"""
+    serve: bool = opt(False)
+    """plan a serving fleet instead of a training run: the accelerator (--gpu, default every one with a price),
+    engine, tensor-parallel degree, max_num_seqs and replicas that serve --request-rate within --slo-ttft and
+    --slo-tpot at the lowest price, each candidate simulated at its share of the traffic"""
+    attainment: float = opt(0.9, metavar="F")
+    """with --serve: the fraction of requests that must meet both latency targets (DistServe's SLO attainment)"""
 
     def check(self) -> None:
         if self.seq < 1:
@@ -361,6 +367,8 @@ class Plan(Record):
             raise FootprintError(f"--global-batch must be at least 1, got {self.global_batch}")
         if self.tokens is not None and not self.tokens > 0:
             raise FootprintError(f"--tokens must be more than 0, got {self.tokens}")
+        if not 0 < self.attainment <= 1:
+            raise FootprintError(f"--attainment is a fraction of requests in (0, 1], got {self.attainment}")
         self.sizes  # noqa: B018 - read before any work
 
     @property

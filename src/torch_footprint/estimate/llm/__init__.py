@@ -4,21 +4,24 @@ pricing on every accelerator (:mod:`.pricing`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from ...errors import FootprintError
 from ...hardware import Accelerator
-from ...settings import Parallel, Serving, Simulation, Target, Workload
+from ...settings import Parallel, Plan, Serving, Simulation, Target, Workload
+from .fleet import FleetPlan
 from .pricing import LlmResult, Priced, serve
 from .quantization import activation_dtype, checkpoint_scheme, kv_scheme, weight_scheme
 from .serving_sim import Asked, parse_rates
-from .trace import trace_serving
+from .trace import ServingTrace, trace_serving
 
 DEFAULT_BATCH = 1
 DEFAULT_PROMPT = 1024
 DEFAULT_OUTPUT = 256
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_OUTPUT", "DEFAULT_PROMPT", "default_lengths", "serve_model", "weight_scheme"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_OUTPUT", "DEFAULT_PROMPT", "default_lengths", "plan_serving", "serve_model",
+           "weight_scheme"]
 
 
 def default_lengths(prompt: int | None, output: int | None, most: int | None) -> tuple[int, int, str | None]:
@@ -85,14 +88,10 @@ def asked(s: Serving, sim: Simulation, priced: Priced) -> Asked:
                  sim.pools() if sim.disaggregate else None)
 
 
-def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Target = Target(),
-                progress: Callable[[str], None] | None = None, sim: Simulation | None = None) -> LlmResult:
-    """What ``w``'s causal language model needs to serve ``s`` on ``p.gpus`` per replica
-    (``p.tp``-way tensor parallel, default all of them) on the target's accelerators (every one
-    with a bandwidth figure when none is named; with ``s.measure`` this machine's device too)."""
-    from ...hardware.catalog import load, local_accelerator
-    from ...hardware.db import find
-
+def _prepared(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simulation,
+              progress: Callable[[str], None] | None) -> tuple[ServingTrace, Priced, list[str]]:
+    """The model traced for serving and what is priced, its lengths fitted to the model's maximum;
+    the notes on what was fitted."""
     tp = p.tp or p.gpus
     if p.gpus % tp:
         raise FootprintError(f"--gpus must be a multiple of --tp (both at least 1), got gpus {p.gpus}, tp {tp}")
@@ -119,7 +118,6 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
                                  "it; lower it, or pass --allow-longer")
         return priced.prompt
 
-    sim = sim or Simulation()
     if s.simulate or sim.asked:
         priced.sim = asked(s, sim, priced)
     dtype = activation_dtype(scheme)
@@ -127,6 +125,26 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
                        on_step=progress, check_context=fit_lengths)
     if scheme is None:
         priced.weights = checkpoint_scheme(st.config)
+    if priced.sim is not None:
+        priced.sim.prompt, priced.sim.output = priced.prompt, priced.output
+        priced.sim.most = s.max_model_len or st.max_context
+        if sim.speculative_model:  # the draft: its weights and cache per token, as traced
+            d = trace_serving(sim.speculative_model, batch=1, prompt=min(priced.prompt, 128), dtype=dtype,
+                              trust_remote_code=w.trust_remote_code, on_step=progress)
+            priced.sim.draft = (sum(p.nbytes for p in d.prefill.params) + sum(b.nbytes for b in d.prefill.buffers),
+                                float(d.kv_bytes_per_token), d.name)
+    return st, priced, fitted
+
+
+def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Target = Target(),
+                progress: Callable[[str], None] | None = None, sim: Simulation | None = None) -> LlmResult:
+    """What ``w``'s causal language model needs to serve ``s`` on ``p.gpus`` per replica
+    (``p.tp``-way tensor parallel, default all of them) on the target's accelerators (every one
+    with a bandwidth figure when none is named; with ``s.measure`` this machine's device too)."""
+    from ...hardware.catalog import load, local_accelerator
+    from ...hardware.db import find
+
+    st, priced, fitted = _prepared(w, s, p, target, sim or Simulation(), progress)
     rows = load(target.hardware)
     wanted: list[Accelerator] = []
     if s.measure:
@@ -136,14 +154,6 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
         wanted += [find(rows, g) for g in target.gpu]
     elif not s.measure:
         wanted = [a for a in rows if a.bandwidth_gbs is not None or a.calibrated]
-    if priced.sim is not None:
-        priced.sim.prompt, priced.sim.output = priced.prompt, priced.output
-        priced.sim.most = s.max_model_len or st.max_context
-        if sim.speculative_model:  # the draft: its weights and cache per token, as traced
-            d = trace_serving(sim.speculative_model, batch=1, prompt=min(priced.prompt, 128), dtype=dtype,
-                              trust_remote_code=w.trust_remote_code, on_step=progress)
-            priced.sim.draft = (sum(p.nbytes for p in d.prefill.params) + sum(b.nbytes for b in d.prefill.buffers),
-                                float(d.kv_bytes_per_token), d.name)
     res = serve(st, priced, wanted, max_context=None if s.allow_longer else st.max_context,
                 efficiency=target.efficiencies)
     res.notes[:0] = fitted
@@ -155,6 +165,40 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     if s.measure and not wanted:
         res.notes.append(f"no prediction for {target.device or 'cpu'}: run `footprint calibrate` first to measure "
                          "its rates")
+    return res
+
+
+def plan_serving(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simulation, settings: Plan,
+                 progress: Callable[[str, float | None], None] | None = None) -> FleetPlan:
+    """The fleets that serve ``sim.request_rate`` within the latency targets, cheapest first
+    (:mod:`.fleet`): one trace of the model, every candidate replica simulated at its share."""
+    from .fleet import ENGINES, REQUESTS, plan_fleet
+    from .requests import timed
+
+    if not sim.request_rate:
+        raise FootprintError("plan --serve sizes a fleet for a request rate: give --request-rate R (requests per "
+                             "second to the whole fleet)")
+    rates = parse_rates(sim.request_rate)
+    if len(rates) != 1 or rates[0] == float("inf"):
+        raise FootprintError(f"plan --serve takes one finite --request-rate (the fleet's traffic), got "
+                             f"'{sim.request_rate}'")
+    if sim.slo_ttft is None and sim.slo_tpot is None:
+        raise FootprintError("plan --serve needs a latency target: --slo-ttft and/or --slo-tpot (e.g. --slo-ttft "
+                             "500ms --slo-tpot 50ms)")
+    if sim.request_trace and timed(sim.request_trace):
+        raise FootprintError("plan --serve spreads --request-rate over the replicas: give a trace of lengths "
+                             "without send times")
+    say = progress or (lambda message, fraction=None: None)
+    st, priced, fitted = _prepared(w, s, dataclasses.replace(p, gpus=1, tp=1), target, sim,
+                                   lambda m: say(m, None))
+    assert priced.sim is not None  # asked: a rate was given
+    base = dataclasses.replace(priced.sim, num_prompts=s.num_prompts or REQUESTS)
+    res = plan_fleet(st, priced, base, rate=rates[0], gpus=target.gpu, hardware=target.hardware,
+                     engines=(s.engine,) if s.engine else ENGINES, tp=p.tp, gpus_per_node=p.gpus_per_node,
+                     most_gpus=p.gpus if p.gpus > 1 else None, target=settings.attainment, prices=target.price,
+                     efficiency=target.efficiencies, progress=progress)
+    res.notes[:0] = fitted
+    res.notes.append(f"each point simulates {base.num_prompts} requests (--num-prompts)")
     return res
 
 

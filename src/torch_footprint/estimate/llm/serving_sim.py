@@ -120,7 +120,8 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
     if a.spec_k:
         blocks, tricks = _speculation(setup, cost, a, blocks, notes)
     if blocks < 1:
-        raise FootprintError(f"on {setup.acc.id}, the speculative draft's weights leave no room for the cache")
+        what = "the speculative draft's weights leave" if a.spec_k else "the weights leave"
+        raise FootprintError(f"on {setup.acc.id}, {what} no room for the cache")
     runs = []
     for rate, sent in zip(rates, streams, strict=True):
         conc = None if open_loop else a.concurrency
@@ -137,7 +138,8 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
     out["lengths"] = a.trace or a.lengths
     if len(runs) > 1:
         keep = ("request_rate", "requests_per_s", "output_tokens_per_s", "input_tokens_per_s", "ttft_s", "tpot_s",
-                "itl_s", "e2e_s", "goodput_requests_per_s", "usd_per_m_output_tokens")
+                "itl_s", "e2e_s", "goodput_requests_per_s", "usd_per_m_output_tokens", "slo", "kv_peak_fraction",
+                "preemptions", "requests")
         out["sweep"] = [{k: r[k] for k in keep if k in r} for r in runs]
     if a.prefix_hit:
         notes.append(f"prefix caching: {a.prefix_hit:.0%} of each prompt found in the cache (not prefilled, its "
