@@ -237,7 +237,10 @@ def plan_fleet(st: ServingTrace, base: Priced, asked: Asked, *, rate: float, gpu
             for e in engines if profile(e).runs_on(a.vendor) for t in ((tp,) if tp else _tps(st, gpus_per_node))]
     if not reps:
         raise FootprintError(f"{' and '.join(engines)} run(s) on none of the accelerators asked")
-    reps.sort(key=lambda r: (r.price.usd_per_hour * r.tp if r.price else float("inf"), r.tp))
+    # likeliest cheapest first, so that the bound on the fleets kept cuts the rest short: decoding reads the
+    # weights and cache every step, so a replica's requests per second go roughly with its bandwidth
+    reps.sort(key=lambda r: (r.price.usd_per_hour / (r.acc.bandwidth_gbs or 1.0) if r.price else float("inf"),
+                             -r.tp))
     plan.candidates = len(reps)
     misses: list[tuple[float, str]] = []  # (how far, what) where the targets are missed even at the lightest load
     try:
