@@ -235,6 +235,10 @@ def report(got: list[Predicted], skipped: list[str]) -> None:
               f"{r['value']:11.2f} {p.value:11.2f} {100 * p.error:+6.1f}%")
     errs = [p.error for p in got]
     print(f"\n{len(got)} rows predicted, {len(skipped)} not expressed")
+    if not errs:
+        for s in skipped:
+            print(f"not expressed: {s}")
+        return
     print(f"median |error| {100 * _med(errs):.1f}%, p90 {100 * _p(errs, 0.9):.1f}%, worst "
           f"{100 * max(errs, key=abs):+.1f}%, signed median {100 * statistics.median(errs):+.1f}%")
     for title, key in (("source", source_of), ("engine", lambda r: r["engine"]),
@@ -412,10 +416,24 @@ def main() -> None:
         held = {**fit_report(rows, traces), **prefill_fit_report(rows, traces)}
         # rows whose constants were not fitted here (vLLM, SGLang, TensorRT-LLM: figures from
         # outside this database) are held out as they stand
-        out = [held.get(p.row["index"], p.error) for p in got]
-        print(f"\nheld out (every fitted constant refitted without the row's source, or its GPU where the "
-              f"source is the only one): {len(out)} rows, median |error| {100 * _med(out):.1f}%, p90 "
-              f"{100 * _p(out, 0.9):.1f}%")
+        held_out_report(got, held)
+
+
+def held_out_report(got: list[Predicted], held: dict[int, float]) -> None:
+    """Every row's error with the constants fitted here refitted without it (its source, or its
+    GPU where its source is the only one that fits them), overall and per source; rows no fitted
+    constant touches stand as predicted."""
+    out = [held.get(p.row["index"], p.error) for p in got]
+    print(f"\nheld out (every fitted constant refitted without the row's source, or its GPU where the "
+          f"source is the only one): {len(out)} rows, median |error| {100 * _med(out):.1f}%, p90 "
+          f"{100 * _p(out, 0.9):.1f}%")
+    groups: dict[str, list[float]] = defaultdict(list)
+    refitted: dict[str, int] = defaultdict(int)
+    for p in got:
+        groups[source_of(p.row)].append(held.get(p.row["index"], p.error))
+        refitted[source_of(p.row)] += p.row["index"] in held
+    for k, xs in sorted(groups.items()):
+        print(f"  {k:70s} {len(xs):4d} rows  median |error| {100 * _med(xs):5.1f}%  ({refitted[k]} refitted)")
 
 
 if __name__ == "__main__":
