@@ -59,6 +59,9 @@ class EngineProfile:
     # what admitting a request reserves: "prompt" (its prompt's blocks; preempted when the cache
     # runs out) or "whole" (every block it can reach, prompt + output: it is never preempted)
     admission: str = "prompt"
+    # the element-wise operators between matrix operators run as fused kernels (norm with residual
+    # add, rotary embedding, gated activation): their intermediate results stay on chip
+    fused_elementwise: bool = False
 
     def efficiency(self) -> dict[str, float]:
         """The achieved fractions of the datasheet's rates (memory, matrix, vector) this engine

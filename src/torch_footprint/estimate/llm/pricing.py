@@ -46,7 +46,7 @@ from .engines import engine_cache
 from .quantization import Scheme
 from .result import EngineCache, LlmResult, LlmRow
 from .serving_sim import Asked, Setup, simulate_serving
-from .steps import Grouped, active_params, weight_bytes
+from .steps import Grouped, active_params, fused, weight_bytes
 from .trace import ServingTrace
 
 LLM_EFFICIENCY = {"matrix": 0.6, "vector": 0.5, "memory": 0.7}
@@ -172,10 +172,18 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     prefill_flops = sum(e.flops for e in st.prefill.events) * s.batch
     mid = s.prompt + max(s.output - 1, 0) // 2
     lengths = sorted({s.prompt, mid, s.context - 1})
-    pre_g = Grouped.at(st.prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp)
+    # a named engine runs its element-wise operators as fused kernels (steps.fused), on datasheet rows
+    fuse = speed is not None and speed.fused_elementwise and not any(a.calibrated for a in accelerators)
+    prefill = fused(st.prefill) if fuse else st.prefill
+    pre_g = Grouped.at(prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp)
     # datasheet rows are priced as engines serve; a calibrated (local) device as eager PyTorch runs
     # an engine reads a quantized cache at its own bytes; eager PyTorch (a calibrated device) as traced
-    traces_at = {engine: {L: st.decode_at(L, engine, kv_ratio if engine else 1.0) for L in lengths}
+
+    def decode_trace(length: int, engine: bool) -> Trace:
+        t = st.decode_at(length, engine, kv_ratio if engine else 1.0)
+        return fused(t) if engine and speed is not None and speed.fused_elementwise else t
+
+    traces_at = {engine: {L: decode_trace(L, engine) for L in lengths}
                  for engine in {not a.calibrated for a in accelerators}}
     dec_gs = {engine: {L: Grouped.at(t, s.batch, traced, priced, reached(s.batch), tp)
                        for L, t in ts.items()} for engine, ts in traces_at.items()}
@@ -190,7 +198,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
 
     def prefill_at_batch(b: int) -> Grouped:
         if b not in prefill_at:
-            prefill_at[b] = Grouped.at(st.prefill, b, traced, priced, reached(b * s.prompt), tp)
+            prefill_at[b] = Grouped.at(prefill, b, traced, priced, reached(b * s.prompt), tp)
         return prefill_at[b]
 
     for acc in accelerators:
@@ -270,8 +278,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
             def decode_s(b: int, ctx: int, engine: bool = engine, time_of: Any = time_of,
                          tp_comm: Any = tp_comm) -> float:
                 if (engine, ctx) not in by_ctx:
-                    by_ctx[engine, ctx] = traces_at[engine].get(ctx) \
-                        or st.decode_at(ctx, engine, kv_ratio if engine else 1.0)
+                    by_ctx[engine, ctx] = traces_at[engine].get(ctx) or decode_trace(ctx, engine)
                 return time_of(Grouped.at(by_ctx[engine, ctx], b, traced, priced, reached(b), tp)) + tp_comm(b)
 
             # a prompt token's cost in an iteration: its own work, the weights being read once per

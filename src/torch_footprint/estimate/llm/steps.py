@@ -139,4 +139,45 @@ class Grouped:
         return max(host, device)
 
 
-__all__ = ["Grouped", "active_params", "scaled", "weight_bytes"]
+
+# ------------------------------------------------------------------------------ an engine's fused kernels
+
+def fused(trace: Trace) -> Trace:
+    """``trace`` as a serving engine runs it: the element-wise operators between two matrix
+    operators (RMSNorm with its residual add, rotary embedding, SiLU-and-multiply, the cache's
+    store) run as fused kernels, the intermediate results kept on chip. Within a run of
+    consecutive element-wise operators, where an operator reads at least the bytes the one before
+    it wrote (besides weights), it takes them from the fused kernel: the one before does not write
+    them and it does not read them. Weights (a norm's scale) are read; FLOPs and the number of
+    operators (the host's dispatch, priced per traced operator) are as traced. The rule reads
+    the trace's order only: a result read by an operator further on (the residual stream beside
+    the norm) is taken as consumed (too few bytes), and operators a traced matrix operator
+    separates stay apart (transformers computes the up projection between SiLU and its multiply,
+    which engines fuse after one merged gate-and-up matrix: too many bytes).
+
+    The engines' kernels: vLLM's fused_add_rms_norm, rotary_embedding and silu_and_mul
+    (csrc/layernorm_kernels.cu, csrc/pos_encoding_kernels.cu, csrc/activation_kernels.cu),
+    TensorRT-LLM's QKV preprocessing (rotary and the cache store in one kernel) and RMSNorm
+    (TensorRT fuses the other element-wise layers), SGLang's (sgl-kernel) of vLLM's names;
+    llama.cpp's profile (ggml's operators one kernel each) keeps the operators apart."""
+    weights = [p.nbytes for p in trace.params]
+    events = list(trace.events)
+    reads = [e.bytes_read for e in events]
+    writes = [e.bytes_written for e in events]
+    prev: int | None = None  # the element-wise operator before, in the current run
+    for i, e in enumerate(events):
+        if e.kind == "view":
+            continue
+        if e.kind not in ("vector", "data"):
+            prev = None
+            continue
+        if prev is not None and e.bytes_read - sum(weights[w] for w in e.weights) >= events[prev].bytes_written:
+            reads[i] -= events[prev].bytes_written
+            writes[prev] = 0
+        prev = i
+    out = [e if (r, w) == (e.bytes_read, e.bytes_written) else replace(e, bytes_read=r, bytes_written=w)
+           for e, r, w in zip(events, reads, writes, strict=True)]
+    return replace(trace, events=out)
+
+
+__all__ = ["Grouped", "active_params", "fused", "scaled", "weight_bytes"]
