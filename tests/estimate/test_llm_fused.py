@@ -71,5 +71,12 @@ def test_a_traced_prefill_keeps_its_flops_and_operators_and_moves_fewer_bytes() 
     chain = [e for e in after[o_proj + 1:mms[5]] if e.kind != "view"]
     assert [e.op.split(".")[1] for e in chain] == ["add", "pow", "mean", "add", "rsqrt", "mul", "mul"]
     assert sum(e.bytes_read + e.bytes_written for e in chain) == 2 * 8192 + 8192 + 128 * 4 + 8192
+    # its gated MLP (intermediate 344): the gate's matrix, SiLU, the up projection's matrix (which reads
+    # the norm's output, not SiLU's), the multiply. Fused as engines run silu_and_mul: the gate and the
+    # up projection read, the product written, 3 x 16 x 344 x 4 bytes
+    k = next(i for i, e in enumerate(after) if e.op == "aten.silu.default")
+    up, mul = [e for e in after[k + 1:] if e.kind != "view"][:2]
+    assert up.kind == "matrix" and mul.op == "aten.mul.Tensor"
+    assert after[k].bytes_read + after[k].bytes_written + mul.bytes_read + mul.bytes_written == 3 * 16 * 344 * 4
     moved = sum(e.bytes_read + e.bytes_written for e in after if e.kind in ("vector", "data"))
     assert moved < sum(e.bytes_read + e.bytes_written for e in before if e.kind in ("vector", "data"))

@@ -151,9 +151,10 @@ def fused(trace: Trace) -> Trace:
     them and it does not read them. Weights (a norm's scale) are read; FLOPs and the number of
     operators (the host's dispatch, priced per traced operator) are as traced. The rule reads
     the trace's order only: a result read by an operator further on (the residual stream beside
-    the norm) is taken as consumed (too few bytes), and operators a traced matrix operator
-    separates stay apart (transformers computes the up projection between SiLU and its multiply,
-    which engines fuse after one merged gate-and-up matrix: too many bytes).
+    the norm) is taken as consumed (too few bytes). A matrix operator ends the run where it
+    reads the run's last result; one that reads less reads something else and the run goes on
+    past it (transformers computes the up projection between SiLU and its multiply; engines
+    merge the gate and up matrices and fuse SiLU with the multiply).
 
     The engines' kernels: vLLM's fused_add_rms_norm, rotary_embedding and silu_and_mul
     (csrc/layernorm_kernels.cu, csrc/pos_encoding_kernels.cu, csrc/activation_kernels.cu),
@@ -168,10 +169,13 @@ def fused(trace: Trace) -> Trace:
     for i, e in enumerate(events):
         if e.kind == "view":
             continue
+        takes = prev is not None and e.bytes_read - sum(weights[w] for w in e.weights) >= events[prev].bytes_written
         if e.kind not in ("vector", "data"):
-            prev = None
+            # a matrix operator that reads less than the run's last result reads something else (the up
+            # projection beside SiLU's output): the run goes on past it
+            prev = prev if prev is not None and not takes else None
             continue
-        if prev is not None and e.bytes_read - sum(weights[w] for w in e.weights) >= events[prev].bytes_written:
+        if takes and prev is not None:
             reads[i] -= events[prev].bytes_written
             writes[prev] = 0
         prev = i
