@@ -23,9 +23,15 @@ states and the engine's defaults otherwise:
 Prints per row the printed and predicted figure and the error, then the median, p90, worst,
 the medians per source, engine and scenario, the batch-1 decode median, and for every constant
 fitted to published measurements (hardware/engines/*.toml's speed figures) a leave-one-source-
-out refit: each source's rows predicted with the constant fitted on the other sources only.
+out refit: each source's rows predicted with the constant fitted on the other sources only
+(by GPU where one source alone holds the rows a constant is fitted on), and the held-out
+errors' median over all rows and per source. The engines' other speed figures (vLLM, SGLang,
+TensorRT-LLM) come from outside this database and stand as shipped.
 
     .venv/bin/python benchmarks/validate_serving.py [--no-loso]
+    # in shards (one source each), then the report of them all:
+    .venv/bin/python benchmarks/validate_serving.py --source H100vsA100 --save a.jsonl --no-loso
+    .venv/bin/python benchmarks/validate_serving.py --load a.jsonl,b.jsonl,...
 
 Targets: median <= 12%, each source's median <= 20%, leave-one-source-out median <= 15%,
 batch-1 decode median <= 15%.
