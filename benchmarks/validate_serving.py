@@ -13,16 +13,25 @@ states and the engine's defaults otherwise:
   prompt eval = prompt / time to first token);
 * ``offline_max_throughput`` and ``request_rate`` = inf: the continuous-batching simulation
   (``--simulate``) with every request queued at once;
-* rows that need what the simulation does not take yet (Poisson arrivals at a finite rate, a
-  dataset's mix of lengths) or a scheme torch-footprint does not price (fp4 weights, GGML's
-  q4_1) are listed as "not expressed" with what they need.
+* ``request_rate`` at a finite rate: the simulation fed a Poisson process at that rate
+  (``--request-rate``, seeded), split evenly over the row's data-parallel replicas;
+* a dataset's rows draw their lengths from the shipped histogram of that dataset
+  (``--lengths``), where one ships with its published source;
+* rows that need what is not shipped (a dataset's histogram) or a scheme torch-footprint does
+  not price (fp4 weights, GGML's q4_1) are listed as "not expressed" with what they need.
 
 Prints per row the printed and predicted figure and the error, then the median, p90, worst,
 the medians per source, engine and scenario, the batch-1 decode median, and for every constant
 fitted to published measurements (hardware/engines/*.toml's speed figures) a leave-one-source-
-out refit: each source's rows predicted with the constant fitted on the other sources only.
+out refit: each source's rows predicted with the constant fitted on the other sources only
+(by GPU where one source alone holds the rows a constant is fitted on), and the held-out
+errors' median over all rows and per source. The engines' other speed figures (vLLM, SGLang,
+TensorRT-LLM) come from outside this database and stand as shipped.
 
     .venv/bin/python benchmarks/validate_serving.py [--no-loso]
+    # in shards (one source each), then the report of them all:
+    .venv/bin/python benchmarks/validate_serving.py --source H100vsA100 --save a.jsonl --no-loso
+    .venv/bin/python benchmarks/validate_serving.py --load a.jsonl,b.jsonl,...
 
 Targets: median <= 12%, each source's median <= 20%, leave-one-source-out median <= 15%,
 batch-1 decode median <= 15%.
@@ -51,6 +60,8 @@ from validate_serving_kv import model_path  # noqa: E402
 from torch_footprint.errors import FootprintError  # noqa: E402
 from torch_footprint.estimate.llm.pricing import Priced, serve  # noqa: E402
 from torch_footprint.estimate.llm.quantization import activation_dtype, kv_scheme, weight_scheme  # noqa: E402
+from torch_footprint.estimate.llm.requests import distributions  # noqa: E402
+from torch_footprint.estimate.llm.serving_sim import Asked  # noqa: E402
 from torch_footprint.estimate.llm.trace import ServingTrace, trace_serving  # noqa: E402
 from torch_footprint.hardware.catalog import get  # noqa: E402
 from torch_footprint.hardware.engines import profiles  # noqa: E402
@@ -68,6 +79,8 @@ LLAMACPP_PROMPT = 400
 LLAMACPP_OUTPUT = 1024
 # TensorRT-LLM's batch-1 generation rows print no output length: the table's other rows' 128
 BATCH1_OUTPUT = 128
+# a dataset's rows draw their lengths from the shipped histogram of that name (estimate/llm/lengths.toml)
+DATASETS: dict[str, str] = {}
 SIM_REQUESTS = 3000  # offline runs of more requests are simulated on their first 3,000 (steady state)
 
 
@@ -119,11 +132,13 @@ def priced_of(row: dict[str, Any]) -> tuple[str, Priced, str]:
     tp = int(row.get("tp", 1))
     knobs = {KNOBS[k]: float(v) for k, v in row.items() if k in KNOBS}
     scenario, metric = row["scenario"], row["metric"]
+    lengths = "fixed"
     if scenario in ("offline_max_throughput", "request_rate") and row.get("dataset") not in (None, "synthetic-fixed",
                                                                                             "random"):
-        raise NotExpressed(f"needs the {row['dataset']} dataset's mix of lengths")
-    if scenario == "request_rate" and math.isfinite(float(row["request_rate"])):
-        raise NotExpressed(f"needs Poisson arrivals at {row['request_rate']:g} requests/s")
+        lengths = DATASETS.get(row["dataset"], "")
+        if lengths not in distributions():
+            raise NotExpressed(f"no shipped histogram of the {row['dataset']} dataset's lengths (a histogram needs "
+                               "its published source: the dataset's own length statistics with their address)")
     if scenario == "single_stream":
         prompt, output = LLAMACPP_PROMPT, LLAMACPP_OUTPUT
         if row.get("output_len"):
@@ -136,10 +151,13 @@ def priced_of(row: dict[str, Any]) -> tuple[str, Priced, str]:
         s = Priced(batch=int(row["batch"]), prompt=prompt, output=output, weights=scheme, kv_bytes=kv, gpus=tp,
                    tp=tp, engine=engine, knobs=knobs)
         return model, s, metric
-    n = int(row["num_prompts"])
-    sim = min(n, SIM_REQUESTS)
+    sim = min(int(row.get("num_prompts") or SIM_REQUESTS), SIM_REQUESTS)
+    rate = float(row.get("request_rate", math.inf))
+    # a finite rate: Poisson arrivals (seeded), the rate split evenly over the row's data-parallel replicas
+    rates = [rate / float(row.get("dp", 1))] if scenario == "request_rate" and math.isfinite(rate) else None
     s = Priced(batch=1, prompt=prompt, output=output, weights=scheme, kv_bytes=kv, gpus=tp, tp=tp, engine=engine,
-               knobs=knobs, simulate=(sim, sim))
+               knobs=knobs, simulate=(sim, sim),
+               sim=Asked(prompt, output, sim, sim, rates=rates, lengths=lengths))
     return model, s, metric
 
 
@@ -168,10 +186,12 @@ def predict(row: dict[str, Any], traces: dict[Any, ServingTrace], efficiency: di
         return sim["output_tokens_per_s"] * per
     if metric == "requests_per_s":
         return sim["requests"] / sim["duration_s"] * per
-    if metric == "ttft_ms_mean":
-        return sim["ttft_s"]["mean"] * 1e3
-    if metric == "itl_ms_mean":
-        return sim["tpot_s"]["mean"] * 1e3
+    name, _, stat = metric.rpartition("_")  # ttft_ms_p50: the ttft figure's p50
+    if name.endswith("_ms"):
+        # TensorRT-LLM's mean inter-token latency is per request, (end - first token) / (output - 1): TPOT's mean
+        key = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "tpot_s", "e2e_latency": "e2e_s"}.get(name[:-3])
+        if key is not None and stat in sim[key]:
+            return sim[key][stat] * 1e3
     raise NotExpressed(f"metric {metric}")
 
 
@@ -221,6 +241,10 @@ def report(got: list[Predicted], skipped: list[str]) -> None:
               f"{r['value']:11.2f} {p.value:11.2f} {100 * p.error:+6.1f}%")
     errs = [p.error for p in got]
     print(f"\n{len(got)} rows predicted, {len(skipped)} not expressed")
+    if not errs:
+        for s in skipped:
+            print(f"not expressed: {s}")
+        return
     print(f"median |error| {100 * _med(errs):.1f}%, p90 {100 * _p(errs, 0.9):.1f}%, worst "
           f"{100 * max(errs, key=abs):+.1f}%, signed median {100 * statistics.median(errs):+.1f}%")
     for title, key in (("source", source_of), ("engine", lambda r: r["engine"]),
@@ -367,7 +391,8 @@ def _arg(name: str) -> str | None:
 
 
 def main() -> None:
-    """``--only ENGINE``: that engine's rows; ``--rows A:B --save FILE``: rows A to B, each
+    """``--only ENGINE``: that engine's rows; ``--source TEXT``: the rows whose source's short name
+    holds TEXT; ``--rows A:B --save FILE``: rows A to B, each
     prediction appended to FILE as a JSON line (to split the run); ``--load FILE...``: report
     the saved predictions (comma-separated files) instead of predicting."""
     rows = tomllib.loads(DATA.read_text())["run"]
@@ -376,6 +401,8 @@ def main() -> None:
     only, span, save, load = _arg("--only"), _arg("--rows"), _arg("--save"), _arg("--load")
     if only:
         rows = [r for r in rows if r["engine"] == only]
+    if (src := _arg("--source")) is not None:
+        rows = [r for r in rows if src in source_of(r)]
     if span:
         a, b = (int(x) for x in span.split(":"))
         rows = [r for r in rows if a <= r["index"] < b]
@@ -395,10 +422,24 @@ def main() -> None:
         held = {**fit_report(rows, traces), **prefill_fit_report(rows, traces)}
         # rows whose constants were not fitted here (vLLM, SGLang, TensorRT-LLM: figures from
         # outside this database) are held out as they stand
-        out = [held.get(p.row["index"], p.error) for p in got]
-        print(f"\nheld out (every fitted constant refitted without the row's source, or its GPU where the "
-              f"source is the only one): {len(out)} rows, median |error| {100 * _med(out):.1f}%, p90 "
-              f"{100 * _p(out, 0.9):.1f}%")
+        held_out_report(got, held)
+
+
+def held_out_report(got: list[Predicted], held: dict[int, float]) -> None:
+    """Every row's error with the constants fitted here refitted without it (its source, or its
+    GPU where its source is the only one that fits them), overall and per source; rows no fitted
+    constant touches stand as predicted."""
+    out = [held.get(p.row["index"], p.error) for p in got]
+    print(f"\nheld out (every fitted constant refitted without the row's source, or its GPU where the "
+          f"source is the only one): {len(out)} rows, median |error| {100 * _med(out):.1f}%, p90 "
+          f"{100 * _p(out, 0.9):.1f}%")
+    groups: dict[str, list[float]] = defaultdict(list)
+    refitted: dict[str, int] = defaultdict(int)
+    for p in got:
+        groups[source_of(p.row)].append(held.get(p.row["index"], p.error))
+        refitted[source_of(p.row)] += p.row["index"] in held
+    for k, xs in sorted(groups.items()):
+        print(f"  {k:70s} {len(xs):4d} rows  median |error| {100 * _med(xs):5.1f}%  ({refitted[k]} refitted)")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,9 @@ class EngineProfile:
     # what admitting a request reserves: "prompt" (its prompt's blocks; preempted when the cache
     # runs out) or "whole" (every block it can reach, prompt + output: it is never preempted)
     admission: str = "prompt"
+    # the element-wise operators between matrix operators run as fused kernels (norm with residual
+    # add, rotary embedding, gated activation): their intermediate results stay on chip
+    fused_elementwise: bool = False
     vendors: tuple[str, ...] = ()  # the GPU vendors it runs on (empty: any device)
 
     def runs_on(self, vendor: str) -> bool:

@@ -8,7 +8,7 @@ sequence, and so does every byte except the weights an operator reads (the trace
 parameters each operator reads), so a step at batch B costs B x the per-sequence work plus
 one read of the weights. Mixture-of-experts weights are read for the experts the step's
 tokens reach: the expected number of distinct experts under uniform routing (a documented
-assumption: real routers are not uniform, which lowers the count).
+assumption: real routers are not uniform, which lowers the count). The scaling lives in :mod:`.steps`.
 
 Defaults that stand for serving engines, where ``--engine`` names none (an engine's profile,
 hardware/engines/NAME.toml, states its own under [speed]; ``footprint calibrate``'s figures
@@ -31,21 +31,22 @@ twice per layer (after attention and after the MLP): a ring all-reduce moves
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...analysis.memory import replay
 from ...hardware.db import Accelerator
 from ...hardware.engines import profile
 from ...search import largest_true
-from ...trace.records import OpEvent, Trace
+from ...trace.records import Trace
 from ..kernels.roofline import ceilings, estimate_latency
 from ..layouts.comm import LINK_EFFICIENCY, Link, all_reduce_s, link_of, nccl_link
 from ..memory import CUDA_OVERHEADS
 from .engines import engine_cache
-from .quantization import Param, Scheme
+from .quantization import Scheme
 from .result import EngineCache, LlmResult, LlmRow
 from .serving_sim import Asked, Setup, simulate_serving
+from .steps import Grouped, active_params, fused, weight_bytes
 from .trace import ServingTrace
 
 LLM_EFFICIENCY = {"matrix": 0.6, "vector": 0.5, "memory": 0.7}
@@ -78,127 +79,6 @@ class Priced:
     @property
     def context(self) -> int:
         return self.prompt + self.output
-
-
-def _params(st: ServingTrace) -> list[Param]:
-    """The traced parameters with the roles the weight schemes price them by."""
-    tr = st.prefill
-    types = {m.path: m.type for m in tr.modules}
-    n_layers = len(st.layers)
-    experts = st.experts.count if st.experts else 0
-    out = []
-    for i, p in enumerate(tr.params):
-        role = st.roles.get(i)
-        if role is None:
-            if len(p.shape) < 2:
-                role = "vector"
-            elif types.get(p.module, "").endswith("Embedding"):
-                role = "embedding"
-            else:
-                role = "linear"
-        layer = next((int(x) for x in p.name.split(".") if x.isdigit()), None)
-        out.append(Param(p.name, tuple(p.shape), role, layer, n_layers, experts))
-    return out
-
-
-def weight_bytes(st: ServingTrace, scheme: Scheme | None) -> list[int]:
-    """Bytes of every traced parameter in ``scheme`` (None: as traced)."""
-    if scheme is None:
-        return [p.nbytes for p in st.prefill.params]
-    return [scheme.bytes_of(p) for p in _params(st)]
-
-
-def active_params(st: ServingTrace) -> tuple[int, int]:
-    """(parameters one token uses, parameters of the routed experts)."""
-    total = st.params
-    if st.experts is None:
-        return total, 0
-    routed = sum(st.prefill.params[i].numel for i in st.experts.params)
-    return total - routed + routed * st.experts.top_k // st.experts.count, routed
-
-
-# ------------------------------------------------------------------------------ steps at a batch
-
-def _weights_read(e: OpEvent, traced: list[int], priced: list[int], fraction: dict[int, float]) -> tuple[int, int]:
-    """(bytes of weights ``e`` read as traced, bytes it reads priced and for the experts reached)."""
-    was = now = 0
-    for w in e.weights:
-        was += traced[w]
-        now += int(priced[w] * fraction.get(w, 1.0))
-    return was, now
-
-
-def scaled(trace: Trace, batch: int, traced: list[int], priced: list[int], fraction: dict[int, float],
-           per_rank: int = 1) -> Trace:
-    """``trace`` (run at batch 1) at ``batch``: per-sequence work x batch, weights read once
-    in their scheme; with ``per_rank`` > 1, one tensor-parallel rank's share."""
-    events = []
-    for e in trace.events:
-        if e.kind == "view":
-            events.append(e)
-            continue
-        was, now = _weights_read(e, traced, priced, fraction)
-        rest = e.bytes_read - was
-        shapes = [[s[0] * batch, *s[1:]] if s else s for s in e.out_shapes]
-        events.append(replace(e, flops=e.flops * batch // per_rank, macs=e.macs * batch // per_rank,
-                              bytes_read=(now + rest * batch) // per_rank,
-                              bytes_written=e.bytes_written * batch // per_rank, out_shapes=shapes))
-    return replace(trace, events=events)
-
-
-@dataclass
-class Grouped:
-    """A trace with identical operators merged (the layers of a model repeat): each unique
-    operator once, and how many times it runs. A roofline time is linear in the count."""
-
-    trace: Trace
-    counts: list[int]
-
-    @classmethod
-    def at(cls, trace: Trace, batch: int, traced: list[int], priced: list[int], fraction: dict[int, float],
-           per_rank: int = 1) -> Grouped:
-        """``Grouped.of(scaled(trace, ...))`` merged at batch 1 first (operators alike there that
-        read alike weights are alike at any batch; a sum over merged operators is the same sum),
-        so each distinct operator is scaled once."""
-        g = cls.of(trace, lambda e: _weights_read(e, traced, priced, fraction))
-        return cls(scaled(g.trace, batch, traced, priced, fraction, per_rank), g.counts)
-
-    @classmethod
-    def of(cls, trace: Trace, extra: Any = None) -> Grouped:
-        index: dict[tuple[Any, ...], int] = {}
-        events: list[OpEvent] = []
-        counts: list[int] = []
-        for e in trace.events:
-            key = (e.op, e.kind, e.flops, e.macs, e.bytes_read, e.bytes_written,
-                   tuple(map(tuple, e.out_shapes)), tuple(e.out_dtypes), extra(e) if extra else None)
-            i = index.get(key)
-            if i is None:
-                index[key] = len(events)
-                events.append(e)
-                counts.append(1)
-            else:
-                counts[i] += 1
-        return cls(replace(trace, events=events), counts)
-
-    @property
-    def flops(self) -> int:
-        return sum(e.flops * c for e, c in zip(self.trace.events, self.counts, strict=True))
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(e.bytes_read * c for e, c in zip(self.trace.events, self.counts, strict=True))
-
-    def time_s(self, prediction: Any) -> float:
-        """The whole trace's time from a prediction over the unique operators. Where host and
-        device overlap (GPUs, roofline.Prediction.effective) the merged operators have lost
-        their order: the run takes the longer of the host's dispatching and the device's
-        kernels, the two clocks' limit when the queue never drains and never runs dry."""
-        pairs = list(zip(prediction.ops, self.counts, strict=True))
-        if not prediction.ceilings.overlap:
-            return sum(o.time_s * c for o, c in pairs)
-        host = sum(o.overhead_s * c for o, c in pairs)
-        device = sum(o.device_s * c for o, c in pairs if o.kind != "view")
-        return max(host, device)
 
 
 # ------------------------------------------------------------------------------ memory
@@ -292,10 +172,18 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     prefill_flops = sum(e.flops for e in st.prefill.events) * s.batch
     mid = s.prompt + max(s.output - 1, 0) // 2
     lengths = sorted({s.prompt, mid, s.context - 1})
-    pre_g = Grouped.at(st.prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp)
+    # a named engine runs its element-wise operators as fused kernels (steps.fused), on datasheet rows
+    fuse = speed is not None and speed.fused_elementwise and not any(a.calibrated for a in accelerators)
+    prefill = fused(st.prefill) if fuse else st.prefill
+    pre_g = Grouped.at(prefill, s.batch, traced, priced, reached(s.batch * s.prompt), tp)
     # datasheet rows are priced as engines serve; a calibrated (local) device as eager PyTorch runs
     # an engine reads a quantized cache at its own bytes; eager PyTorch (a calibrated device) as traced
-    traces_at = {engine: {L: st.decode_at(L, engine, kv_ratio if engine else 1.0) for L in lengths}
+
+    def decode_trace(length: int, engine: bool) -> Trace:
+        t = st.decode_at(length, engine, kv_ratio if engine else 1.0)
+        return fused(t) if engine and speed is not None and speed.fused_elementwise else t
+
+    traces_at = {engine: {L: decode_trace(L, engine) for L in lengths}
                  for engine in {not a.calibrated for a in accelerators}}
     dec_gs = {engine: {L: Grouped.at(t, s.batch, traced, priced, reached(s.batch), tp)
                        for L, t in ts.items()} for engine, ts in traces_at.items()}
@@ -310,7 +198,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
 
     def prefill_at_batch(b: int) -> Grouped:
         if b not in prefill_at:
-            prefill_at[b] = Grouped.at(st.prefill, b, traced, priced, reached(b * s.prompt), tp)
+            prefill_at[b] = Grouped.at(prefill, b, traced, priced, reached(b * s.prompt), tp)
         return prefill_at[b]
 
     for acc in accelerators:
@@ -390,8 +278,7 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
             def decode_s(b: int, ctx: int, engine: bool = engine, time_of: Any = time_of,
                          tp_comm: Any = tp_comm) -> float:
                 if (engine, ctx) not in by_ctx:
-                    by_ctx[engine, ctx] = traces_at[engine].get(ctx) \
-                        or st.decode_at(ctx, engine, kv_ratio if engine else 1.0)
+                    by_ctx[engine, ctx] = traces_at[engine].get(ctx) or decode_trace(ctx, engine)
                 return time_of(Grouped.at(by_ctx[engine, ctx], b, traced, priced, reached(b), tp)) + tp_comm(b)
 
             # a prompt token's cost in an iteration: its own work, the weights being read once per
@@ -453,4 +340,4 @@ def _engine(mem: _Memory, cap: int, s: Priced, model_max: int | None, nvlink: bo
                         s.max_model_len or model_max or s.context, s.context, nvlink, device)
 
 
-__all__ = ["EngineCache", "LlmResult", "LlmRow", "Priced", "kv_per_rank", "serve"]
+__all__ = ["EngineCache", "LlmResult", "LlmRow", "Priced", "active_params", "kv_per_rank", "serve", "weight_bytes"]
