@@ -271,7 +271,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 vec = e.flops - e.matrix_flops  # a bias add or scaling inside the op
                 if kernels and e.problem and e.problem[0] == "attn":
                     # a fused attention's softmax runs in its registers beside its matmuls: the
-                    # fitted share (matrix.attention_share, fitted to the FlashAttention tables
+                    # share (matrix.attention_use, fitted to the FlashAttention tables
                     # by their matrix FLOPs alone) already holds its time
                     vec = 0
                 if kernels and is_depthwise(e.problem):  # a memory-bound kernel of its own
