@@ -61,12 +61,12 @@ ESTIMATE = ("gpu", "hardware", "tf32", "efficiency")
 VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
     "profile": {Workload: (*WORK, "tensors"), Training: ("train", "optimizer", "checkpointing")},
     "memory": {Workload: WORK, Training: ALL, Target: ("device", "utilisation"), Memory: ALL},
-    "bench": {Workload: ("model", "inputs", "precision", "weights", "channels_last", "trust_remote_code"),
+    "bench": {Workload: ("model", "inputs", "precision", "weights", "channels_last", "compile", "trust_remote_code"),
               Training: ("train", "optimizer"),
               Parallel: ("strategy", "gpus", "pp", "vpp", "pp_schedule", "grad_accum"), Target: ("device",),
               Measurement: ALL},
-    "predict": {Workload: (*WORK, "channels_last"), Training: ALL, Parallel: ALL, Target: ESTIMATE},
-    "fit": {Workload: WORK, Training: ALL, Parallel: ALL, Target: (*ESTIMATE, "utilisation", "latency")},
+    "predict": {Workload: (*WORK, "channels_last", "compile"), Training: ALL, Parallel: ALL, Target: ESTIMATE},
+    "fit": {Workload: (*WORK, "compile"), Training: ALL, Parallel: ALL, Target: (*ESTIMATE, "utilisation", "latency")},
     "report": {Workload: WORK, Training: ALL, Target: ("gpu", "hardware", "utilisation"), Sections: ALL},
     "llm": {Workload: ("model", "batch", "trust_remote_code"), Serving: ALL, Parallel: ("gpus", "tp"),
             Target: ("gpu", "hardware", "device", "efficiency", "price"), Simulation: ALL},
@@ -173,10 +173,11 @@ def predict(model: Profile | ModelLike, gpu: Accelerator | str, inputs: InputsLi
             raise FootprintError("a Profile was traced already: its batch and inputs cannot change")
         plain = None if w.precision is None or w.precision.endswith("-mixed") else w.precision
         return estimate_latency(model.trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies,
-                                compute_dtype=plain, layout=w.layout)
+                                compute_dtype=plain, layout=w.layout, compiled=w.compile)
     if not layout:
         trace, _ = trace_step(w, dataclasses.replace(t, optimizer=t.step_optimizer) if t.train else t)
-        return estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout)
+        return estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout,
+                                compiled=w.compile)
     from .estimate.recommend import layout_prediction
 
     return layout_prediction(w, dataclasses.replace(t, optimizer=t.step_optimizer), p, acc, target)
