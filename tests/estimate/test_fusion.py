@@ -64,3 +64,35 @@ def test_compiled_resnet50_against_timms_published_figure() -> None:
     compiled = 1024 / tfp.predict(prof, "rtx-4090", compile=True).time_s
     assert eager == pytest.approx(4303, rel=0.10)
     assert compiled == pytest.approx(8039, rel=0.25)
+
+
+class _Tiny(nn.Module):
+    """Twenty small elementwise operators: at batch 1, the host's time is what counts."""
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        for _ in range(10):
+            x = (x * 2.0).sin()
+        return x
+
+
+def test_the_hosts_time_by_how_the_model_runs() -> None:
+    from torch_footprint.estimate.kernels import constants
+    from torch_footprint.estimate.kernels.fusion import CUDA_LAUNCH_S, host_s
+    from torch_footprint.estimate.kernels.roofline import HOST_OP_S
+
+    assert host_s("eager", 18e-6, True, False) == 18e-6
+    assert host_s("compiled", 18e-6, True, False) == CUDA_LAUNCH_S and host_s("compiled", 18e-6, False, False) == 0
+    assert host_s("cuda-graphs", 18e-6, True, True) == CUDA_LAUNCH_S and host_s("cuda-graphs", 18e-6, True, False) == 0
+    prof = tfp.profile(_Tiny(), "1,64", precision="fp16")
+    floor = constants.current().kernel_floor_s
+    # 1 x 64 fp16 values: every kernel is its least time (10.8 us), the bytes nothing
+    # eager: 20 dispatches of 18 us, each kernel (10.8 us) hidden behind the next dispatch
+    # but the last: 20 x 18 + 10.8 us
+    eager = tfp.predict(prof, "h100-sxm")
+    assert eager.time_s == pytest.approx(20 * HOST_OP_S + floor, rel=0.01)
+    # compiled: one fused kernel, one launch (5 us) then its 10.8 us
+    compiled = tfp.predict(prof, "h100-sxm", compile=True)
+    assert compiled.time_s == pytest.approx(CUDA_LAUNCH_S + floor, rel=0.01)
+    # a CUDA graph of the eager kernels: one launch, then the 20 kernels back to back
+    graphs = tfp.predict(prof, "h100-sxm", cuda_graphs=True)
+    assert graphs.time_s == pytest.approx(CUDA_LAUNCH_S + 20 * floor, rel=0.01)

@@ -66,7 +66,11 @@ class Workload(Record):
     convolutions (default: NCHW, PyTorch's)"""
     compile: bool = opt(False)
     """torch.compile: bench compiles the model first; predict and fit price it as TorchInductor runs it
-    (elementwise and normalisation chains fused into one kernel each, convolutions in channels-last)"""
+    (elementwise and normalisation chains fused into one kernel each, convolutions in channels-last, the host's
+    time per kernel a launch's)"""
+    cuda_graphs: bool = opt(False)
+    """predict and fit: the step replayed as a CUDA graph (torch.compile's reduce-overhead mode, or captured by
+    hand): the host launches it once, not each kernel"""
     trust_remote_code: bool = opt(False)
     """allow a Hugging Face config to run code from its repository (off by default)"""
     tensors: Literal["auto", "meta", "fake", "real"] = opt("auto", metavar="KIND", what="kind of tensors")

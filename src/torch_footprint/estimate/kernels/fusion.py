@@ -14,6 +14,17 @@
   on by default except on ROCm), so no NCHW<->NHWC transposes run around its tensor-core
   convolutions (:func:`compiled_layout`).
 
+* **The host's time per kernel** (:func:`host_s`): eager PyTorch spends its Python, dispatcher
+  and launch time on every operator (``roofline.HOST_OP_S``, measured); Inductor's generated
+  wrapper calls each fused kernel's launcher directly, so what remains per kernel is the CUDA
+  launch itself, about 4-6 us ("every time the CPU submits a kernel to the GPU, it goes
+  through a series of driver and runtime calls. This process takes about 4-6 us":
+  https://susun-blog.com/blog/pegainfer-3-cuda-graph, measured against cudaStreamSynchronize);
+  views cost nothing (folded into the kernels' indexing). Replayed as a CUDA graph
+  (torch.compile's ``mode="reduce-overhead"``, or captured by hand) the host launches the
+  graph once, not its kernels ("a graph ... launched as a single operation", NVIDIA's
+  "Getting Started with CUDA Graphs", https://developer.nvidia.com/blog/cuda-graphs/).
+
 Checked against the compiled and eager rows of ``benchmarks/published/models.toml`` (timm's
 inference tables, batch 1024, AMP fp16, on an RTX 4090 and an RTX 5090: the same models both
 ways; ``benchmarks/validate_models.py`` prices the compiled rows through this pass).
@@ -29,6 +40,8 @@ from collections.abc import Sequence
 from ...hardware.db import Accelerator
 from ...trace.records import OpEvent
 
+MODES = ("eager", "compiled", "cuda-graphs")
+CUDA_LAUNCH_S = 5e-6  # the host's time to launch one kernel, or one graph (module docstring)
 FUSIBLE_KINDS = ("vector",)  # elementwise, normalisation, reductions, pooling (trace/formulas.py)
 PASS_THROUGH_KINDS = ("view",)  # no kernel: a chain runs on through a reshape or a transpose
 
@@ -69,3 +82,15 @@ def compiled_layout(acc: Accelerator, layout: str) -> str:
     """The activations' layout a compiled model's convolutions run in: channels-last on an
     NVIDIA GPU (Inductor's layout optimisation), as given elsewhere."""
     return "nhwc" if acc.vendor == "nvidia" and acc.kind == "gpu" else layout
+
+
+def host_s(mode: str, eager_s: float, launches: bool, first: bool) -> float:
+    """The host's time for one operator on a GPU in ``mode``: eager's (``eager_s``, the
+    dispatcher's included); compiled, a kernel's launch where it ``launches`` one (a view or
+    an operator folded into a chain launches none); under a CUDA graph, the graph's one
+    launch, charged to its ``first`` kernel."""
+    if mode == "eager":
+        return eager_s
+    if mode == "compiled":
+        return CUDA_LAUNCH_S if launches else 0.0
+    return CUDA_LAUNCH_S if first and launches else 0.0
