@@ -188,3 +188,19 @@ def test_flash_attention_reproduces_the_published_flashattention2_figures() -> N
         acc = get(gpu)
         rate = acc.peak("fp16") * matrix_share(acc, "fp16", c) * problem_use(acc, e.problem, c, "fp16")
         assert e.flops > e.matrix_flops and o.compute_s == pytest.approx(e.matrix_flops / rate + c.kernel_floor_s)
+
+
+def test_flash_attention_forward_by_head_size_against_the_published_tables() -> None:
+    # FlashAttention-2's forward at 16k tokens (hidden 2048, no mask), TFLOP/s as printed:
+    # H100 SXM5 head size 64: 324, 128: 370 (FlashAttention-3 paper, assets/flash3_fp16_fwd.png);
+    # A100 80GB: 192 and 223 (FlashAttention-2 paper, figure 5); benchmarks/published/kernels.toml.
+    # A larger head does more matrix work per exponential: 1.14 and 1.16 times the rate
+    c = constants.current()
+    for gpu, by_head in (("h100-sxm", {64: 324.0, 128: 370.0}), ("a100-sxm-80gb", {64: 192.0, 128: 223.0})):
+        acc = get(gpu)
+        rates = {}
+        for d, tflops in by_head.items():
+            use = attention_use(acc, "fp16", 2048 // d, 16384, 16384, d, d, False, False, c)
+            rates[d] = acc.peak("fp16") * matrix_share(acc, "fp16", c) * use
+            assert rates[d] == pytest.approx(tflops * 1e12, rel=0.10)
+        assert rates[128] / rates[64] == pytest.approx(by_head[128] / by_head[64], rel=0.05)
