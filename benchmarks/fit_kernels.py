@@ -2,8 +2,8 @@
 leaving each GPU out.
 
 Reads benchmarks/published/kernels.toml: cuBLAS GEMM throughputs (best shapes, square sizes,
-few-row products), FlashAttention-2's forward and backward throughputs by sequence length,
-head dimension and mask, and streaming-kernel bandwidths. Each family's constants are fitted
+few-row products), FlashAttention-2's throughputs (forward, backward and both, A100 and
+H100) by sequence length, head dimension and mask, and streaming-kernel bandwidths. Each family's constants are fitted
 to its rows (least squares on the log of the time), then refitted without each GPU's rows
 to predict that GPU's: the errors printed are those leave-one-GPU-out fits', by family and by
 GPU, beside the in-sample ones. ``--write`` saves the fit on every row to
@@ -37,10 +37,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from torch_footprint.estimate.kernels.bandwidth import bandwidth_share, floored_s  # noqa: E402
 from torch_footprint.estimate.kernels.constants import KernelConstants  # noqa: E402
 from torch_footprint.estimate.kernels.matrix import (  # noqa: E402
-    attention_share,
+    attention_use,
     gemm_use,
     matrix_share,
-    tile_use,
 )
 from torch_footprint.hardware import get  # noqa: E402
 from torch_footprint.hardware.db import Accelerator  # noqa: E402
@@ -103,13 +102,14 @@ def attention_rows(data: dict[str, Any]) -> list[Row]:
         ours = fwd  # footprint's count: the visible pairs x 2 (E + Ev); the backward twice that
 
         def predict(c: KernelConstants, acc: Accelerator = acc, direction: str = r["direction"], ours: float = ours,
-                    s: int = s, causal: bool = causal, bh: int = b * h, key: str = DTYPE[r["dtype"]]) -> float:
-            rate = (acc.peak(key) or 0.0) * matrix_share(acc, key, c) * tile_use(acc.units, bh, s, 128)
+                    s: int = s, d: int = d, causal: bool = causal, bh: int = b * h,
+                    key: str = DTYPE[r["dtype"]]) -> float:
+            rate = (acc.peak(key) or 0.0) * matrix_share(acc, key, c)
             t = 0.0
             if direction in ("fwd", "fwd_bwd"):
-                t += floored_s(ours / (rate * attention_share(s, causal, False, c, acc.architecture)), c)
+                t += floored_s(ours / (rate * attention_use(acc, key, bh, s, s, d, d, causal, False, c)), c)
             if direction in ("bwd", "fwd_bwd"):
-                t += floored_s(2 * ours / (rate * attention_share(s, causal, True, c, acc.architecture)), c)
+                t += floored_s(2 * ours / (rate * attention_use(acc, key, bh, s, s, d, d, causal, True, c)), c)
             return t
 
         rows.append(Row("attention", acc, measured, predict,
@@ -138,11 +138,11 @@ def bandwidth_rows(data: dict[str, Any]) -> list[Row]:
 FAMILIES = {  # the constants each family fits (its own; the others as fitted before it)
     "bandwidth": ("hbm", "gddr", "other_memory"),
     "gemm": ("matrix_a", "matrix_b", "k_half", "kernel_floor_s", "amd"),
-    "attention": ("attn", "attn_s_half", "attn_backward", "attn_causal"),
+    "attention": ("attn", "attn_s_half", "attn_backward"),
 }
 BOUNDS = {"hbm": (0.5, 1.0), "gddr": (0.5, 1.0), "other_memory": (0.3, 1.0), "matrix_a": (0.3, 1.2),
           "matrix_b": (-0.3, 0.3), "k_half": (0.0, 2048.0), "kernel_floor_s": (0.0, 3e-5), "amd": (0.2, 1.2),
-          "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5), "attn_causal": (0.3, 1.5)}
+          "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5)}
 
 
 def loss(rows: Sequence[Row], c: KernelConstants) -> float:

@@ -57,17 +57,18 @@ InputsLike = Any  # a tensor, a shape spec ("1,3,224,224", "1,128:int64"), a seq
 ALL = None
 WORK = ("model", "inputs", "batch", "precision", "weights", "trust_remote_code", "reuse")
 ESTIMATE = ("gpu", "hardware", "tf32", "efficiency")
+HOW = ("compile", "cuda_graphs")  # how the model runs: eager, compiled, replayed as a CUDA graph
 
 # verb -> the records it reads: record -> its fields (ALL: every one)
 VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
     "profile": {Workload: (*WORK, "tensors"), Training: ("train", "optimizer", "checkpointing")},
     "memory": {Workload: WORK, Training: ALL, Target: ("device", "utilisation"), Memory: ALL},
-    "bench": {Workload: ("model", "inputs", "precision", "weights", "channels_last", "trust_remote_code"),
+    "bench": {Workload: ("model", "inputs", "precision", "weights", "channels_last", "compile", "trust_remote_code"),
               Training: ("train", "optimizer"),
               Parallel: ("strategy", "gpus", "pp", "vpp", "pp_schedule", "grad_accum"), Target: ("device",),
               Measurement: ALL},
-    "predict": {Workload: (*WORK, "channels_last"), Training: ALL, Parallel: ALL, Target: ESTIMATE},
-    "fit": {Workload: WORK, Training: ALL, Parallel: ALL, Target: (*ESTIMATE, "utilisation", "latency")},
+    "predict": {Workload: (*WORK, "channels_last", *HOW), Training: ALL, Parallel: ALL, Target: ESTIMATE},
+    "fit": {Workload: (*WORK, *HOW), Training: ALL, Parallel: ALL, Target: (*ESTIMATE, "utilisation", "latency")},
     "report": {Workload: WORK, Training: ALL, Target: ("gpu", "hardware", "utilisation"), Sections: ALL},
     "llm": {Workload: ("model", "batch", "trust_remote_code"), Serving: ALL, Parallel: ("gpus", "tp"),
             Target: ("gpu", "hardware", "device", "efficiency", "price"), Simulation: ALL},
@@ -178,10 +179,12 @@ def predict(model: Profile | ModelLike, gpu: Accelerator | str, inputs: InputsLi
             raise FootprintError("a Profile was traced already: its batch and inputs cannot change")
         plain = None if w.precision is None or w.precision.endswith("-mixed") else w.precision
         return estimate_latency(model.trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies,
-                                compute_dtype=plain, layout=w.layout)
+                                compute_dtype=plain, layout=w.layout, compiled=w.compile,
+                                cuda_graphs=w.cuda_graphs)
     if not layout:
         trace, _ = trace_step(w, dataclasses.replace(t, optimizer=t.step_optimizer) if t.train else t)
-        return estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout)
+        return estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout,
+                                compiled=w.compile, cuda_graphs=w.cuda_graphs)
     from .estimate.recommend import layout_prediction
 
     return layout_prediction(w, dataclasses.replace(t, optimizer=t.step_optimizer), p, acc, target)

@@ -157,7 +157,7 @@ def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, t
     trace, notes = trace_step(w, t, p)
     fp8_rows([acc], p, w, explicit=True)
     pred = estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout,
-                            fp8=p.fp8)
+                            fp8=p.fp8, compiled=w.compile, cuda_graphs=w.cuda_graphs)
     net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
     pred.step = layout_step(trace, acc, pred, p, net)
     if pred.step is None:
@@ -260,7 +260,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         return cache[b]
 
     def latency(tr: Trace, acc: Accelerator) -> Prediction:
-        return estimate_latency(tr, acc, tf32=tf32, efficiency=efficiency, fp8=p.fp8)
+        return estimate_latency(tr, acc, tf32=tf32, efficiency=efficiency, fp8=p.fp8, compiled=w.compile,
+                                cuda_graphs=w.cuda_graphs)
 
     no_link: list[str] = []
 

@@ -67,13 +67,13 @@ def bench(w: Workload, t: Training, target: Target, m: Measurement, progress: Pr
         ram = available_ram()
         budget = int(ram * 0.8) if ram else None
     settings = {"dtype": dtype, "autocast": w.precision.removesuffix("-mixed") if mixed and w.precision else None,
-                "channels_last": w.channels_last, "compile": m.compile, "optimizer": t.optimizer if t.train else None,
+                "channels_last": w.channels_last, "compile": w.compile, "optimizer": t.optimizer if t.train else None,
                 "inference_mode": m.inference_mode, "cudnn_benchmark": m.cudnn_benchmark}
     notes = [n for n in work.built.notes if not n.startswith("default input")]
     with threads(m.threads):
         res = run_bench(model, lambda b: work.make_inputs(b)(dev), name=work.built.name, device=dev,
                         batches=batches or [work.own_batch], default_batch=work.own_batch, predicted_peak=side.peak,
-                        flops_of=side.flops, autocast=amp, channels_last=w.channels_last, compile=m.compile,
+                        flops_of=side.flops, autocast=amp, channels_last=w.channels_last, compile=w.compile,
                         train=t.train, optimizer=opt, inference_mode=m.inference_mode,
                         cudnn_benchmark=m.cudnn_benchmark, profile=m.profile, budget=budget, min_reps=m.min_reps,
                         min_seconds=m.min_time, settings=settings, notes=notes, progress=progress,

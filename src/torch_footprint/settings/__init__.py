@@ -64,6 +64,13 @@ class Workload(Record):
     channels_last: bool = opt(False)
     """4-d activations in channels-last (NHWC) memory: no NCHW<->NHWC transposes around tensor-core
     convolutions (default: NCHW, PyTorch's)"""
+    compile: bool = opt(False)
+    """torch.compile: bench compiles the model first; predict and fit price it as TorchInductor runs it
+    (elementwise and normalisation chains fused into one kernel each, convolutions in channels-last, the host's
+    time per kernel a launch's)"""
+    cuda_graphs: bool = opt(False)
+    """predict and fit: the step replayed as a CUDA graph (torch.compile's reduce-overhead mode, or captured by
+    hand): the host launches it once, not each kernel"""
     trust_remote_code: bool = opt(False)
     """allow a Hugging Face config to run code from its repository (off by default)"""
     tensors: Literal["auto", "meta", "fake", "real"] = opt("auto", metavar="KIND", what="kind of tensors")
@@ -243,8 +250,6 @@ class Measurement(Record):
 
     batches: str | tuple[int | str, ...] | None = opt(flag="--batch", metavar="SIZES")
     """batch sizes, e.g. 1,8,32,auto (auto: the largest that fits); default: the inputs' own"""
-    compile: bool = opt(False)
-    """torch.compile the model first"""
     cudnn_benchmark: bool = opt(False)
     """let cuDNN time its algorithms (torch.backends.cudnn.benchmark)"""
     inference_mode: bool = opt(True, flag="--no-inference-mode")

@@ -42,13 +42,13 @@ class KernelConstants:
     hbm: float = 0.88
     gddr: float = 0.85
     other_memory: float = 0.80
-    # flash attention (FlashAttention-2, as torch's flash SDPA backend runs it): its share of
-    # the matrix units' best rate at sequence length S: attn x S / (S + attn_s_half); the
-    # backward reaches attn_backward of the forward's, a causal mask attn_causal
-    attn: float = 0.75
-    attn_s_half: float = 256.0
-    attn_backward: float = 0.75
-    attn_causal: float = 0.85
+    # flash attention (FlashAttention-2, as torch's flash SDPA backend runs it, matrix.py's
+    # attention_use): its matrix work's share of the mma.sync rate with S keys per block of
+    # queries: attn x S / (S + attn_s_half); the backward reaches attn_backward of the
+    # forward's (a causal mask and the softmax's exponentials are mechanisms without constants)
+    attn: float = 0.9
+    attn_s_half: float = 150.0
+    attn_backward: float = 0.6
 
     def replace(self, **kw: float) -> KernelConstants:
         return dataclasses.replace(self, **kw)

@@ -18,13 +18,18 @@ are fitted to published kernel measurements (:mod:`.constants`).
   spends its time loading tiles rather than multiplying: K / (K + k_half), fitted.
 * **A kernel's least time** (``kernel_floor_s``): launch latency and the ramp of one wave,
   fitted to the smallest published GEMMs and copies.
-* **Fused attention** (:func:`attention_share`): FlashAttention-2's share of the matrix
-  units' best rate grows with the sequence length (more work per tile of queries), lower in
-  its backward and under a causal mask (Dao 2023, arXiv:2307.08691, figures 4-7, as
-  measured in ``published/kernels.toml``), fitted. On Hopper and Blackwell it runs the
-  Ampere-style ``mma.sync`` instructions, which reach about two thirds of those chips'
-  peak (Shah et al. 2024, arXiv:2407.08608, section 1: FlashAttention-2 "achieves only 35%"
-  of an H100's peak, mma.sync "only about 2/3 of the peak throughput").
+* **Fused attention** (:func:`attention_use`): FlashAttention-2's share of the matrix
+  units' best rate grows with the keys each block of queries runs over (more work per tile
+  of queries: half the keys under a causal mask), lower in its backward (Dao 2023,
+  arXiv:2307.08691, figures 4-7, as measured in ``published/kernels.toml``), fitted. On
+  Hopper and Blackwell it runs the Ampere-style ``mma.sync`` instructions, which reach about
+  two thirds of those chips' peak (Shah et al. 2024, arXiv:2407.08608, section 1:
+  FlashAttention-2 "achieves only 35%" of an H100's peak, mma.sync "only about 2/3 of the
+  peak throughput"). Two mechanisms need no fitting: a causal mask's diagonal tiles are
+  computed whole (:data:`FLASH_BLOCK`), and every score's exponential runs on the special
+  function units, whose rate is far below the tensor cores' and falls further behind them
+  from one generation to the next (:func:`exp_rate`), so a small head dimension (fewer
+  matrix FLOPs per exponential) and a Hopper reach a smaller share of the peak.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 
 from ...hardware.db import Accelerator
 from .constants import KernelConstants
+from .sdpa import sm_of
 
 # (rows, columns, rate) of the output tiles a GEMM library picks among: CUTLASS's and cuBLAS's
 # common tensor-core tiles; a smaller tile fills more units at a lower rate per unit
@@ -43,8 +49,29 @@ TILES = ((128, 256, 1.0), (128, 128, 1.0), (64, 128, 0.85), (64, 64, 0.7), (32, 
 # tiles (kernel names such as ampere_sgemm_32x32_sliced1x4_tn in a profile)
 SIMT_SMALLEST_TILE = 32
 DEPTHWISE_CHANNELS = 4  # a convolution with this few channels per group runs as a memory-bound kernel
-MMA_SYNC_SHARE = 2 / 3  # mma.sync's share of Hopper's and Blackwell's tensor-core peak (arXiv:2407.08608)
-WARPGROUP_ARCHITECTURES = ("hopper", "blackwell")
+# FlashAttention-2 issues the Ampere-style mma.sync instructions, at an A100 SM's rate per clock
+# (1,024 dense fp16 FMAs) on the parts whose tensor cores do twice that through warpgroup
+# instructions: "the H100 SM ... delivers 2x the MMA computational rates of the A100 SM ...
+# clock-for-clock" (NVIDIA H100 Tensor Core GPU Architecture whitepaper); the FlashAttention-3
+# paper (arXiv:2407.08608, section 1) puts mma.sync at "about 2/3" of Hopper's peak, but the
+# published FlashAttention-2 tables scale from the A100 to the H100 SXM as SMs x clock do
+# (forward+backward, head size 128, 16k tokens: 203 and 338 TFLOP/s, 1.66 times; SMs x boost
+# clock 132 x 1.83 against 108 x 1.41 GHz: 1.59 times), not as 2/3 of the peaks (2.1 times)
+MMA_SYNC_SHARE = 0.5
+WARPGROUP_SM = ((9, 0), (10, 0), (10, 3))  # Hopper and data-centre Blackwell (wgmma, tcgen05)
+# FlashAttention-2's block of queries (kBlockM = 128 in its forward kernels' traits for head
+# sizes up to 128 on sm80 and later, csrc/flash_attn/src/flash_fwd_launch_template.h): under a
+# causal mask, each block computes its diagonal tile whole, masked half included
+FLASH_BLOCK = 128
+# special-function (MUFU: exp2, log2, rcp, sin, cos) results per clock per SM against 32-bit
+# fp32 FMA lanes per SM, by compute capability (CUDA C++ Programming Guide, "Arithmetic
+# Instructions", throughput of native arithmetic instructions: 16 special-function results
+# on every capability from 5.0; fp32 64 lanes on 6.0, 7.x and 8.0, 128 on 8.6 and later).
+# The FlashAttention-3 paper prints the consequence: "the H100 SXM5 GPU has 989 TFLOPS of FP16
+# matmul but only 3.9 TFLOPS of special functions" (arXiv:2407.08608, section 3.1).
+SFU_PER_SM = 16
+EXP_PER_SCORE = 1  # one exponential per score, forward; the backward recomputes it once
+FP32_LANES_64 = ((6, 0), (7, 0), (7, 2), (7, 5), (8, 0))
 
 
 def matrix_share(acc: Accelerator, key: str, c: KernelConstants) -> float:
@@ -144,19 +171,50 @@ def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants, ke
         # harmonic: the parts run one after another, each FLOP share at its own rate
         return 1.0 / sum(share / max(gemm_use(acc, b, m, n, k, c, key), 1e-6) for b, m, n, k, share in parts)
     if kind == "attn":
-        _, bh, lq, lk, _e, _ev, causal, backward = problem[:8]
-        return attention_share(int(max(lq, lk)), bool(causal), bool(backward), c, acc.architecture) * tile_use(
-            acc.units, int(bh), int(lq), 128)
+        _, bh, lq, lk, e, ev, causal, backward = problem[:8]
+        return attention_use(acc, key, int(bh), int(lq), int(lk), int(e), int(ev), bool(causal), bool(backward), c)
     return 1.0
 
 
-def attention_share(seq: int, causal: bool, backward: bool, c: KernelConstants, architecture: str = "") -> float:
-    """FlashAttention-2's share of the matrix units' best rate at sequence length ``seq``."""
-    share = c.attn * seq / (seq + c.attn_s_half)
-    if architecture in WARPGROUP_ARCHITECTURES:
+def exp_rate(acc: Accelerator) -> float:
+    """Exponentials per second on ``acc``'s special-function units: 16 per SM per clock, the
+    clock read from the fp32 rate (lanes x 2 FLOPs x SMs x clock). An A100: 19.5 TFLOP/s over
+    64 lanes x 2 gives 2.4 T exponentials/s (128 times fewer than its 312 dense fp16 TFLOP/s);
+    an H100 SXM: 67 over 128 x 2 gives 4.2 T (236 times fewer than its 989). Other vendors'
+    parts are taken as 64 lanes per unit (AMD CDNA's transcendentals run at a quarter of its
+    64-lane fp32 rate, the CDNA3 instruction-set guide)."""
+    sm = sm_of(acc)
+    lanes = 64 if sm is None or sm in FP32_LANES_64 else 128
+    return acc.vector_peak * SFU_PER_SM / (2 * lanes)
+
+
+def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, head: int, head_v: int,
+                  causal: bool, backward: bool, c: KernelConstants) -> float:
+    """The share of ``acc``'s best ``key`` matrix rate a FlashAttention-2 kernel reaches.
+
+    Its matrix work runs at a share of the mma.sync rate (:data:`MMA_SYNC_SHARE` of a Hopper's
+    peak) that grows with the keys each block of queries runs over (half of ``seq_k`` on
+    average under a causal mask), over waves of query blocks; unlike a best-shape GEMM it
+    does not reach the power-limited clocks of :func:`matrix_share` (it keeps the tensor
+    cores under three quarters busy), so its share is of the datasheet peak; a causal
+    mask's diagonal tiles are computed whole (1 + FLASH_BLOCK / seq_k of the visible pairs);
+    each score's exponential (one per pair, forward, and once again in the backward, which
+    recomputes the probabilities) takes a special-function result (:func:`exp_rate`), added to the
+    matrix time as FlashAttention-2 runs its softmax between its two matmuls. The matrix
+    FLOPs are footprint's count (2 (E + Ev) per visible pair forward, twice that backward).
+    The result is a share of the rate :func:`matrix_share` gives, as the other problems' are.
+    """
+    keys = seq_k / 2 if causal else seq_k
+    share = c.attn * keys / (keys + c.attn_s_half)
+    if sm_of(acc) in WARPGROUP_SM:
         share *= MMA_SYNC_SHARE
     if backward:
         share *= c.attn_backward
-    if causal:
-        share *= c.attn_causal
-    return share
+    share *= tile_use(acc.units, bh, seq_q, FLASH_BLOCK)
+    flops_per_pair = 2 * (head + head_v) * (2 if backward else 1)
+    matrix_rate = (acc.peak(key) or acc.vector_peak) * share
+    exp_per_flop = EXP_PER_SCORE / (exp_rate(acc) * flops_per_pair)  # seconds of exponentials per matrix FLOP
+    use = share / (1 + matrix_rate * exp_per_flop)
+    if causal and seq_k > 0:
+        use /= 1 + FLASH_BLOCK / seq_k
+    return use / matrix_share(acc, key, c)

@@ -62,6 +62,7 @@ from ...trace.records import Trace
 from . import constants as fitted
 from .bandwidth import bandwidth_share
 from .cpu import extra_costs, op_kind, window_kind
+from .fusion import compiled_layout, fused_chains, host_s
 from .gpu import LAYOUTS, batch_norm_layout_factor, batch_norm_pass_bytes, is_state_init, layout_transpose_bytes
 from .matrix import is_depthwise, matrix_share, problem_use
 from .prediction import Ceilings, OpTime, Prediction
@@ -198,7 +199,8 @@ def fp8_casts(trace: Trace, recipe: str) -> dict[int, int]:
 def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None,
                      efficiency: Mapping[str, float] | None = None, overhead_s: float | None = None,
                      calibrated: bool = True, compute_dtype: str | None = None,
-                     layout: str = "nchw", fp8: str | None = None) -> Prediction:
+                     layout: str = "nchw", fp8: str | None = None, compiled: bool = False,
+                     cuda_graphs: bool = False) -> Prediction:
     """Roofline time of every operator of ``trace`` on ``acc`` (see the module docstring).
 
     ``compute_dtype`` ("fp16", "bf16", ...) times floating-point matrix work at that dtype's
@@ -208,6 +210,10 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     transposes around tensor-core convolutions in NCHW, batch norm's second pass in
     training; and an optimizer's first-step state creation is left out of a step's time.
     ``fp8`` (tensorwise, rowwise, delayed): FP8 training's matmuls (:func:`fp8_casts`).
+    ``compiled``: the model runs under torch.compile (:mod:`.fusion`): chains of elementwise and
+    normalisation operators fused into one kernel each, convolutions in channels-last on NVIDIA
+    GPUs, and on a GPU the host's time per kernel a launch's; ``cuda_graphs``: replayed as a CUDA
+    graph, the host launches the graph once (:func:`.fusion.host_s`).
     """
     if compute_dtype is not None and compute_dtype not in RATE_KEYS:
         raise FootprintError(f"unknown dtype '{compute_dtype}': use fp32, tf32, fp16, bf16, fp8 or int8")
@@ -216,6 +222,17 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         raise FootprintError(f"unknown layout '{layout}': use {' or '.join(LAYOUTS)} (channels_last)")
     c = ceilings(acc, efficiency, overhead_s, calibrated)
     notes: list[str] = []
+    heads: dict[int, int] = {}
+    folded: set[int] = set()
+    mode = "eager" if acc.kind != "gpu" else "cuda-graphs" if cuda_graphs else "compiled" if compiled else "eager"
+    launched = False  # a kernel launched already (a graph's launch is charged to its first)
+    if cuda_graphs:
+        notes.append("CUDA graph: the host launches the step once, not each kernel")
+    if compiled:
+        heads, folded = fused_chains(trace.events)
+        layout = compiled_layout(acc, layout)
+        notes.append(f"torch.compile: {len(heads)} fused kernels in place of {len(heads) + len(folded)} elementwise "
+                     "and normalisation operators" + (", convolutions in channels-last" if layout == "nhwc" else ""))
     missing: set[str] = set()
     ops: list[OpTime] = []
     flops_by_dtype: dict[str, int] = {}
@@ -232,10 +249,11 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     uses: dict[tuple[Any, ...], float] = {}  # problem_use by problem and dtype: layers repeat their shapes
     casts = fp8_casts(trace, fp8) if fp8 and fp8 != "none" else {}
     for i, (e, dkey) in enumerate(zip(trace.events, _rate_keys(trace), strict=True)):
-        nbytes = e.bytes_read + e.bytes_written
+        nbytes = heads.get(i, e.bytes_read + e.bytes_written) if i not in folded else 0
         total_flops += e.flops
         if e.kind == "view":  # no kernel; an eager device still pays the dispatcher (calibrated)
-            ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0, c.view_overhead))
+            ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0,
+                              host_s(mode, c.view_overhead, False, False)))
             continue
         if training and is_state_init(e):  # made in the first step only: not a step's time
             ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0, 0.0))
@@ -271,7 +289,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 vec = e.flops - e.matrix_flops  # a bias add or scaling inside the op
                 if kernels and e.problem and e.problem[0] == "attn":
                     # a fused attention's softmax runs in its registers beside its matmuls: the
-                    # fitted share (matrix.attention_share, fitted to the FlashAttention tables
+                    # share (matrix.attention_use, fitted to the FlashAttention tables
                     # by their matrix FLOPs alone) already holds its time
                     vec = 0
                 if kernels and is_depthwise(e.problem):  # a memory-bound kernel of its own
@@ -293,9 +311,14 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
             if acc.vendor == "nvidia":
                 slowdown = batch_norm_layout_factor(e, training, layout)
         memory = (nbytes + extra) / bandwidth * slowdown
-        if nbytes or e.flops:  # a kernel's least time on the device: its own, compute or memory bound
+        if (nbytes or e.flops) and i not in folded:  # a kernel's least time on the device: its own
             compute, memory = compute + floor, memory + floor
         overhead = c.overhead + c.extra_overhead.get(op_kind(e.op, e.problem), 0.0) if c.extra_overhead else c.overhead
+        if i in folded:  # part of the kernel its chain's first operator launches
+            overhead = 0.0
+        launches = bool(nbytes or e.flops or extra) and i not in folded
+        overhead = host_s(mode, overhead, launches, not launched)
+        launched = launched or launches
         ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, compute, memory, overhead,
                           transposes / c.bandwidth))
     for key in sorted(missing):

@@ -1,0 +1,100 @@
+"""What torch.compile (TorchInductor) changes in the kernels an eager trace records.
+
+* **Fused chains** (:func:`fused_chains`): Inductor generates one kernel for a run of
+  elementwise, normalisation and reduction operators between two library calls (cuBLAS and
+  cuDNN matmuls and convolutions stay library calls unless max-autotune picks a Triton
+  template): "TorchInductor ... fuses pointwise, reduction and scatter operations" into
+  generated Triton kernels (the PyTorch 2 paper, Ansel et al., ASPLOS 2024, section 5). A
+  chain reads its inputs once at entry and writes its result once at exit: its first
+  operator's reads, each later operator's reads beyond what the one before it wrote (a
+  second operand, a residual), and its last operator's writes. One kernel, so one launch
+  and one least time.
+* **Channels-last convolutions**: Inductor's layout optimisation puts the activations of a
+  model with convolutions in channels-last (``torch._inductor.config.layout_optimization``,
+  on by default except on ROCm), so no NCHW<->NHWC transposes run around its tensor-core
+  convolutions (:func:`compiled_layout`).
+
+* **The host's time per kernel** (:func:`host_s`): eager PyTorch spends its Python, dispatcher
+  and launch time on every operator (``roofline.HOST_OP_S``, measured); Inductor's generated
+  wrapper calls each fused kernel's launcher directly, so what remains per kernel is the CUDA
+  launch itself, about 4-6 us ("every time the CPU submits a kernel to the GPU, it goes
+  through a series of driver and runtime calls. This process takes about 4-6 us":
+  https://susun-blog.com/blog/pegainfer-3-cuda-graph, measured against cudaStreamSynchronize);
+  views cost nothing (folded into the kernels' indexing). Replayed as a CUDA graph
+  (torch.compile's ``mode="reduce-overhead"``, or captured by hand) the host launches the
+  graph once, not its kernels ("a graph ... launched as a single operation", NVIDIA's
+  "Getting Started with CUDA Graphs", https://developer.nvidia.com/blog/cuda-graphs/).
+
+Checked against the compiled and eager rows of ``benchmarks/published/models.toml`` (timm's
+inference tables, batch 1024, AMP fp16, on an RTX 4090 and an RTX 5090: the same models both
+ways; ``benchmarks/validate_models.py`` prices the compiled rows through this pass): the 14
+compiled rows, priced as eager, were a median 48% too slow (ResNet-50 on the RTX 4090: 8,039
+images/s published, 4,116 predicted); through this pass 18%, with kernel constants fitted
+without the GPU under test (that row: 6,722; 7,196 with the shipped constants), about as close
+as timm's eager rows at the same batch (16%).
+A training step's saved activations are taken as Inductor's partitioner leaves them: cheap
+pointwise results recomputed in the backward rather than written, so the forward's chains
+fuse as they would in inference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...hardware.db import Accelerator
+from ...trace.records import OpEvent
+
+MODES = ("eager", "compiled", "cuda-graphs")
+CUDA_LAUNCH_S = 5e-6  # the host's time to launch one kernel, or one graph (module docstring)
+FUSIBLE_KINDS = ("vector",)  # elementwise, normalisation, reductions, pooling (trace/formulas.py)
+PASS_THROUGH_KINDS = ("view",)  # no kernel: a chain runs on through a reshape or a transpose
+
+
+def fused_chains(events: Sequence[OpEvent]) -> tuple[dict[int, int], set[int]]:
+    """The chains Inductor fuses: the bytes each chain's first operator moves for the whole
+    chain (event index -> bytes), and the indices of the operators folded into it (no kernel
+    of their own)."""
+    heads: dict[int, int] = {}
+    folded: set[int] = set()
+    chain: list[int] = []
+
+    def close() -> None:
+        if len(chain) > 1:
+            first, last = events[chain[0]], events[chain[-1]]
+            nbytes = first.bytes_read + last.bytes_written
+            for before, after in zip(chain, chain[1:], strict=False):
+                nbytes += max(0, events[after].bytes_read - events[before].bytes_written)
+            heads[chain[0]] = nbytes
+            folded.update(chain[1:])
+        chain.clear()
+
+    for i, e in enumerate(events):
+        empty = e.kind == "data" and not (e.bytes_read or e.bytes_written)  # an allocation: no kernel
+        if e.kind in PASS_THROUGH_KINDS or empty:
+            continue
+        if e.kind in FUSIBLE_KINDS and (not chain or events[chain[-1]].phase == e.phase):
+            chain.append(i)
+            continue
+        close()
+        if e.kind in FUSIBLE_KINDS:
+            chain.append(i)
+    close()
+    return heads, folded
+
+
+def compiled_layout(acc: Accelerator, layout: str) -> str:
+    """The activations' layout a compiled model's convolutions run in: channels-last on an
+    NVIDIA GPU (Inductor's layout optimisation), as given elsewhere."""
+    return "nhwc" if acc.vendor == "nvidia" and acc.kind == "gpu" else layout
+
+
+def host_s(mode: str, eager_s: float, launches: bool, first: bool) -> float:
+    """The host's time for one operator on a GPU in ``mode``: eager's (``eager_s``, the
+    dispatcher's included); compiled, a kernel's launch where it ``launches`` one (a view or
+    an operator folded into a chain launches none); under a CUDA graph, the graph's one
+    launch, charged to its ``first`` kernel."""
+    if mode == "eager":
+        return eager_s
+    if mode == "compiled":
+        return CUDA_LAUNCH_S if launches else 0.0
+    return CUDA_LAUNCH_S if first and launches else 0.0
