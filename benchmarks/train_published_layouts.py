@@ -150,6 +150,15 @@ def megatron_distributed_optimizer(r: dict[str, Any]) -> bool:
     return not r.get("fsdp") and ("nemo" in framework or "megatron-bridge" in framework)
 
 
+def framework_of(r: dict[str, Any]) -> str:
+    """The runtime the row's framework trains with, as --framework names it: Megatron-core under NeMo,
+    Megatron-LM and Megatron-Bridge; torch.distributed elsewhere (NeMo AutoModel runs PyTorch's FSDP2)."""
+    framework = str(r.get("framework") or "").lower()
+    if "automodel" in framework or "deepspeed" in framework:
+        return "torch"
+    return "megatron" if "nemo" in framework or "megatron" in framework else "torch"
+
+
 def model_of(r: dict[str, Any], folder: Path) -> str:
     m = r["model"]
     if m.startswith("hf:"):
@@ -198,7 +207,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if not before:
         extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None, cp=r.get("cp") or 1,
-                     ep=r.get("ep") or 1)
+                     ep=r.get("ep") or 1, framework=framework_of(r))
         if strategy == "ddp" and megatron_distributed_optimizer(r):
             strategy, extra["bucket_view"] = "zero1", True
         if strategy in ("fsdp", "zero2"):
@@ -239,7 +248,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
             whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy), p.bucket_view,
                                  master_scale(trace))
             staged, figures = schedule_peak(trace, peak, whole.total, pp=pp, vpp=vpp, microbatches=m,
-                                            schedule=p.schedule)
+                                            schedule=p.schedule, framework=p.framework)
             need_bytes = without_experts(staged, figures, whole.total,
                                          layout_states(trace, whole, strategy).total).peak_bytes
         step = layout_step(trace, acc, pred, p, net)  # as fit times it: collectives, schedule, CP, EP
