@@ -159,6 +159,20 @@ def framework_of(r: dict[str, Any]) -> str:
     return "megatron" if "nemo" in framework or "megatron" in framework else "torch"
 
 
+def tensor_parallel_extras(r: dict[str, Any]) -> dict[str, bool]:
+    """How the row's framework runs tensor parallelism beyond the attention and MLP linears: torchtitan's
+    plan always shards the norms by sequence (SequenceParallel) and the embedding and head by vocabulary
+    with loss_parallel (torchtitan/models/llama3/infra/parallelize.py); Megatron-core splits the
+    vocabulary under any TP and NeMo's performance recipes set sequence_parallel = tp > 1
+    (scripts/performance/helpers.py). A row's own sequence_parallel wins."""
+    if (r.get("tp") or 1) <= 1:
+        return {}
+    framework = str(r.get("framework") or "").lower()
+    if "torchtitan" not in framework and framework_of(r) != "megatron":
+        return {}
+    return {"sequence_parallel": bool(r.get("sequence_parallel", True)), "vocab_parallel": True}
+
+
 def model_of(r: dict[str, Any], folder: Path) -> str:
     m = r["model"]
     if m.startswith("hf:"):
@@ -207,7 +221,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if not before:
         extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None, cp=r.get("cp") or 1,
-                     ep=r.get("ep") or 1, framework=framework_of(r))
+                     ep=r.get("ep") or 1, framework=framework_of(r), **tensor_parallel_extras(r))
         if strategy == "ddp" and megatron_distributed_optimizer(r):
             strategy, extra["bucket_view"] = "zero1", True
         if strategy in ("fsdp", "zero2"):

@@ -21,7 +21,7 @@ from ..trace import ModelState, StepOptions, Trace, setups, trace_model
 from .kernels.sdpa import cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.pipeline import check_layout
-from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp
+from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp, split_vocab
 
 DEFAULT_PRECISION = "fp32"
 
@@ -40,6 +40,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     if p.sequence_parallel and p.tensor <= 1:
         raise FootprintError("--sequence-parallel splits the sequence among tensor-parallel ranks: add --tp 2 "
                              "or more")
+    if p.vocab_parallel and p.tensor <= 1:
+        raise FootprintError("--vocab-parallel splits the vocabulary among tensor-parallel ranks: add --tp 2 or more")
     prec = precision_of(w)
     param_dtype, autocast = setups.precision(prec)
     opt = setups.optimizer(t.optimizer) if t.train else None
@@ -73,6 +75,10 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         m = built.model = copy.deepcopy(m)
         plan = shrink_for_tp(m, p.tensor)
         notes.append(f"tensor parallel over {p.tensor} ranks: one rank's share of the attention and MLP linears")
+        if p.vocab_parallel:
+            split_vocab(m, p.tensor)
+            notes.append(f"vocabulary parallel: the embedding, the head and the logits hold 1/{p.tensor} of the "
+                         "vocabulary")
         if p.sequence_parallel:
             apply_sequence_parallel(m, p.tensor, plan)
             notes.append(f"sequence parallel: norms and residuals between the blocks hold 1/{p.tensor} of the "
@@ -109,7 +115,8 @@ def trace_key(w: Workload, t: Training, p: Parallel, cuda_sm: tuple[int, int] | 
     the micro-batches a step and the network do not change it; the data-parallel sharding only
     through FSDP's compute dtype."""
     fsdp_dtype = p.fsdp_param_dtype if p.sharding in FSDP_STRATEGIES else None
-    return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.cp, p.ep, fsdp_dtype, cuda_sm)
+    return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.vocab_parallel, p.cp, p.ep, fsdp_dtype,
+            cuda_sm)
 
 
 def _cuda_fuses(sm: tuple[int, int] | None) -> Any:

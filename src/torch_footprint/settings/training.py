@@ -92,6 +92,10 @@ class Parallel(Record):
     in one tensor-parallel group (the same as --tp GPUS)"""
     sequence_parallel: bool = opt(False)
     """with --tp: norms and residuals hold 1/tp of the sequence (Megatron-LM's sequence parallelism)"""
+    vocab_parallel: bool = opt(False)
+    """with --tp: the input embedding and the output head split by vocabulary, the loss taken on each rank's share
+    of the logits (Megatron-LM's VocabParallelEmbedding and vocab-parallel cross entropy; torchtitan's plan with
+    loss_parallel)"""
     pp: int = opt(1, metavar="N", aliases=("--pipeline-model-parallel-size",))
     """pipeline-parallel stages among --gpus, each a contiguous run of the model's repeated blocks (torchtitan's
     pipeline_parallel_degree)"""

@@ -1,0 +1,44 @@
+"""The vocabulary split among tensor-parallel ranks (Megatron-LM's VocabParallelEmbedding and
+vocab-parallel cross entropy, torchtitan's loss_parallel) by hand on a tiny Llama
+(tests/configs/llama-tiny: hidden 128, vocab 1000, untied head, 2 layers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torch_footprint.analysis.memory import replay
+from torch_footprint.errors import FootprintError
+from torch_footprint.estimate.workload import trace_step
+from torch_footprint.settings import Parallel, Training, Workload
+
+LLAMA = Path(__file__).resolve().parents[1] / "configs" / "llama-tiny"
+IDS = {"input_ids": "2,64:int64"}
+ADAMW = Training(train=True, optimizer="adamw")
+
+
+def _step(vocab_parallel: bool, config: Path = LLAMA):
+    return trace_step(Workload(str(config), IDS), ADAMW, Parallel(gpus=2, tp=2, vocab_parallel=vocab_parallel))
+
+
+def test_the_embedding_the_head_and_the_logits_hold_half_the_vocabulary():
+    whole, _ = _step(False)
+    split, notes = _step(True)
+    # the embedding and the head, 1000 x 128 each, keep 500 rows each: 2 x 64,000 parameters fewer
+    assert sum(q.numel for q in whole.params) - sum(q.numel for q in split.params) == 2 * 64_000
+    # fp32 with AdamW: 128,000 fewer parameters x (4 weight + 4 gradient + 8 moments) = 2,048,000 B of states,
+    # and the logits [2, 64, 1000] fp32 and their gradient at half the width: 2 x 256,000 B, both alive at the
+    # peak (the backward's start)
+    assert replay(whole).peak_bytes - replay(split).peak_bytes == 2_048_000 + 2 * 256_000
+    assert any("vocabulary parallel" in n for n in notes)
+
+
+def test_a_vocabulary_split_needs_tp_and_a_divisible_vocabulary(tmp_path: Path):
+    with pytest.raises(FootprintError, match="add --tp 2 or more"):
+        trace_step(Workload(str(LLAMA), IDS), ADAMW, Parallel(gpus=2, vocab_parallel=True))
+    config = json.loads((LLAMA / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, vocab_size=1001)))
+    with pytest.raises(FootprintError, match="--tp 2 does not divide the vocabulary of 1001"):
+        _step(True, tmp_path)
