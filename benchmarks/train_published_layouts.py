@@ -204,7 +204,13 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     from torch_footprint.estimate.kernels.sdpa import sm_of
     from torch_footprint.estimate.layouts.comm import link_of, step_time
     from torch_footprint.estimate.layouts.ranks import phase_times
-    from torch_footprint.estimate.layouts.sharding import gather_bytes, master_scale, model_states, step_peak
+    from torch_footprint.estimate.layouts.sharding import (
+        gather_bytes,
+        gradient_buffer,
+        model_states,
+        state_scales,
+        step_peak,
+    )
     from torch_footprint.estimate.memory import allocation_count
     from torch_footprint.estimate.price import fixed_overheads
     from torch_footprint.estimate.workload import trace_step
@@ -259,8 +265,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         need_bytes = peak.peak_bytes
         if pp > 1:
             persistent = replay(trace).persistent
-            whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy), p.bucket_view,
-                                 master_scale(trace))
+            whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy),
+                                 gradient_buffer(trace, p.bucket_view), state_scales(trace))
             staged, figures = schedule_peak(trace, peak, whole.total, pp=pp, vpp=vpp, microbatches=m,
                                             schedule=p.schedule, framework=p.framework)
             need_bytes = without_experts(staged, figures, whole.total,

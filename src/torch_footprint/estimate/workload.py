@@ -21,6 +21,7 @@ from ..trace import ModelState, StepOptions, Trace, setups, trace_model
 from .kernels.sdpa import cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.pipeline import check_layout
+from .layouts.sharding import megatron_scales
 from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp, split_vocab
 
 DEFAULT_PRECISION = "fp32"
@@ -59,6 +60,13 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         m = built.model = m.to(param_dtype)
         notes.append(f"weights cast to {name_of(param_dtype)} for precision {prec}")
         work = work.cast(param_dtype)
+    megatron = megatron_dtype(p, autocast, param_dtype)
+    if megatron is not None:  # Megatron-core runs the model in its low dtype, the fp32 copies in its optimizer
+        m = built.model = m.to(megatron)
+        work = work.cast(megatron)
+        notes.append(f"Megatron-core's mixed precision: the model in {name_of(megatron)}, its gradients accumulated "
+                     "in fp32, an fp32 master copy and optimizer state (the distributed optimizer's, sharded "
+                     "over the data-parallel ranks with --strategy zero1)")
     low = fsdp_compute_dtype(p, param_dtype)
     if low is not None:  # FSDP2 gathers each unit in its param_dtype: the forward and backward run in it
         m = built.model = m.to(low)
@@ -95,6 +103,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         undo()
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
         trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None)
+    if megatron is not None and t.train:  # the states Megatron keeps beside the traced ones (sharding.state_scales)
+        trace.settings["megatron_scales"] = megatron_scales(megatron.itemsize, optimizer_moments(t.optimizer))
     if low is not None:  # the sharded states are the wider dtype's (sharding.master_scale)
         trace.settings["fsdp_compute_dtype"] = name_of(low)
         trace.settings["fsdp_state_scale"] = param_dtype.itemsize / low.itemsize
@@ -115,8 +125,9 @@ def trace_key(w: Workload, t: Training, p: Parallel, cuda_sm: tuple[int, int] | 
     the micro-batches a step and the network do not change it; the data-parallel sharding only
     through FSDP's compute dtype."""
     fsdp_dtype = p.fsdp_param_dtype if p.sharding in FSDP_STRATEGIES else None
+    megatron = p.framework == "megatron" and p.sharding not in FSDP_STRATEGIES
     return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.vocab_parallel, p.cp, p.ep, fsdp_dtype,
-            cuda_sm)
+            megatron, cuda_sm)
 
 
 def _cuda_fuses(sm: tuple[int, int] | None) -> Any:
@@ -147,6 +158,22 @@ def fsdp_compute_dtype(p: Parallel, param_dtype: torch.dtype) -> torch.dtype | N
         return None
     low = FSDP_DTYPES[p.fsdp_param_dtype]
     return low if low.itemsize < param_dtype.itemsize else None
+
+
+def megatron_dtype(p: Parallel, autocast: torch.dtype | None, param_dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype Megatron-core runs the model in under mixed precision (``Float16Module``: the
+    autocast dtype), where the layout is Megatron's own data parallelism (ddp, or zero1: its
+    distributed optimizer); None elsewhere."""
+    if p.framework != "megatron" or p.sharding in FSDP_STRATEGIES or autocast is None:
+        return None
+    return autocast if autocast.itemsize < param_dtype.itemsize else None
+
+
+def optimizer_moments(name: str | None) -> int:
+    """Tensors per parameter the optimizer keeps: Adam's two moments, one for momentum, RMSprop and
+    Adagrad, none for plain SGD (and Adafactor's factored ones, counted as none)."""
+    base = (name or "sgd").split("-")[0]
+    return 2 if base in ("adam", "adamw") else 1 if base in ("momentum", "rmsprop", "adagrad") else 0
 
 
 def at_batch(w: Workload, batch: int | None) -> Workload:

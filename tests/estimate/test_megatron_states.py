@@ -1,0 +1,57 @@
+"""Megatron-core's model states by hand on a tiny Llama (tests/configs/llama-tiny: 619,136
+parameters): the model in bf16, fp32 gradients in its gradient buffer, an fp32 master copy and
+Adam's fp32 moments, which the distributed optimizer shards over the data-parallel ranks.
+Megatron-core's distributed optimizer documentation: 18 bytes a parameter without it, 6 + 12/DP
+with it (bf16 parameters, fp32 gradients)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_footprint.analysis.memory import replay
+from torch_footprint.estimate.layouts.sharding import megatron_scales, step_peak
+from torch_footprint.estimate.price import rank_states
+from torch_footprint.estimate.workload import trace_step
+from torch_footprint.settings import Parallel, Training, Workload
+
+LLAMA = Path(__file__).resolve().parents[1] / "configs" / "llama-tiny"
+IDS = {"input_ids": "2,64:int64"}
+PARAMS = 619_136
+ADAMW = Training(train=True, optimizer="adamw")
+
+
+def _states(p: Parallel):
+    trace, notes = trace_step(Workload(str(LLAMA), IDS, precision="bf16-mixed"), ADAMW, p)
+    peak = step_peak(trace, p.sharding, p.state_shards, p.bucket_view)
+    whole, _ = rank_states(trace, peak, p, lambda: replay(trace).persistent)
+    return trace, whole, notes
+
+
+@pytest.mark.parametrize(("strategy", "per_param"), [("ddp", 18), ("zero1", 6 + 12 / 2)])
+def test_megatron_holds_18_bytes_a_parameter_or_6_plus_12_over_dp(strategy: str, per_param: float):
+    trace, whole, notes = _states(Parallel(gpus=2, strategy=strategy, framework="megatron"))
+    # bf16 weights 2 B; fp32 main gradients 4 B, reduced in place (no bucket copy); master + moments 12 B
+    assert whole.weights == 2 * PARAMS and whole.gradients == 4 * PARAMS and whole.extra == 0
+    # (and AdamW's step counters: one fp32 scalar for each of the 21 parameter tensors, 84 B, scaled alike)
+    assert whole.optimizer == pytest.approx(12 * PARAMS / (2 if strategy == "zero1" else 1), abs=3 * 84)
+    assert whole.total - whole.buffers == pytest.approx(per_param * PARAMS, abs=3 * 84)
+    # the forward and backward run in bf16: every parameter the trace holds is bf16
+    assert {q.dtype for q in trace.params} == {"bfloat16"}
+    assert any("Megatron-core's mixed precision" in n for n in notes)
+
+
+def test_torch_autocast_keeps_fp32_parameters_and_ddp_buckets():
+    # the same layout under torch (autocast over fp32 parameters): 4 + 4 + 8 B and DDP's bucket copy, 4 B
+    _, whole, _ = _states(Parallel(gpus=2, strategy="ddp"))
+    assert whole.total - whole.buffers == 20 * PARAMS + 84  # and AdamW's 21 fp32 step counters
+
+
+def test_the_scales_follow_the_optimizer():
+    # against a bf16 trace: Adam's two bf16 moments (4 B) become 12 B; momentum's one (2 B) 8 B; plain SGD's
+    # master copy goes with the weights (2 + 4 B)
+    assert megatron_scales(torch.bfloat16.itemsize, 2) == {"weights": 1.0, "gradients": 2.0, "optimizer state": 3.0}
+    assert megatron_scales(2, 1)["optimizer state"] == 4.0
+    assert megatron_scales(2, 0)["weights"] == 3.0
