@@ -278,7 +278,9 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     # before: the seed's 80% of the memory; now, the allocator's extras modelled, all of it (as fit does)
     need = (need_bytes + sum(extras.values())) / (0.8 if before else 1.0)
     tokens = (r.get("global_batch") or micro * dp * m) * r["seq"]
-    return {"tps": tokens / step.time_s / n, "fits": need <= acc.memory_bytes, "need_gib": need / 2**30}
+    # the row's GPU memory where the source prints one its accelerator id's row does not have
+    capacity = r["gpu_memory_gb"] * 2**30 if r.get("gpu_memory_gb") else acc.memory_bytes
+    return {"tps": tokens / step.time_s / n, "fits": need <= capacity, "need_gib": need / 2**30}
 
 
 def main() -> None:
