@@ -42,3 +42,20 @@ def test_a_vocabulary_split_needs_tp_and_a_divisible_vocabulary(tmp_path: Path):
     (tmp_path / "config.json").write_text(json.dumps(dict(config, vocab_size=1001)))
     with pytest.raises(FootprintError, match="--tp 2 does not divide the vocabulary of 1001"):
         _step(True, tmp_path)
+
+
+def test_sequence_parallel_and_megatron_reduce_each_modules_input_once():
+    from torch_footprint import api
+
+    base = dict(gpus=2, tp=2, train=True, optimizer="adamw", gpu=["h100-sxm"])
+
+    def backward_calls(**kw):
+        step = api.fit(str(LLAMA), IDS, **base, **kw).rows[0].step
+        return next(c.calls for c in step.collectives if c.what == "column-parallel input gradients")
+
+    # each layer's column-parallel linears: q, k, v (attention), gate, up (MLP). DTensor's ColwiseParallel on each
+    # reduces each one's input gradient: 5 a layer x 2 layers; gathered once per module (sequence parallelism,
+    # Korthikanti et al. 2022) or fused (Megatron-core's QKV and gate/up): attention and MLP, 2 x 2 layers
+    assert backward_calls() == 10
+    assert backward_calls(sequence_parallel=True) == 4
+    assert backward_calls(framework="megatron") == 4

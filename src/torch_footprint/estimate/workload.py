@@ -101,6 +101,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
                                         fuse_attention=_cuda_fuses(cuda_sm)))
     finally:
         undo()
+    if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
+        trace.settings["tp_inputs"] = "per module"
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
         trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None)
     if megatron is not None and t.train:  # the states Megatron keeps beside the traced ones (sharding.state_scales)
@@ -125,7 +127,7 @@ def trace_key(w: Workload, t: Training, p: Parallel, cuda_sm: tuple[int, int] | 
     the micro-batches a step and the network do not change it; the data-parallel sharding only
     through FSDP's compute dtype."""
     fsdp_dtype = p.fsdp_param_dtype if p.sharding in FSDP_STRATEGIES else None
-    megatron = p.framework == "megatron" and p.sharding not in FSDP_STRATEGIES
+    megatron = p.framework == "megatron" and (p.sharding not in FSDP_STRATEGIES or p.tensor > 1)
     return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.vocab_parallel, p.cp, p.ep, fsdp_dtype,
             megatron, cuda_sm)
 

@@ -27,7 +27,10 @@ layer's activation [batch, sequence, hidden] in the compute dtype):
     tp     per row-parallel linear, an all-reduce of A in the forward; per column-parallel
            linear, an all-reduce of its input's gradient (A) in the backward (DTensor's
            ColwiseParallel reduces each one's; Megatron-LM fuses q, k and v: two per layer
-           each way, Shoeybi et al. 2019, figure 3); on the critical path, not overlapped
+           each way, Shoeybi et al. 2019, figure 3); with sequence parallelism or under
+           Megatron-core, one per module that holds column-parallel linears (the attention,
+           the MLP): its input gathered once, its gradient reduce-scattered once (Korthikanti
+           et al. 2022, figure 6); on the critical path, not overlapped
 
 ZeRO's own accounting (paper, section 7): DDP moves 2W per rank per step, ZeRO-1/2 the
 same 2W (reduce-scatter + all-gather), ZeRO-3 3W: the ring formulas give these at large N.
@@ -298,6 +301,8 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
         plan = tp_plan_of_trace(trace)
         rows = [p for p, s in plan.items() if s == "rowwise"]
         cols = [p for p, s in plan.items() if s == "colwise"]
+        if trace.settings.get("tp_inputs") == "per module":  # one collective for the module's linears
+            cols = sorted({c.rsplit(".", 1)[0] for c in cols})
         size = activation_bytes(trace, rows[0]) if rows else 0  # [batch, sequence, hidden]
         fw, bw = len(rows) * all_reduce_s(size, tp, tp_link), len(cols) * all_reduce_s(size, tp, tp_link)
         cs.append(Collective("row-parallel outputs", "all-reduce", size * len(rows), len(rows), "forward", False, fw))
