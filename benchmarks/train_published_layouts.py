@@ -170,7 +170,8 @@ def tensor_parallel_extras(r: dict[str, Any]) -> dict[str, bool]:
     framework = str(r.get("framework") or "").lower()
     if "torchtitan" not in framework and framework_of(r) != "megatron":
         return {}
-    return {"sequence_parallel": bool(r.get("sequence_parallel", True)), "vocab_parallel": True}
+    return {"sequence_parallel": bool(r.get("sequence_parallel", True)), "vocab_parallel": True,
+            "async_tp": bool(r.get("async_tp"))}
 
 
 def model_of(r: dict[str, Any], folder: Path) -> str:

@@ -59,3 +59,21 @@ def test_sequence_parallel_and_megatron_reduce_each_modules_input_once():
     assert backward_calls() == 10
     assert backward_calls(sequence_parallel=True) == 4
     assert backward_calls(framework="megatron") == 4
+
+
+def test_async_tp_hides_the_tensor_parallel_collectives_behind_their_phase():
+    from torch_footprint import api
+
+    base = dict(gpus=2, tp=2, train=True, optimizer="adamw", gpu=["h100-sxm"])
+    plain = api.fit(str(LLAMA), IDS, **base).rows[0].step
+    overlapped = api.fit(str(LLAMA), IDS, async_tp=True, **base).rows[0].step
+    assert plain is not None and overlapped is not None
+    tp = {c.what: c.time_s for c in plain.collectives if c.what.startswith(("row-", "column-"))}
+    fwd, bwd = plain.compute_s["forward"], plain.compute_s["backward"]
+    # plain: both all-reduce groups on the critical path; async: only what outlasts the forward's and the
+    # backward's compute (no data parallelism: the TP collectives are all that is exposed)
+    assert plain.exposed_s == pytest.approx(sum(tp.values()))
+    assert overlapped.exposed_s == pytest.approx(max(0.0, tp["row-parallel outputs"] - fwd)
+                                                 + max(0.0, tp["column-parallel input gradients"] - bwd))
+    with pytest.raises(FootprintError, match="--async-tp overlaps the tensor-parallel collectives"):
+        Parallel(gpus=2, async_tp=True)

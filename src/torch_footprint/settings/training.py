@@ -96,6 +96,9 @@ class Parallel(Record):
     """with --tp: the input embedding and the output head split by vocabulary, the loss taken on each rank's share
     of the logits (Megatron-LM's VocabParallelEmbedding and vocab-parallel cross entropy; torchtitan's plan with
     loss_parallel)"""
+    async_tp: bool = opt(False, aliases=("--enable-async-tensor-parallel", "--tp-comm-overlap"))
+    """with --tp: the tensor-parallel collectives overlap the matmuls they feed (torchtitan's async TP, Megatron-LM's
+    --tp-comm-overlap): exposed only where they outlast the compute of their phase"""
     pp: int = opt(1, metavar="N", aliases=("--pipeline-model-parallel-size",))
     """pipeline-parallel stages among --gpus, each a contiguous run of the model's repeated blocks (torchtitan's
     pipeline_parallel_degree)"""
@@ -168,6 +171,8 @@ class Parallel(Record):
         if self.strategy == "tp" and self.pp * self.cp > 1:
             raise FootprintError(f"--strategy tp puts every GPU in one tensor-parallel group: --pp {self.pp} and "
                                  f"--cp {self.cp} leave no GPU for them; give --tp instead")
+        if self.async_tp and self.tensor <= 1:
+            raise FootprintError("--async-tp overlaps the tensor-parallel collectives: add --tp 2 or more")
         self._check_pipeline()
         replica = self.tensor * self.pp * self.cp
         if self.gpus % replica:

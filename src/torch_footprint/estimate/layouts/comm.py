@@ -234,14 +234,16 @@ def fsdp_bytes(trace: Trace, param_dtype: str | None = None, reduce_dtype: str |
 
 def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, link: Link | None,
               tp: int = 1, *, tp_link: Link | None = None, replicas: int = 1, replica_link: Link | None = None,
-              param_dtype: str | None = None, reduce_dtype: str | None = None) -> StepTime:
+              param_dtype: str | None = None, reduce_dtype: str | None = None, tp_overlap: bool = False) -> StepTime:
     """One rank's step time under ``strategy`` over ``n`` data-parallel ranks (and ``tp``
     tensor-parallel ones, ``trace`` being one rank's share): ``phases`` is the compute time
     of each phase on one device (the roofline's by-phase times). ``link`` carries the
     data-parallel rings, ``tp_link`` (default ``link``) the tensor-parallel all-reduces.
     HSDP: ``n`` ranks shard, ``replicas`` such groups each all-reduce their gradient shard
     over ``replica_link`` after its reduce-scatter. FSDP2's mixed precision: all-gathers in
-    ``param_dtype``, reduce-scatters in ``reduce_dtype`` (:func:`fsdp_bytes`)."""
+    ``param_dtype``, reduce-scatters in ``reduce_dtype`` (:func:`fsdp_bytes`). ``tp_overlap``
+    (async TP): the tensor-parallel collectives hidden behind their phase's compute, exposed
+    only beyond it."""
     compute = {k: v for k, v in phases.items()}
     if strategy in SHARDED_OPTIMIZER and n > 1 and "optimizer" in compute:
         compute["optimizer"] /= n  # each rank steps its shard only
@@ -305,9 +307,10 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
             cols = sorted({c.rsplit(".", 1)[0] for c in cols})
         size = activation_bytes(trace, rows[0]) if rows else 0  # [batch, sequence, hidden]
         fw, bw = len(rows) * all_reduce_s(size, tp, tp_link), len(cols) * all_reduce_s(size, tp, tp_link)
-        cs.append(Collective("row-parallel outputs", "all-reduce", size * len(rows), len(rows), "forward", False, fw))
+        cs.append(Collective("row-parallel outputs", "all-reduce", size * len(rows), len(rows), "forward", tp_overlap,
+                             fw))
         cs.append(Collective("column-parallel input gradients", "all-reduce", size * len(cols), len(cols), "backward",
-                             False, bw))
-        exposed += fw + bw
+                             tp_overlap, bw))
+        exposed += max(0.0, fw - fwd) + max(0.0, bw - bwd) if tp_overlap else fw + bw
     out.exposed_s = exposed
     return out

@@ -90,12 +90,13 @@ def send_s(nbytes: float, link: Link) -> float:
 def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, strategy: str, shard: int,
                   replicas: int, tp: int, pp: int, vpp: int, microbatches: int, schedule: str,
                   link: Link | None, tp_link: Link | None, replica_link: Link | None, pp_link: Link | None,
-                  param_dtype: str | None = None, reduce_dtype: str | None = None) -> StepTime:
+                  param_dtype: str | None = None, reduce_dtype: str | None = None,
+                  tp_overlap: bool = False) -> StepTime:
     """One step of ``microbatches`` micro-batches over ``pp`` pipeline ranks (module docstring);
     ``phases``: one micro-batch's compute by phase on one device (the whole model's)."""
     m = microbatches
     kw: dict[str, Any] = dict(tp_link=tp_link, replicas=replicas, replica_link=replica_link,
-                              param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+                              param_dtype=param_dtype, reduce_dtype=reduce_dtype, tp_overlap=tp_overlap)
     if pp == 1:
         sm = None
         ranks = [(trace, sum(v for k, v in phases.items() if k != "optimizer"), 1.0)]
@@ -373,9 +374,10 @@ def _data_step(trace: Trace, pred: Prediction, p: Parallel, strategy: str, shard
         return schedule_step(trace, pred, phases, strategy=strategy, shard=shard, replicas=replicas,
                              tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
                              tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,
-                             param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
+                             param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce, tp_overlap=p.async_tp)
     return step_time(trace, phases, strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
-                     replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
+                     replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce,
+                     tp_overlap=p.async_tp)
 
 
 def predict_pipeline(trace: Trace, pp: int, vpp: int, microbatches: int, schedule: str,
