@@ -289,6 +289,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--budget", type=float, default=0, help="stop starting rows after so many seconds")
     ap.add_argument("--source", default="", help="only rows whose source address contains this")
+    ap.add_argument("--tp-only", action="store_true", help="only the rows with tensor parallelism (to price them "
+                    "again after a change to it)")
     ap.add_argument("--count", action="store_true", help="only count the rows that can be expressed")
     ap.add_argument("--reverse", action="store_true", help="the rows in reverse order (a second process from the end)")
     ap.add_argument("--part", default="", help="I/K: only every K-th priced row from the I-th (0-based), so that K "
@@ -297,7 +299,7 @@ def main() -> None:
                     "HSDP and gradient accumulation (for a run on an earlier commit)")
     args = ap.parse_args()
     rows = tomllib.loads((HERE / "published" / "training.toml").read_text())["row"]
-    rows = [r for r in rows if args.source in r["source"]]
+    rows = [r for r in rows if args.source in r["source"] and (not args.tp_only or (r.get("tp") or 1) > 1)]
     strict = [r for r in rows if not expressible(r, args.before)]
     lenient = [r for r in rows if not expressible(r, args.before, lenient=True)]
     print(f"{len(rows)} rows; expressible: {len(strict)} as set up, {len(lenient)} leaving out selective "
