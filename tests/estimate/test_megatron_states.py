@@ -55,3 +55,20 @@ def test_the_scales_follow_the_optimizer():
     assert megatron_scales(torch.bfloat16.itemsize, 2) == {"weights": 1.0, "gradients": 2.0, "optimizer state": 3.0}
     assert megatron_scales(2, 1)["optimizer state"] == 4.0
     assert megatron_scales(2, 0)["weights"] == 3.0
+
+
+def test_megatrons_fused_norm_and_swiglu_keep_less_for_the_backward(monkeypatch: pytest.MonkeyPatch):
+    import torch_footprint.estimate.workload as workload
+
+    w = Workload(str(LLAMA), IDS, precision="bf16-mixed")
+    p = Parallel(gpus=1, framework="megatron")
+    fused, notes = trace_step(w, ADAMW, p)
+    monkeypatch.setattr(workload, "fuse_like_megatron", lambda m: ([], lambda: None))
+    plain, _ = trace_step(w, ADAMW, p)
+    saved = {k: sum(replay(t).activations_by_module.values()) for k, t in (("fused", fused), ("plain", plain))}
+    # 128 tokens x hidden 128 in bf16. Hugging Face's RMSNorm keeps an fp32 copy of its input (65,536 B) and the
+    # normalised tensor cast back (32,768 B); the fused one its bf16 input (32,768 B, which the other frees),
+    # both the reciprocal RMS: 65,536 B less for each of the 5 norms. SiLU's output [128, 344] bf16 (88,064 B)
+    # is recomputed in the fused SwiGLU's backward: 2 layers
+    assert saved["plain"] - saved["fused"] == 5 * 65_536 + 2 * 88_064
+    assert any("5 RMSNorms, 2 SwiGLU MLPs" in n for n in notes)

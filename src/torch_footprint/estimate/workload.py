@@ -20,6 +20,7 @@ from ..sources.inputs import InputSpec
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
 from .kernels.sdpa import cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
+from .layouts.fused import fuse_like_megatron
 from .layouts.pipeline import check_layout
 from .layouts.sharding import megatron_scales
 from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp, split_vocab
@@ -91,6 +92,11 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
             apply_sequence_parallel(m, p.tensor, plan)
             notes.append(f"sequence parallel: norms and residuals between the blocks hold 1/{p.tensor} of the "
                          "sequence; each split linear's input gathered, its output reduce-scattered")
+    unfuse: Any = lambda: None  # noqa: E731
+    if p.framework == "megatron":
+        fused, unfuse = fuse_like_megatron(m)
+        if fused:
+            notes.append("Megatron-core's fused kernels: " + ", ".join(fused) + " keep what they keep for the backward")
     undo: Any = lambda: None  # noqa: E731
     if t.checkpointing:
         what, undo = setups.enable_checkpointing(m, selective=t.selective)
@@ -101,6 +107,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
                                         fuse_attention=_cuda_fuses(cuda_sm)))
     finally:
         undo()
+        unfuse()
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
@@ -127,7 +134,7 @@ def trace_key(w: Workload, t: Training, p: Parallel, cuda_sm: tuple[int, int] | 
     the micro-batches a step and the network do not change it; the data-parallel sharding only
     through FSDP's compute dtype."""
     fsdp_dtype = p.fsdp_param_dtype if p.sharding in FSDP_STRATEGIES else None
-    megatron = p.framework == "megatron" and (p.sharding not in FSDP_STRATEGIES or p.tensor > 1)
+    megatron = p.framework == "megatron"
     return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.vocab_parallel, p.cp, p.ep, fsdp_dtype,
             megatron, cuda_sm)
 
