@@ -150,6 +150,30 @@ def megatron_distributed_optimizer(r: dict[str, Any]) -> bool:
     return not r.get("fsdp") and ("nemo" in framework or "megatron-bridge" in framework)
 
 
+def framework_of(r: dict[str, Any]) -> str:
+    """The runtime the row's framework trains with, as --framework names it: Megatron-core under NeMo,
+    Megatron-LM and Megatron-Bridge; torch.distributed elsewhere (NeMo AutoModel runs PyTorch's FSDP2)."""
+    framework = str(r.get("framework") or "").lower()
+    if "automodel" in framework or "deepspeed" in framework:
+        return "torch"
+    return "megatron" if "nemo" in framework or "megatron" in framework else "torch"
+
+
+def tensor_parallel_extras(r: dict[str, Any]) -> dict[str, bool]:
+    """How the row's framework runs tensor parallelism beyond the attention and MLP linears: torchtitan's
+    plan always shards the norms by sequence (SequenceParallel) and the embedding and head by vocabulary
+    with loss_parallel (torchtitan/models/llama3/infra/parallelize.py); Megatron-core splits the
+    vocabulary under any TP and NeMo's performance recipes set sequence_parallel = tp > 1
+    (scripts/performance/helpers.py). A row's own sequence_parallel wins."""
+    if (r.get("tp") or 1) <= 1:
+        return {}
+    framework = str(r.get("framework") or "").lower()
+    if "torchtitan" not in framework and framework_of(r) != "megatron":
+        return {}
+    return {"sequence_parallel": bool(r.get("sequence_parallel", True)), "vocab_parallel": True,
+            "async_tp": bool(r.get("async_tp"))}
+
+
 def model_of(r: dict[str, Any], folder: Path) -> str:
     m = r["model"]
     if m.startswith("hf:"):
@@ -181,7 +205,13 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     from torch_footprint.estimate.kernels.sdpa import sm_of
     from torch_footprint.estimate.layouts.comm import link_of, step_time
     from torch_footprint.estimate.layouts.ranks import phase_times
-    from torch_footprint.estimate.layouts.sharding import gather_bytes, master_scale, model_states, step_peak
+    from torch_footprint.estimate.layouts.sharding import (
+        gather_bytes,
+        gradient_buffer,
+        model_states,
+        state_scales,
+        step_peak,
+    )
     from torch_footprint.estimate.memory import allocation_count
     from torch_footprint.estimate.price import fixed_overheads
     from torch_footprint.estimate.workload import trace_step
@@ -198,7 +228,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if not before:
         extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None, cp=r.get("cp") or 1,
-                     ep=r.get("ep") or 1)
+                     ep=r.get("ep") or 1, framework=framework_of(r), **tensor_parallel_extras(r))
         if strategy == "ddp" and megatron_distributed_optimizer(r):
             strategy, extra["bucket_view"] = "zero1", True
         if strategy in ("fsdp", "zero2"):
@@ -236,10 +266,10 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         need_bytes = peak.peak_bytes
         if pp > 1:
             persistent = replay(trace).persistent
-            whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy), p.bucket_view,
-                                 master_scale(trace))
+            whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy),
+                                 gradient_buffer(trace, p.bucket_view), state_scales(trace))
             staged, figures = schedule_peak(trace, peak, whole.total, pp=pp, vpp=vpp, microbatches=m,
-                                            schedule=p.schedule)
+                                            schedule=p.schedule, framework=p.framework)
             need_bytes = without_experts(staged, figures, whole.total,
                                          layout_states(trace, whole, strategy).total).peak_bytes
         step = layout_step(trace, acc, pred, p, net)  # as fit times it: collectives, schedule, CP, EP
@@ -249,7 +279,9 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     # before: the seed's 80% of the memory; now, the allocator's extras modelled, all of it (as fit does)
     need = (need_bytes + sum(extras.values())) / (0.8 if before else 1.0)
     tokens = (r.get("global_batch") or micro * dp * m) * r["seq"]
-    return {"tps": tokens / step.time_s / n, "fits": need <= acc.memory_bytes, "need_gib": need / 2**30}
+    # the row's GPU memory where the source prints one its accelerator id's row does not have
+    capacity = r["gpu_memory_gb"] * 2**30 if r.get("gpu_memory_gb") else acc.memory_bytes
+    return {"tps": tokens / step.time_s / n, "fits": need <= capacity, "need_gib": need / 2**30}
 
 
 def main() -> None:
@@ -257,6 +289,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--budget", type=float, default=0, help="stop starting rows after so many seconds")
     ap.add_argument("--source", default="", help="only rows whose source address contains this")
+    ap.add_argument("--tp-only", action="store_true", help="only the rows with tensor parallelism (to price them "
+                    "again after a change to it)")
     ap.add_argument("--count", action="store_true", help="only count the rows that can be expressed")
     ap.add_argument("--reverse", action="store_true", help="the rows in reverse order (a second process from the end)")
     ap.add_argument("--part", default="", help="I/K: only every K-th priced row from the I-th (0-based), so that K "
@@ -265,7 +299,7 @@ def main() -> None:
                     "HSDP and gradient accumulation (for a run on an earlier commit)")
     args = ap.parse_args()
     rows = tomllib.loads((HERE / "published" / "training.toml").read_text())["row"]
-    rows = [r for r in rows if args.source in r["source"]]
+    rows = [r for r in rows if args.source in r["source"] and (not args.tp_only or (r.get("tp") or 1) > 1)]
     strict = [r for r in rows if not expressible(r, args.before)]
     lenient = [r for r in rows if not expressible(r, args.before, lenient=True)]
     print(f"{len(rows)} rows; expressible: {len(strict)} as set up, {len(lenient)} leaving out selective "

@@ -128,6 +128,12 @@ CASES = [
     (["bench", "resnet18", "--train", "--nproc", "2", "--strategy", "pp"], "unknown strategy 'pp'"),
     (["fit", LLAMA, "--input-ids", "2,64", "--train", "--gpus", "3", "--tp", "3", "--gpu", "h100-sxm"],
      "--tp 3 does not divide the model's 4 attention heads"),
+    (["fit", LLAMA, "--input-ids", "2,64", "--train", "--gpus", "2", "--framework", "deepspeed"],
+     "unknown training framework 'deepspeed': use torch, megatron"),
+    (["fit", LLAMA, "--input-ids", "2,64", "--train", "--gpus", "2", "--vocab-parallel", "--gpu", "h100-sxm"],
+     "--vocab-parallel splits the vocabulary among tensor-parallel ranks: add --tp 2 or more"),
+    (["fit", LLAMA, "--input-ids", "2,64", "--train", "--gpus", "2", "--async-tp"],
+     "--async-tp overlaps the tensor-parallel collectives: add --tp 2 or more"),
     *([(["bench", "resnet18", "--train", "--nproc", "2", "--device", "cuda"], "CUDA is not available")]
       if CUDA_UNAVAILABLE else []),
     (["bench", "resnet18", "--train", "--optimizer", "nope"], "nope"),

@@ -101,6 +101,43 @@ def test_a_stage_holds_its_share_and_its_micro_batches_in_flight():
     assert whole.peak_bytes == pytest.approx(peak.peak_bytes, abs=1)
 
 
+def test_megatron_receives_into_fresh_tensors_per_micro_batch_in_flight():
+    from torch_footprint.estimate.layouts.schedule import receive_buffers
+
+    # Megatron-core's p2p_communication.py receives each boundary into a fresh torch.empty; a chunk keeps
+    # its received input until that micro-batch's backward, a received gradient lives for one backward.
+    # 1F1B over 2 ranks, 4 micro-batches, boundary B: rank 0 (2 in flight) receives no activation, one
+    # gradient at a time: B; rank 1 (1 in flight) keeps 1 input and receives no gradient: B
+    b = 65_536
+    assert receive_buffers("megatron", 2, 1, 0, 4, 2.0, b) == b
+    assert receive_buffers("megatron", 2, 1, 1, 4, 1.0, b) == b
+    # torch.distributed.pipelining: one buffer per micro-batch per receiving chunk end: 4 B on each rank
+    assert receive_buffers("torch", 2, 1, 0, 4, 2.0, b) == receive_buffers("torch", 2, 1, 1, 4, 1.0, b) == 4 * b
+    # interleaved, 2 ranks x 2 chunks, 4 micro-batches: rank 0 holds chunks 0 and 2 and (2-0-1) x 2 + (2-1) x 2
+    # + 1 = 5 chunk forwards = 2.5 in flight, of which chunk 2's receive: 2.5 B, + 1 gradient = 3.5 B; rank 1
+    # (chunks 1 and 3) 3 chunk forwards = 1.5 in flight, both chunks receive: 3 B, + 1 gradient = 4 B
+    assert in_flight("interleaved-1f1b", 2, 0, 4, 2) == 2.5 and in_flight("interleaved-1f1b", 2, 1, 4, 2) == 1.5
+    assert receive_buffers("megatron", 2, 2, 0, 4, 2.5, b) == 3.5 * b
+    assert receive_buffers("megatron", 2, 2, 1, 4, 1.5, b) == 4 * b
+    # torch: rank 0's ends that receive: chunk 0's gradient, chunk 2's input and gradient = 3, x 4 micro-batches
+    assert receive_buffers("torch", 2, 2, 0, 4, 2.5, b) == 12 * b
+
+
+def test_fit_prices_the_framework_named(monkeypatch: pytest.MonkeyPatch):
+    import torch_footprint.estimate.workload as workload
+
+    # Megatron's fused kernels (tested in test_megatron_states.py) left out: the receive buffers alone differ
+    monkeypatch.setattr(workload, "fuse_like_megatron", lambda m: ([], lambda: None))
+    base = dict(gpus=2, pp=2, grad_accum=4, **STEP)
+    torch_row = api.fit(str(LLAMA), IDS, **base).rows[0]
+    nemo_row = api.fit(str(LLAMA), IDS, framework="nemo", **base).rows[0]  # NeMo runs Megatron-core
+    # [2, 64, 128] fp32 boundary = 65,536 B: torch keeps 4 on each rank, Megatron 1 (test above), so every
+    # rank, the largest included, needs 3 boundaries less
+    assert torch_row.need - nemo_row.need == 3 * 65_536
+    with pytest.raises(Exception, match="unknown training framework 'deepspeed'"):
+        api.fit(str(LLAMA), IDS, framework="deepspeed", **base)
+
+
 def test_a_pipelined_step_by_hand():
     res = api.fit(str(LLAMA), IDS, gpus=2, pp=2, grad_accum=4, **STEP)
     step = res.rows[0].step

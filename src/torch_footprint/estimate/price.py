@@ -35,7 +35,7 @@ from .kernels.roofline import Prediction, estimate_latency
 from .layouts.comm import StepTime
 from .layouts.cp_ep import layout_memory, layout_states, without_experts
 from .layouts.schedule import layout_step, schedule_peak
-from .layouts.sharding import ModelStates, gather_bytes, master_scale, model_states, step_peak
+from .layouts.sharding import ModelStates, gather_bytes, gradient_buffer, model_states, state_scales, step_peak
 from .memory import allocation_count
 
 
@@ -62,9 +62,10 @@ def rank_states(trace: Trace, peak: MemoryPeak, p: Parallel,
     """The whole model's states under ``p``'s sharding and one rank's share of them (the experts of
     other expert-parallel ranks taken out); ``persistent()`` the unsharded replay's states, read
     only where ``peak`` (a sharded replay's, or master weights in another dtype) does not have them."""
-    shard, scale = p.state_shards, master_scale(trace)
-    kept = peak.persistent if shard == 1 and scale == 1 else persistent()
-    whole = model_states(kept, p.sharding, shard, gather_bytes(trace, p.sharding), p.bucket_view, scale)
+    shard, scale = p.state_shards, state_scales(trace)
+    kept = peak.persistent if shard == 1 and set(scale.values()) == {1.0} else persistent()
+    whole = model_states(kept, p.sharding, shard, gather_bytes(trace, p.sharding),
+                         gradient_buffer(trace, p.bucket_view), scale)
     return whole, layout_states(trace, whole, p.sharding)
 
 
@@ -132,7 +133,8 @@ def price_layout(traced: TracedStep, acc: Accelerator, p: Parallel, target: Targ
     stages: list[dict[str, Any]] = []
     if p.pp > 1:
         staged, stages = schedule_peak(trace, peak, whole.total if whole else 0, pp=p.pp, vpp=p.vpp,
-                                       microbatches=p.grad_accum, schedule=p.schedule)
+                                       microbatches=p.grad_accum, schedule=p.schedule,
+                                       framework=p.framework)
         peak = without_experts(staged, stages, whole.total if whole else 0, states.total if states else 0)
     fixed = sum(layout_extras(acc, traced.allocations, t.train, p).values())
     need = needed(acc, peak.peak_bytes + fixed, target.utilisation)

@@ -221,7 +221,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         # (split from the replay's live bytes with the states it holds, the experts of other
         # expert-parallel ranks then taken out of the rank's share)
         staged = {b: schedule_peak(tr, peaks[b], whole.total if whole else 0, pp=pp, vpp=p.vpp, microbatches=m,
-                                   schedule=p.schedule) for b, tr in traces.items()}
+                                   schedule=p.schedule, framework=p.framework) for b, tr in traces.items()}
         peaks = {b: without_experts(x[0], x[1], whole.total if whole else 0, states.total if states else 0)
                  for b, x in staged.items()}
         notes.append(f"pipeline ranks of {p.schedule} at batch {b1}: " + ", ".join(

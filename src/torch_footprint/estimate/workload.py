@@ -20,8 +20,10 @@ from ..sources.inputs import InputSpec
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
 from .kernels.sdpa import cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
+from .layouts.fused import fuse_like_megatron
 from .layouts.pipeline import check_layout
-from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp
+from .layouts.sharding import megatron_scales
+from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp, split_vocab
 
 DEFAULT_PRECISION = "fp32"
 
@@ -40,6 +42,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     if p.sequence_parallel and p.tensor <= 1:
         raise FootprintError("--sequence-parallel splits the sequence among tensor-parallel ranks: add --tp 2 "
                              "or more")
+    if p.vocab_parallel and p.tensor <= 1:
+        raise FootprintError("--vocab-parallel splits the vocabulary among tensor-parallel ranks: add --tp 2 or more")
     prec = precision_of(w)
     param_dtype, autocast = setups.precision(prec)
     opt = setups.optimizer(t.optimizer) if t.train else None
@@ -57,6 +61,13 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         m = built.model = m.to(param_dtype)
         notes.append(f"weights cast to {name_of(param_dtype)} for precision {prec}")
         work = work.cast(param_dtype)
+    megatron = megatron_dtype(p, autocast, param_dtype)
+    if megatron is not None:  # Megatron-core runs the model in its low dtype, the fp32 copies in its optimizer
+        m = built.model = m.to(megatron)
+        work = work.cast(megatron)
+        notes.append(f"Megatron-core's mixed precision: the model in {name_of(megatron)}, its gradients accumulated "
+                     "in fp32, an fp32 master copy and optimizer state (the distributed optimizer's, sharded "
+                     "over the data-parallel ranks with --strategy zero1)")
     low = fsdp_compute_dtype(p, param_dtype)
     if low is not None:  # FSDP2 gathers each unit in its param_dtype: the forward and backward run in it
         m = built.model = m.to(low)
@@ -73,10 +84,19 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         m = built.model = copy.deepcopy(m)
         plan = shrink_for_tp(m, p.tensor)
         notes.append(f"tensor parallel over {p.tensor} ranks: one rank's share of the attention and MLP linears")
+        if p.vocab_parallel:
+            split_vocab(m, p.tensor)
+            notes.append(f"vocabulary parallel: the embedding, the head and the logits hold 1/{p.tensor} of the "
+                         "vocabulary")
         if p.sequence_parallel:
             apply_sequence_parallel(m, p.tensor, plan)
             notes.append(f"sequence parallel: norms and residuals between the blocks hold 1/{p.tensor} of the "
                          "sequence; each split linear's input gathered, its output reduce-scattered")
+    unfuse: Any = lambda: None  # noqa: E731
+    if p.framework == "megatron":
+        fused, unfuse = fuse_like_megatron(m)
+        if fused:
+            notes.append("Megatron-core's fused kernels: " + ", ".join(fused) + " keep what they keep for the backward")
     undo: Any = lambda: None  # noqa: E731
     if t.checkpointing:
         what, undo = setups.enable_checkpointing(m, selective=t.selective)
@@ -87,8 +107,13 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
                                         fuse_attention=_cuda_fuses(cuda_sm)))
     finally:
         undo()
+        unfuse()
+    if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
+        trace.settings["tp_inputs"] = "per module"
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
         trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None)
+    if megatron is not None and t.train:  # the states Megatron keeps beside the traced ones (sharding.state_scales)
+        trace.settings["megatron_scales"] = megatron_scales(megatron.itemsize, optimizer_moments(t.optimizer))
     if low is not None:  # the sharded states are the wider dtype's (sharding.master_scale)
         trace.settings["fsdp_compute_dtype"] = name_of(low)
         trace.settings["fsdp_state_scale"] = param_dtype.itemsize / low.itemsize
@@ -109,7 +134,9 @@ def trace_key(w: Workload, t: Training, p: Parallel, cuda_sm: tuple[int, int] | 
     the micro-batches a step and the network do not change it; the data-parallel sharding only
     through FSDP's compute dtype."""
     fsdp_dtype = p.fsdp_param_dtype if p.sharding in FSDP_STRATEGIES else None
-    return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.cp, p.ep, fsdp_dtype, cuda_sm)
+    megatron = p.framework == "megatron"
+    return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.vocab_parallel, p.cp, p.ep, fsdp_dtype,
+            megatron, cuda_sm)
 
 
 def _cuda_fuses(sm: tuple[int, int] | None) -> Any:
@@ -140,6 +167,22 @@ def fsdp_compute_dtype(p: Parallel, param_dtype: torch.dtype) -> torch.dtype | N
         return None
     low = FSDP_DTYPES[p.fsdp_param_dtype]
     return low if low.itemsize < param_dtype.itemsize else None
+
+
+def megatron_dtype(p: Parallel, autocast: torch.dtype | None, param_dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype Megatron-core runs the model in under mixed precision (``Float16Module``: the
+    autocast dtype), where the layout is Megatron's own data parallelism (ddp, or zero1: its
+    distributed optimizer); None elsewhere."""
+    if p.framework != "megatron" or p.sharding in FSDP_STRATEGIES or autocast is None:
+        return None
+    return autocast if autocast.itemsize < param_dtype.itemsize else None
+
+
+def optimizer_moments(name: str | None) -> int:
+    """Tensors per parameter the optimizer keeps: Adam's two moments, one for momentum, RMSprop and
+    Adagrad, none for plain SGD (and Adafactor's factored ones, counted as none)."""
+    base = (name or "sgd").split("-")[0]
+    return 2 if base in ("adam", "adamw") else 1 if base in ("momentum", "rmsprop", "adagrad") else 0
 
 
 def at_batch(w: Workload, batch: int | None) -> Workload:

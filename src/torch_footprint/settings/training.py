@@ -21,10 +21,15 @@ Checkpointing = Literal["none", "full", "selective"]
 PipelineSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]
 FsdpDtype = Literal["fp32", "bf16", "fp16"]
 Fp8Recipe = Literal["none", "tensorwise", "rowwise", "delayed"]
+Framework = Literal["torch", "megatron"]
 
 # torchtitan's schedule names (pipeline_parallel_schedule) and torch's dtype names, as typed
 SCHEDULE_ALIASES = {"interleaved1f1b": "interleaved-1f1b", "interleaved": "interleaved-1f1b",
                     "schedule1f1b": "1f1b", "schedulegpipe": "gpipe", "scheduleinterleaved1f1b": "interleaved-1f1b"}
+# the stacks built on each runtime, as people name them
+FRAMEWORK_ALIASES = {"torchtitan": "torch", "pytorch": "torch", "fsdp2": "torch", "megatron-lm": "megatron",
+                     "megatron-core": "megatron", "mcore": "megatron", "nemo": "megatron",
+                     "megatron-bridge": "megatron"}
 DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 FSDP_STRATEGIES = ("zero2", "zero3", "fsdp")
 
@@ -87,6 +92,13 @@ class Parallel(Record):
     in one tensor-parallel group (the same as --tp GPUS)"""
     sequence_parallel: bool = opt(False)
     """with --tp: norms and residuals hold 1/tp of the sequence (Megatron-LM's sequence parallelism)"""
+    vocab_parallel: bool = opt(False)
+    """with --tp: the input embedding and the output head split by vocabulary, the loss taken on each rank's share
+    of the logits (Megatron-LM's VocabParallelEmbedding and vocab-parallel cross entropy; torchtitan's plan with
+    loss_parallel)"""
+    async_tp: bool = opt(False, aliases=("--enable-async-tensor-parallel", "--tp-comm-overlap"))
+    """with --tp: the tensor-parallel collectives overlap the matmuls they feed (torchtitan's async TP, Megatron-LM's
+    --tp-comm-overlap): exposed only where they outlast the compute of their phase"""
     pp: int = opt(1, metavar="N", aliases=("--pipeline-model-parallel-size",))
     """pipeline-parallel stages among --gpus, each a contiguous run of the model's repeated blocks (torchtitan's
     pipeline_parallel_degree)"""
@@ -120,6 +132,10 @@ class Parallel(Record):
     """FP8 training of the linear layers but the head (torchao float8, Transformer Engine): tensorwise or rowwise
     scales computed from each tensor (dynamic), delayed from an amax history; the three matmuls of each at the
     fp8 rate, the casts as kernels of their own (with bf16 or fp16 arithmetic; none: off)"""
+    framework: Framework = opt("torch", metavar="NAME", aliases_of_values=FRAMEWORK_ALIASES,
+                               what="training framework")
+    """what runs the layout, as it holds memory: torch (torch.distributed: FSDP2, DTensor, pipelining; torchtitan)
+    or megatron (Megatron-core: Megatron-LM, NeMo, Megatron-Bridge); a pipeline's receive buffers differ"""
     network: str | None = opt(metavar="ID")
     """the network between nodes when --gpus spans several (ib-edr, ib-hdr, ib-ndr, eth-100g, eth-200g,
     eth-400g; hardware/networks.toml)"""
@@ -155,6 +171,8 @@ class Parallel(Record):
         if self.strategy == "tp" and self.pp * self.cp > 1:
             raise FootprintError(f"--strategy tp puts every GPU in one tensor-parallel group: --pp {self.pp} and "
                                  f"--cp {self.cp} leave no GPU for them; give --tp instead")
+        if self.async_tp and self.tensor <= 1:
+            raise FootprintError("--async-tp overlaps the tensor-parallel collectives: add --tp 2 or more")
         self._check_pipeline()
         replica = self.tensor * self.pp * self.cp
         if self.gpus % replica:

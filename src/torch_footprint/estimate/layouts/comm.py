@@ -27,7 +27,10 @@ layer's activation [batch, sequence, hidden] in the compute dtype):
     tp     per row-parallel linear, an all-reduce of A in the forward; per column-parallel
            linear, an all-reduce of its input's gradient (A) in the backward (DTensor's
            ColwiseParallel reduces each one's; Megatron-LM fuses q, k and v: two per layer
-           each way, Shoeybi et al. 2019, figure 3); on the critical path, not overlapped
+           each way, Shoeybi et al. 2019, figure 3); with sequence parallelism or under
+           Megatron-core, one per module that holds column-parallel linears (the attention,
+           the MLP): its input gathered once, its gradient reduce-scattered once (Korthikanti
+           et al. 2022, figure 6); on the critical path, not overlapped
 
 ZeRO's own accounting (paper, section 7): DDP moves 2W per rank per step, ZeRO-1/2 the
 same 2W (reduce-scatter + all-gather), ZeRO-3 3W: the ring formulas give these at large N.
@@ -231,14 +234,16 @@ def fsdp_bytes(trace: Trace, param_dtype: str | None = None, reduce_dtype: str |
 
 def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, link: Link | None,
               tp: int = 1, *, tp_link: Link | None = None, replicas: int = 1, replica_link: Link | None = None,
-              param_dtype: str | None = None, reduce_dtype: str | None = None) -> StepTime:
+              param_dtype: str | None = None, reduce_dtype: str | None = None, tp_overlap: bool = False) -> StepTime:
     """One rank's step time under ``strategy`` over ``n`` data-parallel ranks (and ``tp``
     tensor-parallel ones, ``trace`` being one rank's share): ``phases`` is the compute time
     of each phase on one device (the roofline's by-phase times). ``link`` carries the
     data-parallel rings, ``tp_link`` (default ``link``) the tensor-parallel all-reduces.
     HSDP: ``n`` ranks shard, ``replicas`` such groups each all-reduce their gradient shard
     over ``replica_link`` after its reduce-scatter. FSDP2's mixed precision: all-gathers in
-    ``param_dtype``, reduce-scatters in ``reduce_dtype`` (:func:`fsdp_bytes`)."""
+    ``param_dtype``, reduce-scatters in ``reduce_dtype`` (:func:`fsdp_bytes`). ``tp_overlap``
+    (async TP): the tensor-parallel collectives hidden behind their phase's compute, exposed
+    only beyond it."""
     compute = {k: v for k, v in phases.items()}
     if strategy in SHARDED_OPTIMIZER and n > 1 and "optimizer" in compute:
         compute["optimizer"] /= n  # each rank steps its shard only
@@ -298,11 +303,14 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
         plan = tp_plan_of_trace(trace)
         rows = [p for p, s in plan.items() if s == "rowwise"]
         cols = [p for p, s in plan.items() if s == "colwise"]
+        if trace.settings.get("tp_inputs") == "per module":  # one collective for the module's linears
+            cols = sorted({c.rsplit(".", 1)[0] for c in cols})
         size = activation_bytes(trace, rows[0]) if rows else 0  # [batch, sequence, hidden]
         fw, bw = len(rows) * all_reduce_s(size, tp, tp_link), len(cols) * all_reduce_s(size, tp, tp_link)
-        cs.append(Collective("row-parallel outputs", "all-reduce", size * len(rows), len(rows), "forward", False, fw))
+        cs.append(Collective("row-parallel outputs", "all-reduce", size * len(rows), len(rows), "forward", tp_overlap,
+                             fw))
         cs.append(Collective("column-parallel input gradients", "all-reduce", size * len(cols), len(cols), "backward",
-                             False, bw))
-        exposed += fw + bw
+                             tp_overlap, bw))
+        exposed += max(0.0, fw - fwd) + max(0.0, bw - bwd) if tp_overlap else fw + bw
     out.exposed_s = exposed
     return out

@@ -90,12 +90,13 @@ def send_s(nbytes: float, link: Link) -> float:
 def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, strategy: str, shard: int,
                   replicas: int, tp: int, pp: int, vpp: int, microbatches: int, schedule: str,
                   link: Link | None, tp_link: Link | None, replica_link: Link | None, pp_link: Link | None,
-                  param_dtype: str | None = None, reduce_dtype: str | None = None) -> StepTime:
+                  param_dtype: str | None = None, reduce_dtype: str | None = None,
+                  tp_overlap: bool = False) -> StepTime:
     """One step of ``microbatches`` micro-batches over ``pp`` pipeline ranks (module docstring);
     ``phases``: one micro-batch's compute by phase on one device (the whole model's)."""
     m = microbatches
     kw: dict[str, Any] = dict(tp_link=tp_link, replicas=replicas, replica_link=replica_link,
-                              param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+                              param_dtype=param_dtype, reduce_dtype=reduce_dtype, tp_overlap=tp_overlap)
     if pp == 1:
         sm = None
         ranks = [(trace, sum(v for k, v in phases.items() if k != "optimizer"), 1.0)]
@@ -239,9 +240,7 @@ def _rank_figures(trace: Trace, peak: MemoryPeak, pp: int, vpp: int) -> tuple[An
     highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
     opt = max((h for h, e in zip(highs, trace.events) if e.phase == "optimizer"), default=0)
     above = _transients_above(trace, highs, sm, acts)
-    # torch.distributed.pipelining allocates, once, a receive buffer per micro-batch for each
-    # chunk's input activation (but the first chunk's) and for each chunk's output gradient (but
-    # the last chunk's); they stay allocated between steps
+    # a stage boundary's activation: what each receive (:func:`receive_buffers`) holds
     boundary = activation_bytes(trace, f"{sm.blocks}.{sm.per_chunk - 1}")
     # the last stage keeps each micro-batch's output (the logits) until that micro-batch's backward:
     # GPipe all m of them at once, 1F1B one (the transient counts one)
@@ -250,10 +249,36 @@ def _rank_figures(trace: Trace, peak: MemoryPeak, pp: int, vpp: int) -> tuple[An
     return sm, acts, params, total, grads, opt, above, boundary, out_bytes
 
 
+def receive_buffers(framework: str, pp: int, vpp: int, rank: int, microbatches: int, held: float,
+                    boundary: int) -> int:
+    """The bytes pipeline rank ``rank`` holds to receive stage boundaries (``boundary`` bytes each:
+    an activation forward, its gradient back), as each runtime allocates them.
+
+    torch (``torch.distributed.pipelining``, torchtitan): each stage allocates, once, a receive
+    buffer per micro-batch for its input activation (but the first chunk's) and for its output's
+    gradient (but the last chunk's); they stay allocated between steps: m x boundary x the
+    chunk ends that receive.
+
+    megatron (Megatron-core's ``schedules.py`` through ``p2p_communication.py``): every receive is a
+    fresh ``torch.empty`` of the boundary's shape; a received activation is the chunk's input,
+    kept (``input_tensors``) until that micro-batch's backward through the chunk: the ``held``
+    micro-batches in flight (:func:`.pipeline.in_flight`, in units of the rank's v chunks) of each
+    chunk that receives; a received gradient lives while one backward runs: one more boundary on
+    a rank with a chunk that is not the last. (The outputs Megatron frees after sending them,
+    ``deallocate_pipeline_outputs``, stay counted in the rank's activations: an upper bound.)"""
+    chunks = pp * vpp
+    mine = range(rank, chunks, pp)
+    if framework == "megatron":
+        receiving = sum(c > 0 for c in mine)
+        return math.ceil(boundary * (held * receiving + any(c < chunks - 1 for c in mine)))
+    return microbatches * boundary * sum((c > 0) + (c < chunks - 1) for c in mine)
+
+
 def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: int, microbatches: int,
-                  schedule: str) -> tuple[MemoryPeak, list[dict[str, Any]]]:
+                  schedule: str, framework: str = "torch") -> tuple[MemoryPeak, list[dict[str, Any]]]:
     """The largest pipeline rank's peak (module docstring): ``peak`` is one micro-batch's peak
-    of the whole model on a rank of the data-parallel layout, ``states`` its model states."""
+    of the whole model on a rank of the data-parallel layout, ``states`` its model states;
+    ``framework`` the runtime whose receive buffers it holds (:func:`receive_buffers`)."""
     # what does not depend on the states or the micro-batches: worked out once per peak and split
     sm, acts, params, total, grads, opt, above, boundary, out_bytes = once(
         peak, ("pipeline ranks", id(trace), pp, vpp), lambda: _rank_figures(trace, peak, pp, vpp))
@@ -266,8 +291,7 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
         held = in_flight(schedule, pp, r, microbatches, vpp)
         share = params[r] / total
         transient = transients[r]
-        ends = sum((c > 0) + (c < chunks - 1) for c in range(r, chunks, pp))
-        buffers = microbatches * boundary * ends
+        buffers = receive_buffers(framework, pp, vpp, r, microbatches, held, boundary) if pp > 1 else 0
         if r == sm.rank(chunks - 1):
             transient += more_outputs
         moment = states * share + held * acts[r] + transient
@@ -350,9 +374,10 @@ def _data_step(trace: Trace, pred: Prediction, p: Parallel, strategy: str, shard
         return schedule_step(trace, pred, phases, strategy=strategy, shard=shard, replicas=replicas,
                              tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
                              tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,
-                             param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
+                             param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce, tp_overlap=p.async_tp)
     return step_time(trace, phases, strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
-                     replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce)
+                     replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce,
+                     tp_overlap=p.async_tp)
 
 
 def predict_pipeline(trace: Trace, pp: int, vpp: int, microbatches: int, schedule: str,

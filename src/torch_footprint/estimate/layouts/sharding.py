@@ -99,11 +99,47 @@ def master_scale(trace: Trace) -> float:
     return float(trace.settings.get("fsdp_state_scale", 1.0))
 
 
+KINDS = ("weights", "gradients", "optimizer state")
+
+
+def megatron_scales(low_bytes: int, moments: int) -> dict[str, float]:
+    """Megatron-core's mixed precision against a trace of the model in its low dtype (``low_bytes``
+    a number, the optimizer holding ``moments`` tensors of it per parameter). Megatron casts the model
+    to bf16 or fp16 (``Float16Module``), accumulates each gradient in fp32 (``main_grad``, in the
+    contiguous gradient buffer that the data-parallel reduction reads in place) and keeps an fp32 master
+    copy beside the optimizer's fp32 moments, which its distributed optimizer shards over the
+    data-parallel ranks: with Adam, 2 + 4 + 12 = 18 bytes a parameter, 6 + 12/DP distributed (Megatron-core's
+    distributed optimizer documentation). So the weights stay as traced, the gradients are 4/low wider
+    and the optimizer state (1 + moments) x 4 / (moments x low); an optimizer with no state (plain SGD)
+    keeps the master copy with the weights (then not sharded)."""
+    if moments == 0:
+        return {"weights": 1 + 4 / low_bytes, "gradients": 4 / low_bytes, "optimizer state": 1.0}
+    return {"weights": 1.0, "gradients": 4 / low_bytes, "optimizer state": (1 + moments) * 4 / (moments * low_bytes)}
+
+
+def state_scales(trace: Trace) -> dict[str, float]:
+    """How much wider one rank's parameters, gradients and optimizer state are than the traced ones,
+    by kind: Megatron-core's (:func:`megatron_scales`, recorded in the trace's settings), else
+    :func:`master_scale` for each."""
+    given = trace.settings.get("megatron_scales")
+    if given:
+        return {k: float(given[k]) for k in KINDS}
+    m = master_scale(trace)
+    return dict.fromkeys(KINDS, m)
+
+
+def gradient_buffer(trace: Trace, bucket_view: bool) -> bool:
+    """Whether the data-parallel reduction reads the gradients in place, with no bucket copy:
+    ``gradient_as_bucket_view=True``, or Megatron-core's gradient buffer."""
+    return bucket_view or bool(trace.settings.get("megatron_scales"))
+
+
 def model_states(persistent: dict[str, int], strategy: str, n: int, gather_bytes: int = 0,
-                 bucket_view: bool = False, state_scale: float = 1.0) -> ModelStates:
+                 bucket_view: bool = False, state_scale: float | dict[str, float] = 1.0) -> ModelStates:
     """The per-rank model states of the module docstring's table, from whole-model totals
-    (``state_scale``: :func:`master_scale` of the trace they come from)."""
-    f = {k: v * state_scale for k, v in shard_factors(strategy, n).items()}
+    (``state_scale``: :func:`state_scales` or :func:`master_scale` of the trace they come from)."""
+    scales = state_scale if isinstance(state_scale, dict) else dict.fromkeys(KINDS, state_scale)
+    f = {k: v * scales[k] for k, v in shard_factors(strategy, n).items()}
     w, g, o = persistent.get("weights", 0), persistent.get("gradients", 0), persistent.get("optimizer state", 0)
     extra, what = 0, ""
     if strategy in ("ddp", "zero1") and n > 1 and not bucket_view and g:
@@ -120,10 +156,11 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
     """Peak memory of one rank: the trace replayed with sharded storages (module docstring);
     ``steady``: the steady-state step (optimizer state allocated before it; see :func:`replay`).
     The result keeps ``highs`` (live bytes at every op) for :func:`~.recommend.largest_fitting_batch`."""
-    master = master_scale(trace)
-    if n == 1 and master == 1.0:
+    scales = state_scales(trace)
+    bucket_view = gradient_buffer(trace, bucket_view)
+    if n == 1 and set(scales.values()) == {1.0}:
         return replay(trace, keep_timeline=True, steady=steady)
-    f = {k: v * master for k, v in shard_factors(strategy, n).items()}
+    f = {k: v * scales[k] for k, v in shard_factors(strategy, n).items()}
     scale: dict[int, float] = {}
     for uid, _, kind in trace.preexisting:
         if kind == "weights":

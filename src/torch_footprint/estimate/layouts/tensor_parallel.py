@@ -128,6 +128,35 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
     return plan
 
 
+def split_vocab(model: nn.Module, tp: int) -> None:
+    """Make one rank's share (in place) hold 1/tp of the vocabulary, as Megatron-LM and torchtitan
+    split it under tensor parallelism: the input embedding's rows (``VocabParallelEmbedding``; each
+    rank's partial output is then all-reduced, or reduce-scattered under sequence parallelism: the
+    same [batch, sequence, hidden] bytes) and the output head's (column parallel), whose logits
+    stay split: the loss is taken on each rank's share (vocab-parallel cross entropy, torch's
+    ``loss_parallel``). A head tied to the embedding keeps sharing its weight."""
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    emb = get_in() if callable(get_in) else None
+    head = get_out() if callable(get_out) else None
+    if not isinstance(emb, nn.Embedding):
+        raise FootprintError(f"--vocab-parallel: found no input embedding to split in {type(model).__name__}")
+    vocab = emb.num_embeddings
+    if vocab % tp:
+        raise FootprintError(f"--vocab-parallel: --tp {tp} does not divide the vocabulary of {vocab}")
+    tied = isinstance(head, nn.Linear) and head.weight is emb.weight
+    w = emb.weight
+    emb.weight = nn.Parameter(w.new_empty(vocab // tp, w.shape[1]), requires_grad=w.requires_grad)
+    emb.num_embeddings = vocab // tp
+    if isinstance(head, nn.Linear) and head.out_features == vocab:
+        hw = head.weight
+        head.weight = emb.weight if tied else nn.Parameter(hw.new_empty(vocab // tp, hw.shape[1]),
+                                                           requires_grad=hw.requires_grad)
+        if head.bias is not None:
+            b = head.bias
+            head.bias = nn.Parameter(b.new_empty(vocab // tp), requires_grad=b.requires_grad)
+        head.out_features = vocab // tp
+
+
 class _ShardSavingLinear(torch.autograd.Function):
     """A column-parallel linear under sequence parallelism (Korthikanti et al. 2022, section
     4.2.2; Megatron-LM's ``LinearWithGradAccumulationAndAsyncCommunication``): it multiplies
