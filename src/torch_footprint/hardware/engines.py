@@ -59,6 +59,14 @@ class EngineProfile:
     # what admitting a request reserves: "prompt" (its prompt's blocks; preempted when the cache
     # runs out) or "whole" (every block it can reach, prompt + output: it is never preempted)
     admission: str = "prompt"
+    # how a step's attention runs: "per_request" (each request's queries against its own keys, as
+    # the traced step prices it) or "packed" (every scheduled query against every key the step
+    # reads, under a block-diagonal mask: transformers' continuous batching with sdpa or eager)
+    attention: str = "per_request"
+    # the engine's own host time ([host] in the TOML), in the calibrated CPU's operator dispatches:
+    # per step (step_ops), per scheduled request (sequence_ops), per admitted request (request_ops);
+    # packed attention's rate as a fraction of the calibrated fp32 matrix rate (packed_matrix)
+    host: dict[str, float] = field(default_factory=dict)
 
     def efficiency(self) -> dict[str, float]:
         """The achieved fractions of the datasheet's rates (memory, matrix, vector) this engine
@@ -133,8 +141,11 @@ def _profile(path: Path) -> EngineProfile:
     for era in eras:
         if release(era.get("until")) is None:
             raise FootprintError(f"{path.name}: every era needs an 'until' version, got {era.get('until')!r}")
+    if raw.get("attention", "per_request") not in ("per_request", "packed"):
+        raise FootprintError(f"{path.name}: attention must be per_request or packed, got {raw['attention']!r}")
     speed = {k: float(v) for k, v in raw.pop("speed", {}).items()}
-    return EngineProfile(**raw, knobs=knobs, fraction_by_tp=by_tp, eras=eras, speed=speed)
+    host = {k: float(v) for k, v in raw.pop("host", {}).items()}
+    return EngineProfile(**raw, knobs=knobs, fraction_by_tp=by_tp, eras=eras, speed=speed, host=host)
 
 
 @cache

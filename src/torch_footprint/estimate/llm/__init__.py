@@ -12,7 +12,7 @@ from ...settings import Parallel, Serving, Simulation, Target, Workload
 from .pricing import LlmResult, Priced, serve
 from .quantization import activation_dtype, checkpoint_scheme, kv_scheme, weight_scheme
 from .serving_sim import Asked, parse_rates
-from .trace import trace_serving
+from .trace import ServingTrace, trace_serving
 
 DEFAULT_BATCH = 1
 DEFAULT_PROMPT = 1024
@@ -139,6 +139,7 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     if priced.sim is not None:
         priced.sim.prompt, priced.sim.output = priced.prompt, priced.output
         priced.sim.most = s.max_model_len or st.max_context
+        priced.sim.pair_flops = pair_flops(st)
         if sim.speculative_model:  # the draft: its weights and cache per token, as traced
             d = trace_serving(sim.speculative_model, batch=1, prompt=min(priced.prompt, 128), dtype=dtype,
                               trust_remote_code=w.trust_remote_code, on_step=progress)
@@ -156,6 +157,14 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
         res.notes.append(f"no prediction for {target.device or 'cpu'}: run `footprint calibrate` first to measure "
                          "its rates")
     return res
+
+
+def pair_flops(st: ServingTrace, span: int = 64) -> float:
+    """Attention FLOPs of one query against one more cached key, every layer: the growth of
+    the traced decode step (batch 1) between two cache lengths ``span`` tokens apart."""
+    def flops(length: int) -> int:
+        return sum(e.flops for e in st.decode_at(length, engine=False).events)
+    return (flops(st.prompt + span) - flops(st.prompt)) / span / max(st.batch, 1)
 
 
 def check_context(serving: Priced, max_context: int | None, allow_longer: bool) -> None:

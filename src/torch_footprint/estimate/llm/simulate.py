@@ -91,13 +91,19 @@ class Tricks:
       expected accepted tokens plus the target's own), and ``draft_s(batch, context)`` the
       time a step adds (the draft's steps and the target's verification of its tokens);
     * ``arrive_prefilled``: requests come with their prompt's cache and first token (a
-      disaggregated decode pool): their blocks are taken at admission, nothing prefilled."""
+      disaggregated decode pool): their blocks are taken at admission, nothing prefilled;
+    * ``host``: what the engine adds to each iteration, from what it schedules: its requests,
+      those admitted in it, its query tokens, the keys they read, and the query-key pairs of
+      each request against its own keys (the traced step's attention)."""
 
     prefix_hit: float = 0.0
     tokens_per_step: float = 1.0
     draft_s: Callable[[int, float], float] | None = None
     lookahead: int = 0  # cache slots a speculative step writes beyond the request's tokens
     arrive_prefilled: bool = False
+    # the engine's own time per iteration beside the traced step (:class:`.serving_sim.EngineHost`):
+    # host(scheduled requests, admitted requests, query tokens, keys read, own query-key pairs)
+    host: Callable[[int, int, int, int, int], float] | None = None
 
 
 @dataclass(eq=False)  # each request is itself: two with the same progress are not the same request
@@ -214,6 +220,7 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             decoding = [r for r in decoding if r not in gone]
         tokens -= len(decoding)
         prefill_tokens = admitted = 0
+        chunks: list[tuple[int, int]] = []  # (query tokens, keys read) of each prompt chunk in this step
         # chunked prefill: running requests still in their prompt, then new ones while they fit
         for r in running:
             if r.prefilled >= r.prompt or tokens <= 0:
@@ -227,6 +234,7 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             r.prefilled += take
             tokens -= take
             prefill_tokens += take
+            chunks.append((take, r.prefilled))
         while waiting and (tokens > 0 or tricks.arrive_prefilled) and len(running) < max_num_seqs:
             r = waiting[0]
             take = min(r.prompt - r.prefilled, tokens)
@@ -241,6 +249,8 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             prefill_tokens += take
             admitted += 1
             running.append(r)
+            if take:
+                chunks.append((take, r.prefilled))
         if not decoding and not prefill_tokens:
             out.iterations -= 1
             if admitted:
@@ -253,6 +263,11 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
         dt = cost.time_s(len(decoding), mean_ctx, prefill_tokens)
         if decoding and tricks.draft_s is not None:
             dt += tricks.draft_s(len(decoding), mean_ctx)
+        if tricks.host is not None:
+            keys = [int(r.prompt + r.generated) for r in decoding]
+            reads = sum(keys) + sum(k for _, k in chunks)
+            own = sum(keys) + sum(q * k for q, k in chunks)
+            dt += tricks.host(len(decoding) + len(chunks), admitted, len(decoding) + prefill_tokens, reads, own)
         before = now
         now += dt
         out.prefill_s += prefill_tokens * cost.prefill_per_token
