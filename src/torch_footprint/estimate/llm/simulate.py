@@ -40,12 +40,16 @@ class StepCost:
     """An iteration's time: ``decode(b, L)`` priced exactly at batches 1 and ``ref_batch`` for
     a few context lengths and interpolated between them (a decode step's time is affine in
     the batch at a context: the weights once, each sequence's work and cache on top), plus
-    ``prefill_per_token`` seconds per prefilled token."""
+    ``prefill_per_token`` seconds per prefilled token (``whole_step``: an iteration of prompt
+    chunks alone at least a batch-1 decode step's time)."""
 
     decode: Callable[[int, int], float]
     prefill_per_token: float
     contexts: list[int]
     ref_batch: int
+    # an iteration of prompt chunks alone still runs the whole step once (every operator launched, the
+    # weights read): its first token at a batch-1 decode step's time, the rest at prefill_per_token
+    whole_step: bool = False
     _memo: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def _at(self, b: int, ctx: int) -> float:
@@ -67,6 +71,8 @@ class StepCost:
         return at(lo) * (1 - w) + at(hi) * w
 
     def time_s(self, decoding: int, mean_context: float, prefill_tokens: int) -> float:
+        if self.whole_step and not decoding and prefill_tokens:
+            return self.decode_s(1, self.contexts[0]) + (prefill_tokens - 1) * self.prefill_per_token
         return self.decode_s(decoding, mean_context) + prefill_tokens * self.prefill_per_token
 
 
