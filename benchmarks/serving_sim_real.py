@@ -9,9 +9,12 @@ and simulated, and the same model's plain decode step (transformers' forward, no
 batching) at each batch.
 
 Timings drift on a shared machine, so the runs alternate: before each concurrency's real run
-this CPU is calibrated afresh (``footprint calibrate --quick --threads 1``, into a temporary
-folder) and the simulation is priced from that calibration; the whole is done ``--rounds``
-times.
+this CPU is calibrated afresh (``footprint calibrate --quick --threads 1`` twice, into a
+temporary folder, the less disturbed kept) and the simulation is priced from that
+calibration; the whole is done ``--rounds`` times. The real run's figures are given by the
+wall clock and by the generation thread's CPU clock (time.thread_time, read at each step's
+start and end): the calibration measures an undisturbed CPU, as the CPU clock does, while
+the wall clock adds the scheduler slices other processes took.
 
 ``--fit`` measures the engine profile's constants (hardware/engines/transformers.toml [host])
 on a different model and concurrency than the ones validated (a 2-layer Llama of hidden 128
@@ -57,13 +60,24 @@ FIT_CLIENTS = (2, 8)
 PAGE, BUDGET = 16, 256
 
 
-def calibrate(home: Path) -> dict[str, Any]:
-    """``footprint calibrate --quick --threads 1 --force`` into ``home``; its CPU figures."""
+def calibrate(home: Path, tries: int = 2) -> dict[str, Any]:
+    """``footprint calibrate --quick --threads 1 --force`` into ``home``, ``tries`` times, the
+    least disturbed kept (the shortest time per PyTorch call: on a shared machine the others'
+    processes only ever slow a measurement down); its CPU figures."""
     env = dict(os.environ, TORCH_FOOTPRINT_HOME=str(home))
-    subprocess.run([sys.executable, "-m", "torch_footprint", "calibrate", "--quick", "--threads", "1", "--force"],
-                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    best: tuple[float, str] | None = None
+    for _ in range(tries):
+        subprocess.run([sys.executable, "-m", "torch_footprint", "calibrate", "--quick", "--threads", "1", "--force"],
+                       env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        text = (home / "calibration.json").read_text()
+        devices = json.loads(text)["devices"]
+        cpu = next(v for k, v in devices.items() if k.startswith("cpu:") and k.endswith(":1t"))
+        if best is None or cpu["op_overhead_us"] < best[0]:
+            best = (cpu["op_overhead_us"], text)
+    assert best is not None
+    (home / "calibration.json").write_text(best[1])
     os.environ["TORCH_FOOTPRINT_HOME"] = str(home)
-    devices = json.loads((home / "calibration.json").read_text())["devices"]
+    devices = json.loads(best[1])["devices"]
     return next(v for k, v in devices.items() if k.startswith("cpu:") and k.endswith(":1t"))
 
 

@@ -91,3 +91,13 @@ def test_a_profile_with_an_unknown_attention_is_refused(tmp_path: Path) -> None:
                    'attention = "sideways"\n')
     with pytest.raises(FootprintError, match="attention must be per_request or packed"):
         _profile(bad)
+
+
+def test_a_step_of_prompt_chunks_alone_runs_the_whole_step() -> None:
+    # whole_step: the prefill-only step costs a batch-1 decode step (1 s) for its first token and 1 ms for
+    # each of the other 99: the first token at 1.099 s, then 9 decode steps of 1 s
+    cost = StepCost(lambda b, ctx: 1.0 + 0.1 * (b - 1), 0.001, [100, 110], 8, whole_step=True)
+    m = simulate(cost, prompt=100, output=10, concurrency=1, requests=1, kv_blocks=1000, block=16,
+                 max_num_seqs=256, budget=8192)
+    assert m["ttft_s"]["p50"] == pytest.approx(1.099)
+    assert m["e2e_s"]["p50"] == pytest.approx(10.099)
