@@ -37,6 +37,7 @@ from ...errors import FootprintError
 from ...hardware.db import Accelerator
 from ...hardware.engines import EngineProfile, profile
 from ...hardware.prices import hourly_price
+from ..kernels.roofline import HOST_OP_S
 from .requests import parse_rates, stream, timed
 from .result import EngineCache
 from .simulate import Outcome, Sent, StepCost, Tricks, run, summary
@@ -86,17 +87,15 @@ class Asked:
     pair_flops: float = 0.0  # attention FLOPs of one query against one cached key, every layer (as traced)
 
 
-# a CPU's time per PyTorch operator where it was not calibrated (estimate/kernels/roofline.py HOST_OP_S)
-HOST_OP_S = 18e-6
-
-
 @dataclass(frozen=True)
 class EngineHost:
     """An engine's time per iteration beside the traced step, from its profile's [host] rules
     (hardware/engines/NAME.toml): ``step_ops`` + ``sequence_ops`` per scheduled request +
-    ``request_ops`` per admitted one, in operator dispatches of ``op_s`` seconds each; and,
-    with packed attention, (query tokens x keys read - each request's own pairs) x
-    ``pair_flops`` at ``packed_matrix`` x the fp32 matrix rate ``matrix_flops``."""
+    ``request_ops`` per admitted one, in operator dispatches of ``op_s`` seconds each (the
+    calibrated time per PyTorch call; eager PyTorch's host time per operator where the device
+    was not calibrated); and, with packed attention, ``pair_s`` for each of (query tokens x
+    keys read - each request's own pairs): the pair's attention FLOPs at ``packed_matrix`` x
+    the fp32 matrix rate (calibrated, else the datasheet's)."""
 
     step_ops: float
     sequence_ops: float
