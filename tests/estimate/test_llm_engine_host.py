@@ -13,7 +13,7 @@ import pytest
 from torch_footprint.cli import main
 from torch_footprint.errors import FootprintError
 from torch_footprint.estimate.llm.serving_sim import EngineHost
-from torch_footprint.estimate.llm.simulate import StepCost, Tricks, simulate
+from torch_footprint.estimate.llm.simulate import Sent, StepCost, Tricks, simulate
 from torch_footprint.hardware.catalog import get
 from torch_footprint.hardware.engines import _profile, profile
 
@@ -101,3 +101,18 @@ def test_a_step_of_prompt_chunks_alone_runs_the_whole_step() -> None:
                  max_num_seqs=256, budget=8192)
     assert m["ttft_s"]["p50"] == pytest.approx(1.099)
     assert m["e2e_s"]["p50"] == pytest.approx(10.099)
+
+
+@pytest.mark.parametrize("lag, ttft, duration", [(0, 1.1, 10.1), (1, 2.1, 11.0)])
+def test_a_closed_loops_next_request_misses_a_busy_step(lag: int, ttft: float, duration: float) -> None:
+    # two clients: requests of 5, 10 and 5 output tokens (100-token prompts). Both prompts in the first step
+    # (0.2 s), then steps at batch 2 of 1.1 s: the first request ends with the 5th step, at 4.6 s. Without a
+    # lag its successor joins the next step (its prefill 0.1 s beside the other's decode 1 s): first token at
+    # 5.7 s, TTFT 1.1 s; the second ends at 10.1 s with the third. With a lag of one step the next step runs
+    # the second alone (1 s), the successor joins the one after: first token at 6.7 s, TTFT 2.1 s, and it
+    # ends alone a step after the second, at 11.0 s
+    stream = [Sent(0.0, 100, 5), Sent(0.0, 100, 10), Sent(0.0, 100, 5)]
+    m = simulate(COST, stream=stream, concurrency=2, kv_blocks=1000, block=16, max_num_seqs=256, budget=8192,
+                 tricks=Tricks(admission_lag=lag))
+    assert m["ttft_s"]["p99"] == pytest.approx(ttft)
+    assert m["duration_s"] == pytest.approx(duration)

@@ -166,7 +166,7 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
         raise FootprintError(f"on {setup.acc.id}, the speculative draft's weights leave no room for the cache")
     host = EngineHost.of(profile(cache.engine), setup.acc, a.pair_flops) if cache.engine else None
     if host is not None:
-        tricks = replace(tricks, host=host)
+        tricks = replace(tricks, host=host, admission_lag=int(profile(cache.engine).host.get("admission_lag", 0)))
         cost.whole_step = True  # its prefill-only steps run the whole forward (the step's fixed time too)
         notes.append(f"{cache.title}'s own time per step: {host.step_ops:g} + {host.sequence_ops:g} per scheduled "
                      f"request + {host.request_ops:g} per admitted one, x {host.op_s * 1e6:.1f} us per operator"

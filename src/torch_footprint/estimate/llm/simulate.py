@@ -100,7 +100,9 @@ class Tricks:
       disaggregated decode pool): their blocks are taken at admission, nothing prefilled;
     * ``host``: what the engine adds to each iteration, from what it schedules: its requests,
       those admitted in it, its query tokens, the keys they read, and the query-key pairs of
-      each request against its own keys (the traced step's attention)."""
+      each request against its own keys (the traced step's attention); ``admission_lag``: a
+      closed loop's next request joins that many steps later while others run (the client
+      sends it only once the engine's next step is under way)."""
 
     prefix_hit: float = 0.0
     tokens_per_step: float = 1.0
@@ -110,6 +112,9 @@ class Tricks:
     # the engine's own time per iteration beside the traced step (:class:`.serving_sim.EngineHost`):
     # host(scheduled requests, admitted requests, query tokens, keys read, own query-key pairs)
     host: Callable[[int, int, int, int, int], float] | None = None
+    # closed loop: the steps a client's next request misses while the engine is busy (0: it joins the
+    # step after its predecessor's last)
+    admission_lag: int = 0
 
 
 @dataclass(eq=False)  # each request is itself: two with the same progress are not the same request
@@ -125,6 +130,7 @@ class _Request:
     last: float = 0.0
     blocks: int = 0
     tick: int = 0  # the last iteration it decoded in
+    after: int = -1  # admitted only in a later iteration than this while others run (admission_lag)
 
 
 @dataclass
@@ -243,6 +249,8 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             chunks.append((take, r.prefilled))
         while waiting and (tokens > 0 or tricks.arrive_prefilled) and len(running) < max_num_seqs:
             r = waiting[0]
+            if r.after >= it and running:  # its client has not sent it yet: the engine is busy
+                break
             take = min(r.prompt - r.prefilled, tokens)
             extra = need(r, r.prefilled + take)
             if extra > free:
@@ -308,7 +316,9 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             free += r.blocks
             out.done.append((r.index, r.arrival, r.first_token if r.first_token is not None else now, now))
             if concurrency is not None and sent < n:
-                waiting.append(make(sent, now))
+                nxt = make(sent, now)
+                nxt.after = it + tricks.admission_lag
+                waiting.append(nxt)
                 sent += 1
     out.duration = now
     return out
