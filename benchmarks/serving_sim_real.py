@@ -394,8 +394,11 @@ def validate(args: argparse.Namespace) -> None:
             print(head + " | load  op us")
             print("\n".join(lines["wall"]), flush=True)
         eager = {c: eager_step(folder, c, args.prompt) for c in concurrencies}
-        print("for reference, plain transformers' decode step (no continuous batching) at those batches: "
-              + ", ".join(f"batch {b} {1e3 * t:.1f} ms" for b, t in eager.items()))
+        priced = step_cost(folder, args.prompt, args.output)
+        print("for reference, plain transformers' decode step (no continuous batching) at those batches, measured: "
+              + ", ".join(f"batch {b} {1e3 * t:.1f} ms" for b, t in eager.items()) + "; as the simulation prices "
+              "it (the traced step, from the calibration kept, without the engine's time): "
+              + ", ".join(f"{1e3 * priced(b, args.prompt, 0):.1f} ms" for b in eager))
 
 
 def main() -> None:
