@@ -35,7 +35,7 @@ def _cache(st, engine: str, gpu: str = "rtx-3090", tp: int = 1, **knobs: float):
 
 def test_one_profile_per_engine_the_flag_names() -> None:
     assert set(profiles()) == set(literal_choices(field_types(Serving)["engine"])) == {
-        "vllm", "sglang", "trtllm", "llamacpp"}
+        "vllm", "sglang", "trtllm", "llamacpp", "transformers"}
     for path in FOLDER.glob("*.toml"):  # every profile names the engine's source files its rules come from
         text = path.read_text()
         assert profile(path.stem).source.startswith("https://")
@@ -89,7 +89,7 @@ def test_llamacpp_rule(tiny) -> None:
     (["--engine", "tgi"], "unknown engine 'tgi'"),
     (["--engine", "vllm", "--max-model-len", "1000"], "greater than the model's maximum of 256"),
     (["--engine", "vllm", "--mem-fraction-static", "0.8"], "vLLM has no --mem-fraction-static"),
-    (["--gpu-memory-utilization", "0.8"], "add --engine vllm"),
+    (["--gpu-memory-utilization", "0.8"], "add --engine transformers or --engine vllm"),
     (["--engine", "vllm", "--gpu-memory-utilization", "1.5"], "must be in (0, 1]"),
     (["--engine", "vllm", "--gpu-memory-utilization", "0.01"], "no available memory for the cache blocks"),
     (["--engine", "sglang", "--mem-fraction-static", "0.01"], "increase --mem-fraction-static"),

@@ -63,6 +63,14 @@ class EngineProfile:
     # add, rotary embedding, gated activation): their intermediate results stay on chip
     fused_elementwise: bool = False
     vendors: tuple[str, ...] = ()  # the GPU vendors it runs on (empty: any device)
+    # how a step's attention runs: "per_request" (each request's queries against its own keys, as
+    # the traced step prices it) or "packed" (every scheduled query against every key the step
+    # reads, under a block-diagonal mask: transformers' continuous batching with sdpa or eager)
+    attention: str = "per_request"
+    # the engine's own host time ([host] in the TOML), in the calibrated CPU's operator dispatches:
+    # per step (step_ops), per scheduled request (sequence_ops), per admitted request (request_ops);
+    # packed attention's rate as a fraction of the calibrated fp32 matrix rate (packed_matrix)
+    host: dict[str, float] = field(default_factory=dict)
 
     def runs_on(self, vendor: str) -> bool:
         """Whether the engine runs on this vendor's devices."""
@@ -142,8 +150,11 @@ def _profile(path: Path) -> EngineProfile:
     for era in eras:
         if release(era.get("until")) is None:
             raise FootprintError(f"{path.name}: every era needs an 'until' version, got {era.get('until')!r}")
+    if raw.get("attention", "per_request") not in ("per_request", "packed"):
+        raise FootprintError(f"{path.name}: attention must be per_request or packed, got {raw['attention']!r}")
     speed = {k: float(v) for k, v in raw.pop("speed", {}).items()}
-    return EngineProfile(**raw, knobs=knobs, fraction_by_tp=by_tp, eras=eras, speed=speed)
+    host = {k: float(v) for k, v in raw.pop("host", {}).items()}
+    return EngineProfile(**raw, knobs=knobs, fraction_by_tp=by_tp, eras=eras, speed=speed, host=host)
 
 
 @cache

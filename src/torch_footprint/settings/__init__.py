@@ -32,7 +32,7 @@ Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
 Quant = Literal["fp32", "bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "q4_0",
                 "q8_0", "q4_k_m", "q5_k_m", "q6_k"]
 KvCache = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
-Engine = Literal["vllm", "sglang", "trtllm", "llamacpp"]  # one profile each in hardware/engines/
+Engine = Literal["vllm", "sglang", "trtllm", "llamacpp", "transformers"]  # one profile each in hardware/engines/
 
 # other spellings people type, per vocabulary (normalised before the check)
 PRECISION_ALIASES = {"float32": "fp32", "float": "fp32", "f32": "fp32", "float16": "fp16", "half": "fp16",
@@ -184,8 +184,8 @@ class Serving(Record):
     kv: KvCache | None = opt(metavar="DTYPE", what="KV-cache scheme")
     """KV cache: fp32, bf16, fp16, fp8, int8 (default: the activations')"""
     engine: Engine | None = opt(metavar="NAME", what="engine")
-    """add how this engine sizes its KV cache: vllm, sglang, trtllm, llamacpp (hardware/engines/NAME.toml; the
-    knobs below take the engine's defaults)"""
+    """add how this engine sizes its KV cache: vllm, sglang, trtllm, llamacpp, transformers (its continuous
+    batching; hardware/engines/NAME.toml; the knobs below take the engine's defaults)"""
     max_model_len: int | None = opt(metavar="TOKENS")
     """with --engine: the longest request the engine admits (default: the model's maximum positions)"""
     engine_version: str | None = opt(metavar="VERSION")

@@ -128,6 +128,7 @@ def _prepared(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simulat
     if priced.sim is not None:
         priced.sim.prompt, priced.sim.output = priced.prompt, priced.output
         priced.sim.most = s.max_model_len or st.max_context
+        priced.sim.pair_flops = pair_flops(st)
         if sim.speculative_model:  # the draft: its weights and cache per token, as traced
             d = trace_serving(sim.speculative_model, batch=1, prompt=min(priced.prompt, 128), dtype=dtype,
                               trust_remote_code=w.trust_remote_code, on_step=progress)
@@ -200,6 +201,14 @@ def plan_serving(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simu
     res.notes[:0] = fitted
     res.notes.append(f"each point simulates {base.num_prompts} requests (--num-prompts)")
     return res
+
+
+def pair_flops(st: ServingTrace, span: int = 64) -> float:
+    """Attention FLOPs of one query against one more cached key, every layer: the growth of
+    the traced decode step (batch 1) between two cache lengths ``span`` tokens apart."""
+    def flops(length: int) -> int:
+        return sum(e.flops for e in st.decode_at(length, engine=False).events)
+    return (flops(st.prompt + span) - flops(st.prompt)) / span / max(st.batch, 1)
 
 
 def check_context(serving: Priced, max_context: int | None, allow_longer: bool) -> None:

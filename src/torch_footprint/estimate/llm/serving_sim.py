@@ -15,6 +15,11 @@ features priced in the iteration model (:mod:`.simulate`):
   request its first token; its cache then crosses the GPUs' link (each rank its share, at
   the link's bandwidth) and the decode pool serves the rest, its requests arriving with
   their cache;
+* an engine's own time per iteration (its profile's ``attention = "packed"`` and [host]:
+  :class:`EngineHost`): Python scheduling per step, per scheduled and per admitted request, in
+  the calibrated CPU's operator dispatches; and a packed attention (every query of the step
+  against every key it reads, under a block-diagonal mask) priced for the query-key pairs
+  beyond each request's own, which the traced step already prices;
 * cost and energy: the GPU-hours of the run (every instance's GPUs, for its duration) at
   the price of one GPU-hour (``--price`` or the shipped table), split between input and
   output tokens by the iterations' prefill and decode time; joules per token at the board
@@ -25,12 +30,14 @@ features priced in the iteration model (:mod:`.simulate`):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import FootprintError
 from ...hardware.db import Accelerator
+from ...hardware.engines import EngineProfile, profile
 from ...hardware.prices import hourly_price
+from ..kernels.roofline import HOST_OP_S
 from .requests import parse_rates, stream, timed
 from .result import EngineCache
 from .simulate import Outcome, Sent, StepCost, Tricks, run, summary
@@ -77,6 +84,42 @@ class Asked:
     pools: tuple[int, int] | None = None
     most: int | None = None  # the engine's longest request (max_model_len)
     draft: tuple[int, float, str] | None = None  # a draft model: (weight bytes, cache bytes per token, name)
+    pair_flops: float = 0.0  # attention FLOPs of one query against one cached key, every layer (as traced)
+
+
+@dataclass(frozen=True)
+class EngineHost:
+    """An engine's time per iteration beside the traced step, from its profile's [host] rules
+    (hardware/engines/NAME.toml): ``step_ops`` + ``sequence_ops`` per scheduled request +
+    ``request_ops`` per admitted one, in operator dispatches of ``op_s`` seconds each (the
+    calibrated time per PyTorch call; eager PyTorch's host time per operator where the device
+    was not calibrated); and, with packed attention, ``pair_s`` for each of (query tokens x
+    keys read - each request's own pairs): the pair's attention FLOPs at ``packed_matrix`` x
+    the fp32 matrix rate (calibrated, else the datasheet's)."""
+
+    step_ops: float
+    sequence_ops: float
+    request_ops: float
+    op_s: float
+    pair_s: float  # seconds per query-key pair beyond each request's own (0: attention per request)
+
+    @classmethod
+    def of(cls, p: EngineProfile, acc: Accelerator, pair_flops: float) -> EngineHost | None:
+        """``p``'s host rules on ``acc`` (its calibration's operator time and fp32 matrix rate
+        where ``footprint calibrate`` measured them); None where the profile states none."""
+        h = p.host
+        if not h and p.attention != "packed":
+            return None
+        cal = acc.calibrated or {}
+        op_s = cal["op_overhead_us"] * 1e-6 if cal.get("op_overhead_us") else HOST_OP_S
+        matrix = ((cal.get("matmul_tflops") or {}).get("fp32") or acc.tflops.get("fp32") or 0.0) * 1e12
+        share = h.get("packed_matrix", 0.0)
+        pair_s = pair_flops / (share * matrix) if p.attention == "packed" and share and matrix else 0.0
+        return cls(h.get("step_ops", 0.0), h.get("sequence_ops", 0.0), h.get("request_ops", 0.0), op_s, pair_s)
+
+    def __call__(self, scheduled: int, admitted: int, queries: int, keys: int, own: int) -> float:
+        ops = self.step_ops + self.sequence_ops * scheduled + self.request_ops * admitted
+        return ops * self.op_s + self.pair_s * max(queries * keys - own, 0)
 
 
 def tokens_per_step(k: int, a: float) -> float:
@@ -122,6 +165,14 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
     if blocks < 1:
         what = "the speculative draft's weights leave" if a.spec_k else "the weights leave"
         raise FootprintError(f"on {setup.acc.id}, {what} no room for the cache")
+    host = EngineHost.of(profile(cache.engine), setup.acc, a.pair_flops) if cache.engine else None
+    if host is not None:
+        tricks = replace(tricks, host=host, admission_lag=int(profile(cache.engine).host.get("admission_lag", 0)))
+        cost.whole_step = True  # its prefill-only steps run the whole forward (the step's fixed time too)
+        notes.append(f"{cache.title}'s own time per step: {host.step_ops:g} + {host.sequence_ops:g} per scheduled "
+                     f"request + {host.request_ops:g} per admitted one, x {host.op_s * 1e6:.1f} us per operator"
+                     + (f"; its packed attention {host.pair_s * 1e9:.2f} ns per query-key pair beyond each "
+                        "request's own" if host.pair_s else ""))
     runs = []
     for rate, sent in zip(rates, streams, strict=True):
         conc = None if open_loop else a.concurrency
@@ -266,4 +317,4 @@ def _cost(setup: Setup, o: Outcome, m: dict[str, Any], pools: tuple[int, int] | 
     return out
 
 
-__all__ = ["Asked", "Setup", "parse_rates", "simulate_serving", "tokens_per_step"]
+__all__ = ["Asked", "EngineHost", "Setup", "parse_rates", "simulate_serving", "tokens_per_step"]

@@ -40,12 +40,16 @@ class StepCost:
     """An iteration's time: ``decode(b, L)`` priced exactly at batches 1 and ``ref_batch`` for
     a few context lengths and interpolated between them (a decode step's time is affine in
     the batch at a context: the weights once, each sequence's work and cache on top), plus
-    ``prefill_per_token`` seconds per prefilled token."""
+    ``prefill_per_token`` seconds per prefilled token (``whole_step``: an iteration of prompt
+    chunks alone at least a batch-1 decode step's time)."""
 
     decode: Callable[[int, int], float]
     prefill_per_token: float
     contexts: list[int]
     ref_batch: int
+    # an iteration of prompt chunks alone still runs the whole step once (every operator launched, the
+    # weights read): its first token at a batch-1 decode step's time, the rest at prefill_per_token
+    whole_step: bool = False
     _memo: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def _at(self, b: int, ctx: int) -> float:
@@ -67,6 +71,8 @@ class StepCost:
         return at(lo) * (1 - w) + at(hi) * w
 
     def time_s(self, decoding: int, mean_context: float, prefill_tokens: int) -> float:
+        if self.whole_step and not decoding and prefill_tokens:
+            return self.decode_s(1, self.contexts[0]) + (prefill_tokens - 1) * self.prefill_per_token
         return self.decode_s(decoding, mean_context) + prefill_tokens * self.prefill_per_token
 
 
@@ -91,13 +97,24 @@ class Tricks:
       expected accepted tokens plus the target's own), and ``draft_s(batch, context)`` the
       time a step adds (the draft's steps and the target's verification of its tokens);
     * ``arrive_prefilled``: requests come with their prompt's cache and first token (a
-      disaggregated decode pool): their blocks are taken at admission, nothing prefilled."""
+      disaggregated decode pool): their blocks are taken at admission, nothing prefilled;
+    * ``host``: what the engine adds to each iteration, from what it schedules: its requests,
+      those admitted in it, its query tokens, the keys they read, and the query-key pairs of
+      each request against its own keys (the traced step's attention); ``admission_lag``: a
+      closed loop's next request joins that many steps later while others run (the client
+      sends it only once the engine's next step is under way)."""
 
     prefix_hit: float = 0.0
     tokens_per_step: float = 1.0
     draft_s: Callable[[int, float], float] | None = None
     lookahead: int = 0  # cache slots a speculative step writes beyond the request's tokens
     arrive_prefilled: bool = False
+    # the engine's own time per iteration beside the traced step (:class:`.serving_sim.EngineHost`):
+    # host(scheduled requests, admitted requests, query tokens, keys read, own query-key pairs)
+    host: Callable[[int, int, int, int, int], float] | None = None
+    # closed loop: the steps a client's next request misses while the engine is busy (0: it joins the
+    # step after its predecessor's last)
+    admission_lag: int = 0
 
 
 @dataclass(eq=False)  # each request is itself: two with the same progress are not the same request
@@ -113,6 +130,7 @@ class _Request:
     last: float = 0.0
     blocks: int = 0
     tick: int = 0  # the last iteration it decoded in
+    after: int = -1  # admitted only in a later iteration than this while others run (admission_lag)
 
 
 @dataclass
@@ -214,6 +232,7 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             decoding = [r for r in decoding if r not in gone]
         tokens -= len(decoding)
         prefill_tokens = admitted = 0
+        chunks: list[tuple[int, int]] = []  # (query tokens, keys read) of each prompt chunk in this step
         # chunked prefill: running requests still in their prompt, then new ones while they fit
         for r in running:
             if r.prefilled >= r.prompt or tokens <= 0:
@@ -227,8 +246,11 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             r.prefilled += take
             tokens -= take
             prefill_tokens += take
+            chunks.append((take, r.prefilled))
         while waiting and (tokens > 0 or tricks.arrive_prefilled) and len(running) < max_num_seqs:
             r = waiting[0]
+            if r.after >= it and running:  # its client has not sent it yet: the engine is busy
+                break
             take = min(r.prompt - r.prefilled, tokens)
             extra = need(r, r.prefilled + take)
             if extra > free:
@@ -241,6 +263,8 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             prefill_tokens += take
             admitted += 1
             running.append(r)
+            if take:
+                chunks.append((take, r.prefilled))
         if not decoding and not prefill_tokens:
             out.iterations -= 1
             if admitted:
@@ -253,6 +277,11 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
         dt = cost.time_s(len(decoding), mean_ctx, prefill_tokens)
         if decoding and tricks.draft_s is not None:
             dt += tricks.draft_s(len(decoding), mean_ctx)
+        if tricks.host is not None:
+            keys = [int(r.prompt + r.generated) for r in decoding]
+            reads = sum(keys) + sum(k for _, k in chunks)
+            own = sum(keys) + sum(q * k for q, k in chunks)
+            dt += tricks.host(len(decoding) + len(chunks), admitted, len(decoding) + prefill_tokens, reads, own)
         before = now
         now += dt
         out.prefill_s += prefill_tokens * cost.prefill_per_token
@@ -287,7 +316,9 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             free += r.blocks
             out.done.append((r.index, r.arrival, r.first_token if r.first_token is not None else now, now))
             if concurrency is not None and sent < n:
-                waiting.append(make(sent, now))
+                nxt = make(sent, now)
+                nxt.after = it + tricks.admission_lag
+                waiting.append(nxt)
                 sent += 1
     out.duration = now
     return out
