@@ -51,6 +51,28 @@ def tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
             t.untyped_storage().nbytes())
 
 
+def traced_tensor(x: Any) -> bool:
+    """A tensor a replay can stand for: a plain tensor on meta, or a fake tensor (a mixed-precision
+    step's, whose autocast needs a device's tensors) of the mode it was made in."""
+    if type(x) in (torch.Tensor, nn.Parameter):
+        return x.device.type == "meta"
+    return getattr(x, "fake_mode", None) is not None and type(x).__name__ == "FakeTensor"
+
+
+def tensor_like(key: tuple[Any, ...], storage: Any, mode: Any) -> torch.Tensor:
+    """A tensor of ``key``'s type, shape, strides, offset, dtype and device on ``storage`` (a new one
+    of its size when None): a meta tensor, or a fake tensor of ``mode`` over one (call with the
+    dispatch modes disabled)."""
+    cls, shape, stride, offset, dtype, device, _, nbytes = key
+    st = torch.UntypedStorage(nbytes, device="meta") if storage is None else storage
+    t = torch.empty(0, dtype=dtype, device="meta").set_(st, offset, shape, stride)
+    if cls is torch.Tensor:
+        return t
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return FakeTensor(mode, t, device)
+
+
 def kind_of(m: nn.Module) -> tuple[Any, ...]:
     """What a module is before it runs: its class, its submodules' and its parameters' shapes and dtypes."""
     return (type(m), *((rel, type(s), *((tuple(p.shape), p.dtype) for p in s._parameters.values() if p is not None))

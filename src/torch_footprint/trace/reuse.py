@@ -24,10 +24,12 @@ A recorded call is used only if everything it did is accounted for: every event 
 block's own modules, every storage it freed made inside it, every storage it made and kept
 is one of its outputs (in a training step: or freed by its backward), its outputs are plain
 tensors or simple values, and it changed no attribute of its modules. Otherwise (a cache a
-block writes, a free the collector made in the middle) later calls run in full. Replay covers
-meta tensors, inference and training steps (the backward: :mod:`.reuse_train`); fake or real
-tensors (a mixed-precision step's), models with recurrent layers and checkpointed blocks
-trace every call in full.
+block writes, a free the collector made in the middle) later calls run in full. Autocast's
+casts of the block's weights that no graph saved are the exception: its cache holds them until
+it exits, and the replayed calls' are held as long. Replay covers meta tensors and the fake
+tensors of a mixed-precision step, inference and training steps (the backward, and a block
+checkpointed whole: :mod:`.reuse_train`); real tensors, models with recurrent layers and
+checkpoints inside a block trace every call in full.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ from .blockkeys import (
     same_value,
     simple,
     tensor_key,
+    tensor_like,
+    traced_tensor,
     watching,
 )
 from .modules import ModuleStack
@@ -77,13 +81,13 @@ LAST = Stats()
 
 
 def reusable(stack: ModuleStack, *, reuse: bool, tensors: str, backward: bool, step: Any) -> bool:
-    """Whether a run may replay blocks: asked for, meta tensors, no autocast, no recurrent layer,
-    and no global module hooks but the trace's own (a training step's: :mod:`.reuse_train`)."""
+    """Whether a run may replay blocks: asked for, meta or fake tensors (a mixed-precision step's:
+    autocast acts on a device's tensors), no recurrent layer, and no global module hooks but the
+    trace's own (a training step's: :mod:`.reuse_train`)."""
     LAST.recorded = LAST.replayed = 0
     LAST.retraced = False
     glob = torch.nn.modules.module
-    return (reuse and tensors == "meta" and getattr(step, "autocast", None) is None
-            and not stack.recurrent and len(glob._global_forward_pre_hooks) == 1
+    return (reuse and tensors in ("meta", "fake") and not stack.recurrent and len(glob._global_forward_pre_hooks) == 1
             and len(glob._global_forward_hooks) == 1
             and not glob._global_backward_hooks and not glob._global_backward_pre_hooks)
 
@@ -125,6 +129,9 @@ class _Recorded:
     held: list[int] = field(default_factory=list)
     backward: Any = None
     saved_outs: list[int] = field(default_factory=list)  # outputs its graph saved (relative ids)
+    mode: Any = None  # the fake tensor mode its outputs were made in (None: meta tensors)
+    own: bool = False  # the block checkpoints itself: its graph saved its inputs, and recomputes the rest
+    cached: list[tuple[int, int]] = field(default_factory=list)  # autocast's cached casts no graph saved
 
 
 class BlockReuse:
@@ -144,6 +151,7 @@ class BlockReuse:
         self._reads: set[tuple[int, str]] = set()
         self._watched: dict[int, frozenset[str]] = {}
         self._wrappers: set[int] = set()  # the forward functions put on candidates (not attributes of theirs)
+        self.cached: list[torch.Tensor] = []  # replayed calls' casts autocast's cache would hold
         # candidates by what they are before any call (class, submodules, parameter shapes): one
         # alone of its kind can never be replayed, and is left as it is; so is a module without
         # submodules (a few operators: keying the call would cost what replaying saves)
@@ -182,6 +190,10 @@ class BlockReuse:
         return {k: v for k, v in m.__dict__.items()
                 if k not in INTERNAL and not (k == "forward" and id(v) in self._wrappers)}
 
+    def release_cached(self) -> None:
+        """Autocast has exited (its cache dropped the recorded calls' casts): the replayed calls' go too."""
+        self.cached.clear()
+
     def remove(self) -> None:
         for mod in self._installed:
             mod.__dict__.pop("forward", None)
@@ -212,11 +224,11 @@ class BlockReuse:
         """The inputs' key and leaves (None: a leaf that is neither a plain tensor nor a simple value)."""
         leaves, spec = tree_flatten((args, kwargs))
         parts: list[Any] = [spec, torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
-                            torch.is_autocast_enabled(), self.rec.phase]
+                            torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), self.rec.phase]
         storages: dict[int, int] = {}
         for i, x in enumerate(leaves):
             if isinstance(x, torch.Tensor):
-                if type(x) not in (torch.Tensor, nn.Parameter) or x.device.type != "meta":
+                if not traced_tensor(x):
                     return None
                 key = x.untyped_storage()._cdata
                 parts.append((tensor_key(x), storages.setdefault(key, i), self.rec.param_index.get(key)))
@@ -241,8 +253,11 @@ class BlockReuse:
         if structure is None or inputs is None:
             return original(*args, **kwargs)
         skey, subs = structure
+        own = False  # the block checkpoints itself (a Hugging Face layer's switch): replayed whole
         if grad and train.checkpointing(subs):
-            return original(*args, **kwargs)
+            own = train.checkpoints_itself(subs)
+            if not own:
+                return original(*args, **kwargs)
         key = (skey, inputs[0])
         for done in self.recorded.get(key, ()):
             if done.usable and self._equal(done, subs):
@@ -256,7 +271,7 @@ class BlockReuse:
         if self.tries.get(skey, 0) >= MAX_RECORDED:
             return original(*args, **kwargs)
         self.tries[skey] = self.tries.get(skey, 0) + 1
-        return self._record(mod, key, subs, original, args, kwargs, inputs[1], grad)
+        return self._record(mod, key, subs, original, args, kwargs, inputs[1], grad, own)
 
     def _equal(self, done: _Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
         mods = dict(subs)
@@ -280,7 +295,8 @@ class BlockReuse:
         return False
 
     def _record(self, mod: nn.Module, key: Any, subs: list[tuple[str, nn.Module]], original: Callable[..., Any],
-                args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], grad: bool = False) -> Any:
+                args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], grad: bool = False,
+                own: bool = False) -> Any:
         rec, stack = self.rec, self.stack
         unique = {id(m): (rel, m) for rel, m in reversed(subs)}  # the first name of each module
         before = {id(m): self._attrs(m) for _, m in unique.values()}
@@ -308,10 +324,10 @@ class BlockReuse:
             self.busy = False
             stack.log = prev_log
         values = {(unique[i][0], name): before[i][name] for i, name in self._reads}
-        done = _Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log, skey=key[0],
+        done = _Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log, skey=key[0], own=own,
                          paths=[stack.paths.get(id(m), "?") for _, m in subs],
                          attention=self.kernels.attention_since(noted) if self.kernels is not None else [])
-        done.usable = (not ckpt and len(swapped) == len(unique)
+        done.usable = (len(ckpt) == own and len(swapped) == len(unique)
                        and all(type(m) is classes[id(m)] for _, m in unique.values())
                        and self._unchanged(unique, before, contents))
         if done.usable:
@@ -366,8 +382,9 @@ class BlockReuse:
                     return False
                 done.outs.append(_Out("value", value=x))
                 continue
-            if type(x) is not torch.Tensor or (x.requires_grad and not grad) or x.device.type != "meta":
+            if type(x) is nn.Parameter or not traced_tensor(x) or (x.requires_grad and not grad):
                 return False
+            done.mode = getattr(x, "fake_mode", None)
             st = x.untyped_storage()._cdata
             uid = rec.live.get(st, (0, 0))[0]
             if uid > uid0:
@@ -382,17 +399,26 @@ class BlockReuse:
                                  else _Out("view", source=src, key=tensor_key(x)))
             else:
                 return False
-        if alive and not grad:
-            return False
-        if grad:  # what the graph keeps for the backward: saved activations, and inputs it saved
-            done.kept = sorted(u - uid0 for u in alive)
+        saved: set[int] | None = set()
+        if grad and not done.own:  # what the graph keeps for the backward: saved activations and inputs
             saved = train.saved_by_graph([x for x in out_leaves if isinstance(x, torch.Tensor) and x.requires_grad],
                                          leaves)
-            if saved is None or (any(o.kind == "new" and o.key[6] for o in done.outs)
-                                 and not any(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)):
-                return False
+        if saved is None or (grad and any(o.kind == "new" and o.key[6] for o in done.outs)
+                             and not any(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)):
+            return False
+        # autocast's casts of the block's weights no graph saved: its cache holds them until it exits
+        casts = set(done.casts)
+        storages = {uid: (st, n) for st, (uid, n) in rec.live.items() if uid in alive}
+        done.cached = [(u - uid0, storages[u][1]) for u in sorted(alive)
+                       if u - uid0 in casts and storages[u][0] not in saved]
+        alive -= {uid0 + u for u, _ in done.cached}
+        if alive and not grad:
+            return False
+        if grad:
+            done.kept = sorted(u - uid0 for u in alive)
+            # a checkpoint holds every input, to run the block again in the backward
             done.held = [i for i, x in enumerate(leaves)
-                         if isinstance(x, torch.Tensor) and x.untyped_storage()._cdata in saved]
+                         if isinstance(x, torch.Tensor) and (done.own or x.untyped_storage()._cdata in saved)]
             done.saved_outs = [o.uid for o, x in zip(done.outs, out_leaves)
                                if o.kind == "new" and x.untyped_storage()._cdata in saved]
         done.events = events
@@ -418,6 +444,12 @@ class BlockReuse:
         rec.frees.extend(MemFree(after=base + a, storage=shift + u, nbytes=n) for a, u, n in done.frees)
         rec.param_casts.extend(shift + u for u in done.casts)
         rec._uid += done.nuids
+        if done.cached:  # the casts autocast's cache holds until it exits (release_cached)
+            with _disable_current_modes():
+                for u, n in done.cached:
+                    t = torch.empty(n, dtype=torch.uint8, device="meta")
+                    rec.adopt(t, shift + u)
+                    self.cached.append(t)
         if self.kernels is not None and done.attention:
             self.kernels.add_attention(done.attention)
         made: dict[int, torch.Tensor] = {}
@@ -433,11 +465,9 @@ class BlockReuse:
                     elif o.kind == "same":
                         outs.append(leaves[o.source])
                     else:
-                        _, shape, stride, offset, dtype, device, _, nbytes = o.key
                         st = (leaves[o.source].untyped_storage() if o.kind == "view"
-                              else made[o.uid].untyped_storage() if o.uid in made
-                              else torch.UntypedStorage(nbytes, device=device))
-                        t = torch.empty(0, dtype=dtype, device=device).set_(st, offset, shape, stride)
+                              else made[o.uid].untyped_storage() if o.uid in made else None)
+                        t = tensor_like(o.key, st, done.mode)
                         if o.kind == "new" and o.uid not in made:
                             made[o.uid] = t
                             rec.adopt(t, shift + o.uid)

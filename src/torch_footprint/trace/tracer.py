@@ -14,6 +14,7 @@ beyond the op), :mod:`.swap` (the model's tensors for one run), :mod:`.step` (th
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -257,6 +258,7 @@ class _TraceHooks(StepHooks):
         self.model = model  # its parameters are the swapped ones while the step runs
         self.current = "inputs"  # where an error happened
         self.tags: dict[str, list[int]] = {"output": [], "gradients": [], "optimizer": []}
+        self.autocast_exit: Callable[[], None] | None = None  # the forward's autocast exited (after_autocast)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -264,7 +266,21 @@ class _TraceHooks(StepHooks):
         old = self.rec.phase
         self.rec.phase = name
         yield
+        if name == "forward" and self.autocast_exit is not None:  # (autocast, entered after, exited first)
+            self.autocast_exit()
         self.rec.phase = old
+
+    def after_autocast(self, blocks: BlockReuse | None) -> None:
+        """At autocast's exit its cache drops the casts of the weights no graph saved, in an order
+        that follows their addresses: the replayed blocks' casts go too (:mod:`.reuse`), and the
+        frees after the forward's last operator are listed by storage id."""
+        if blocks is not None:
+            blocks.release_cached()
+        frees, last = self.rec.frees, len(self.rec.events) - 1
+        i = len(frees)
+        while i and frees[i - 1].after == last:
+            i -= 1
+        frees[i:] = sorted(frees[i:], key=lambda f: f.storage)
 
     def tag(self, kind: str, ts: list[torch.Tensor]) -> None:
         for t in ts:
@@ -340,6 +356,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                 blocks = (BlockReuse(model, stack, rec, kernels if isinstance(kernels, CpuKernels) else None,
                                      training=backward)
                           if reusable(stack, reuse=reuse, tensors=tensors, backward=backward, step=step) else None)
+                if step.autocast is not None:
+                    hooks.autocast_exit = functools.partial(hooks.after_autocast, blocks)
                 with rec:
                     out = run_step(model, args, kwargs, backward=backward, optimizer=opt, autocast=step.autocast,
                                    device_type=device, grads_kept=step.grads_kept, hooks=hooks)
