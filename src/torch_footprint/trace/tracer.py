@@ -271,16 +271,10 @@ class _TraceHooks(StepHooks):
         self.rec.phase = old
 
     def after_autocast(self, blocks: BlockReuse | None) -> None:
-        """At autocast's exit its cache drops the casts of the weights no graph saved, in an order
-        that follows their addresses: the replayed blocks' casts go too (:mod:`.reuse`), and the
-        frees after the forward's last operator are listed by storage id."""
+        """At autocast's exit its cache drops the casts of the weights no graph saved: the
+        replayed blocks' casts go too (:mod:`.reuse`)."""
         if blocks is not None:
             blocks.release_cached()
-        frees, last = self.rec.frees, len(self.rec.events) - 1
-        i = len(frees)
-        while i and frees[i - 1].after == last:
-            i -= 1
-        frees[i:] = sorted(frees[i:], key=lambda f: f.storage)
 
     def tag(self, kind: str, ts: list[torch.Tensor]) -> None:
         for t in ts:
@@ -392,5 +386,9 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     if rec.param_casts:
         tags["parameter casts"] = rec.param_casts
     notes = [real_inputs_note(make_inputs, own_weights)] if tensors == "real" else []
-    return Trace(model=name, inputs=inputs_meta, events=rec.events, frees=rec.frees, modules=modules,
+    # autocast's cache (cleared at the forward's end, and at the end of each checkpointed block's
+    # recomputation) frees its casts in an order that follows their addresses: the frees after one
+    # operator are listed by storage id
+    frees = sorted(rec.frees, key=lambda f: (f.after, f.storage)) if step.autocast is not None else rec.frees
+    return Trace(model=name, inputs=inputs_meta, events=rec.events, frees=frees, modules=modules,
                  params=params, buffers=buffers, preexisting=pre, settings=settings, tags=tags, notes=notes)
