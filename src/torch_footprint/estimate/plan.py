@@ -149,15 +149,17 @@ class TraceCache:
         self.w, self.t, self.sm = w, t, cuda_sm  # the NVIDIA GPU's compute capability (its attention kernel)
         self.store = {} if store is None else store  # a store shared by searches of other GPUs or batches
         self.seconds = 0.0
+        self.made: list[tuple[int, str, Parallel, float, float]] = []  # (micro-batch, ac, layout, wall s, CPU s)
 
     def get(self, micro_batch: int, ac: str, p: Parallel) -> TracedStep:
         w = at_batch(self.w, micro_batch)
         t = layout_training(dataclasses.replace(self.t, ac=ac, checkpointing=False), p)
         key = trace_key(w, t, p, self.sm)
         if key not in self.store:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             trace, notes = trace_step(w, t, p, cuda_sm=self.sm)
             self.seconds += time.perf_counter() - start
+            self.made.append((micro_batch, ac, p, time.perf_counter() - start, time.process_time() - cpu))
             self.store[key] = TracedStep(trace, notes, t)
         return self.store[key]
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -49,6 +49,8 @@ from . import reuse_train as train
 from .blockkeys import (
     HOOKS,
     INTERNAL,
+    OutLeaf,
+    Recorded,
     changed,
     copy_of,
     is_container,
@@ -92,48 +94,6 @@ def reusable(stack: ModuleStack, *, reuse: bool, tensors: str, backward: bool, s
             and not glob._global_backward_hooks and not glob._global_backward_pre_hooks)
 
 
-@dataclass
-class _Out:
-    """How to make one output leaf: a new storage (``uid`` relative to the block's first), a
-    view of input leaf ``source``, the input object itself, or a plain value."""
-
-    kind: str  # "new", "view", "same", "value"
-    value: Any = None
-    uid: int = 0
-    source: int = 0
-    key: tuple[Any, ...] = ()
-
-
-@dataclass
-class _Recorded:
-    """One call traced in full, ready to be replayed for an equal one."""
-
-    module: nn.Module
-    values: dict[tuple[str, str], Any]  # the attributes its forward read, as they were
-    events: list[OpEvent] = field(default_factory=list)
-    frees: list[tuple[int, int, int]] = field(default_factory=list)  # (after - first event, uid - uid0, nbytes)
-    nuids: int = 0
-    uid0: int = 0  # the last storage id before the call
-    casts: list[int] = field(default_factory=list)  # storages made by casting a parameter (relative ids)
-    log: list[tuple[str, list[list[int]]]] = field(default_factory=list)
-    spec: Any = None
-    outs: list[_Out] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-    params: list[int | None] = field(default_factory=list)
-    usable: bool = True
-    attention: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # the kernels' notes of its calls
-    # a training step's (reuse_train.py): the structure key, the group's modules foreseen to make
-    skey: Any = None  # equal calls, the saved activations (relative ids), the inputs its graph saved, its backward
-    matching: list[int] | None = None
-    kept: list[int] = field(default_factory=list)
-    held: list[int] = field(default_factory=list)
-    backward: Any = None
-    saved_outs: list[int] = field(default_factory=list)  # outputs its graph saved (relative ids)
-    mode: Any = None  # the fake tensor mode its outputs were made in (None: meta tensors)
-    own: bool = False  # the block checkpoints itself: its graph saved its inputs, and recomputes the rest
-    cached: list[tuple[int, int]] = field(default_factory=list)  # autocast's cached casts no graph saved
-
-
 class BlockReuse:
     """Replays equal calls of repeated blocks during one traced run (see the module's docstring)."""
 
@@ -143,7 +103,7 @@ class BlockReuse:
         self.stack = stack
         self.rec = rec
         self.kernels = kernels  # the device's kernels (trace/kernels.py): a replay notes its attention calls
-        self.recorded: dict[Any, list[_Recorded]] = {}
+        self.recorded: dict[Any, list[Recorded]] = {}
         self.tries: dict[Any, int] = {}
         self.busy = False  # a call is being recorded: the blocks inside it run as they are
         self._installed: list[nn.Module] = []
@@ -273,7 +233,7 @@ class BlockReuse:
         self.tries[skey] = self.tries.get(skey, 0) + 1
         return self._record(mod, key, subs, original, args, kwargs, inputs[1], grad, own)
 
-    def _equal(self, done: _Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
+    def _equal(self, done: Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
         mods = dict(subs)
         for (rel, name), value in done.values.items():
             d = mods[rel].__dict__
@@ -281,7 +241,7 @@ class BlockReuse:
                 return False
         return True
 
-    def _all_differ(self, done: _Recorded, mod: nn.Module) -> bool:
+    def _all_differ(self, done: Recorded, mod: nn.Module) -> bool:
         """Whether an attribute the recorded call read has another value in every block of its
         kind (a layer index, a drop-path rate growing with depth)."""
         group = self.group_of.get(id(mod), [])
@@ -324,7 +284,7 @@ class BlockReuse:
             self.busy = False
             stack.log = prev_log
         values = {(unique[i][0], name): before[i][name] for i, name in self._reads}
-        done = _Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log, skey=key[0], own=own,
+        done = Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log, skey=key[0], own=own,
                          paths=[stack.paths.get(id(m), "?") for _, m in subs],
                          attention=self.kernels.attention_since(noted) if self.kernels is not None else [])
         done.usable = (len(ckpt) == own and len(swapped) == len(unique)
@@ -353,7 +313,7 @@ class BlockReuse:
                 return False
         return all(not changed(before[i][k], saved) for (i, k), saved in contents.items())
 
-    def _capture(self, done: _Recorded, subs: list[tuple[str, nn.Module]], ev0: int, fr0: int, uid0: int,
+    def _capture(self, done: Recorded, subs: list[tuple[str, nn.Module]], ev0: int, fr0: int, uid0: int,
                  out: Any, leaves: list[Any], grad: bool = False) -> bool:
         """Keep what the recorded call did, if all of it is accounted for."""
         rec = self.rec
@@ -380,7 +340,7 @@ class BlockReuse:
             if not isinstance(x, torch.Tensor):
                 if not simple(x):
                     return False
-                done.outs.append(_Out("value", value=x))
+                done.outs.append(OutLeaf("value", value=x))
                 continue
             if type(x) is nn.Parameter or not traced_tensor(x) or (x.requires_grad and not grad):
                 return False
@@ -389,14 +349,14 @@ class BlockReuse:
             uid = rec.live.get(st, (0, 0))[0]
             if uid > uid0:
                 alive.discard(uid)
-                done.outs.append(_Out("new", uid=uid - uid0, key=tensor_key(x)))
+                done.outs.append(OutLeaf("new", uid=uid - uid0, key=tensor_key(x)))
             elif st in by_storage:
                 src = by_storage[st]
                 same = next((i for i, y in enumerate(leaves) if y is x), None)
                 if same is None and x.requires_grad:  # a view of an input, in autograd's eyes: not replayed
                     return False
-                done.outs.append(_Out("same", source=same) if same is not None
-                                 else _Out("view", source=src, key=tensor_key(x)))
+                done.outs.append(OutLeaf("same", source=same) if same is not None
+                                 else OutLeaf("view", source=src, key=tensor_key(x)))
             else:
                 return False
         saved: set[int] | None = set()
@@ -424,7 +384,7 @@ class BlockReuse:
         done.events = events
         return True
 
-    def _replay(self, done: _Recorded, subs: list[tuple[str, nn.Module]], leaves: list[Any], grad: bool = False) -> Any:
+    def _replay(self, done: Recorded, subs: list[tuple[str, nn.Module]], leaves: list[Any], grad: bool = False) -> Any:
         rec, stack = self.rec, self.stack
         mine = [stack.paths.get(id(m), "?") for _, m in subs]
         paths = dict(zip(done.paths, mine))
