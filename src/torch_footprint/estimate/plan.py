@@ -214,6 +214,7 @@ def layouts(model: Any, base: Parallel, global_batch: int, sizes: tuple[int, ...
     ``long_context``)."""
     n, per_node = base.gpus, base.gpus_per_node
     _, blocks = repeated_blocks(model)
+    checked: dict[tuple[int, int, int], bool] = {}  # check_layout's verdict: it reads the pp, vpp and ep
     for tp in _divisors(n):
         if tp > per_node or per_node % tp:
             continue  # tensor parallelism stays inside a node
@@ -225,11 +226,12 @@ def layouts(model: Any, base: Parallel, global_batch: int, sizes: tuple[int, ...
             for cp in _divisors(n // (tp * pp)) if long_context else [1]:
                 dp = n // (tp * pp * cp)
                 for ep in _divisors(dp * cp):
-                    yield from _split(model, base, tp, pp, cp, ep, dp, blocks, global_batch, sizes)
+                    yield from _split(model, base, tp, pp, cp, ep, dp, blocks, global_batch, sizes, checked)
 
 
 def _split(model: Any, base: Parallel, tp: int, pp: int, cp: int, ep: int, dp: int, blocks: int,
-           global_batch: int, sizes: tuple[int, ...]) -> Iterator[tuple[Parallel, int]]:
+           global_batch: int, sizes: tuple[int, ...],
+           checked: dict[tuple[int, int, int], bool]) -> Iterator[tuple[Parallel, int]]:
     for mb in sizes:
         if global_batch % (dp * mb):
             continue
@@ -244,10 +246,16 @@ def _split(model: Any, base: Parallel, tp: int, pp: int, cp: int, ep: int, dp: i
                                             grad_accum=m, strategy=strategy, dp_shard=shard,
                                             fsdp_param_dtype=base.fsdp_param_dtype if strategy == "fsdp" else None,
                                             fsdp_reduce_dtype=base.fsdp_reduce_dtype if strategy == "fsdp" else None)
-                    check_layout(model, p)
                 except FootprintError:
                     continue
-                yield p, mb
+                if (pp, vpp, ep) not in checked:
+                    try:
+                        check_layout(model, p)
+                        checked[pp, vpp, ep] = True
+                    except FootprintError:
+                        checked[pp, vpp, ep] = False
+                if checked[pp, vpp, ep]:
+                    yield p, mb
 
 
 Progress = Callable[[str, float | None], None]
