@@ -606,3 +606,17 @@ def test_mixed_precision_attention_window_is_told_apart(tmp_path: Path) -> None:
                        layer_types=["sliding_attention", "full_attention"] * 3)
     stats = _step_both(work, "full", mixed=True)
     assert (stats.recorded, stats.replayed, stats.retraced) == (2, 2, False)
+
+
+def test_mixed_precision_inference_replays() -> None:
+    # a forward under autocast on fake tensors, no gradients: 3 layers, the first recorded, the
+    # other two replayed
+    from torch_footprint.trace import StepOptions, setups
+
+    work = prepare(str(Path(__file__).parents[1] / "configs" / "llama-gqa-tiny"), "1,16:int64")
+    work.model.eval()
+    step = StepOptions(autocast=setups.precision("bf16-mixed")[1])
+    with work.built.trace_context():
+        fast, full, stats = traced_both(work.model, work.make_inputs(), step=step)
+    assert_same(fast, full)
+    assert (stats.recorded, stats.replayed, stats.retraced) == (1, 2, False)
