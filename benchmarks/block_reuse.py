@@ -9,9 +9,11 @@ and 405B Llama shapes (CPU time, alternating).
 
 ``exact``: every shipped Hugging Face config, the benchmarks' and the tests' config folders and
 a set of torchvision models, each traced in one process with and without reuse (forward, eval
-mode; with ``--train``, a training step: forward, backward and AdamW, train mode); the two
-traces compared record by record. Prints each model's calls recorded and replayed, both trace
-times, and the count of models whose traces are identical.
+mode; with ``--train``, a training step: forward, backward and AdamW, train mode, with ``--ac full``
+or ``--ac selective`` each repeated block checkpointed and with ``--precision bf16-mixed`` under
+autocast on fake tensors); the two traces compared record by record. Prints each model's calls
+recorded and replayed, both trace times, and the count of models whose traces are identical.
+``--only WORD``: the models whose name holds one of the words (comma-separated).
 
 ``process``: the whole-process targets, each process against its floor, alternating: the
 Llama-3-70B training step's profile against torch's FlopCounterMode on meta (which traces every
@@ -20,7 +22,8 @@ accelerator) against a process that only imports torch and transformers, and ``f
 resnet50`` against one that only imports torch and torchvision. Medians, their ratios and the
 ratio of each round.
 
-    python benchmarks/block_reuse.py [speed|exact|process] [--train] [--repeat 3] [--tokens 2048]
+    python benchmarks/block_reuse.py [speed|exact|process] [--train] [--ac none|full|selective]
+        [--precision fp32|bf16-mixed] [--only WORDS] [--repeat 3] [--tokens 2048]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from _process import compare, timed_process
 
@@ -148,19 +152,27 @@ def _models() -> list[tuple[str, str | None]]:
     return out
 
 
-def exact(train: bool = False) -> None:
+def exact(train: bool = False, ac: str = "none", precision: str = "fp32", only: str | None = None) -> None:
     from torch_footprint.sources import prepare
     from torch_footprint.trace import StepOptions, reuse, setups, trace_model
 
     same = tried = 0
-    step = StepOptions(setups.optimizer("adamw")) if train else None
-    print("training steps (forward, backward, AdamW; train mode)" if train else "inference (forward, eval mode)")
+    _, autocast = setups.precision(precision)
+    step = StepOptions(setups.optimizer("adamw"), autocast) if train else StepOptions(autocast=autocast)
+    print(f"training steps (forward, backward, AdamW; train mode; --ac {ac}; {precision})" if train
+          else f"inference (forward, eval mode; {precision})")
     print(f"{'model':52s} {'events':>7s} {'recorded':>8s} {'replayed':>8s} {'full s':>7s} {'reuse s':>7s}  identical")
+    words = only.split(",") if only else None
     for name, inputs in _models():
+        if words and not any(w in name for w in words):
+            continue
         label = name if len(name) <= 52 else "..." + name[-49:]
+        undo: Any = lambda: None  # noqa: E731
         try:
             work = prepare(name, inputs)
             work.model.train(train)
+            if train and ac != "none":
+                _, undo = setups.enable_checkpointing(work.model, selective=ac == "selective")
             with work.built.trace_context():
                 t0 = time.perf_counter()
                 full = trace_model(work.model, work.make_inputs(), reuse=False, backward=train, step=step)
@@ -172,6 +184,8 @@ def exact(train: bool = False) -> None:
             if "--debug" in sys.argv:
                 traceback.print_exc()
             continue
+        finally:
+            undo()
         tried += 1
         ok = fast.to_dict() == full.to_dict()
         same += ok
@@ -189,10 +203,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--train", action="store_true", help="exact: training steps instead of forwards")
+    ap.add_argument("--ac", choices=("none", "full", "selective"), default="none",
+                    help="exact --train: checkpoint each repeated block (the model's own switch where it has one)")
+    ap.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32",
+                    help="exact: fp32, or bf16-mixed (fp32 weights, the step under autocast, on fake tensors)")
+    ap.add_argument("--only", help="exact: only the models whose name holds one of these comma-separated words")
     ap.add_argument("--debug", action="store_true", help="print the traceback of a model that is skipped")
     args = ap.parse_args()
     if args.mode == "exact":
-        exact(args.train)
+        exact(args.train, args.ac, args.precision, args.only)
     elif args.mode == "process":
         process(args.repeat, args.tokens)
     else:

@@ -124,3 +124,41 @@ def test_ctrl_c_keeps_the_best_found_so_far() -> None:
     res = api.plan(str(LLAMA), gpu=["h100-sxm"], gpus=8, seq=SEQ, global_batch=16, progress=progress)
     assert res.interrupted and res.rows  # the first trace key's layouts were priced before the interrupt
     assert res.to_dict()["interrupted"] is True
+
+
+def test_states_bound_is_below_every_priced_need() -> None:
+    # the bound (each parameter's weight, gradient and optimizer shard, over the pipeline degree) is
+    # what the rank holds at the end of its backward: never more than the priced need
+    from torch_footprint.estimate.plan import layouts, states_bound
+    from torch_footprint.sources import prepare
+
+    cache = TraceCache(Workload(str(LLAMA), {"input_ids": f"1,{SEQ}:int64"}, precision="bf16-mixed"),
+                       Training(train=True, optimizer="adamw"))
+    acc = find(load(None), "h100-sxm")
+    model = prepare(str(LLAMA), f"1,{SEQ}:int64").built.model
+    seen = set()
+    for p, mb in layouts(model, Parallel(gpus=8), 16, (1, 2)):
+        need = price_layout(cache.get(mb, "none", p), acc, p).need
+        bound = states_bound(cache.get(mb, "none", p), p)
+        assert bound is not None and 0 <= bound <= need, p
+        seen.add((p.sharding, p.pp, p.vpp))
+    # every sharding, with and without a pipeline (2 layers: no virtual stages; 8 ranks in one node:
+    # no HSDP)
+    assert seen == {(s, pp, 1) for s in ("ddp", "zero1", "zero2", "fsdp") for pp in (1, 2)}
+
+
+def test_layouts_ruled_out_by_their_states_do_not_fit() -> None:
+    # Llama-3-70B's shapes (tests/configs/llama3-70b) on 16 H100s, 32 tokens a sequence: 70.6e9
+    # parameters x 16 bytes (fp32 weights and gradients, AdamW's two moments) = 1.13 TB of states;
+    # DDP over 16 ranks keeps them whole on each rank (over the pipeline degree at most 16: 70 GB
+    # per rank, with the weights' bf16 copies and activations on top); every layout ruled out, priced
+    # anyway, needs more than the 80 GB
+    res = api.plan(str(Path(__file__).resolve().parents[1] / "configs" / "llama3-70b"), gpu=("h100-sxm",), gpus=16,
+                   seq=32, global_batch=16, micro_batches="1", ac="full")
+    assert res.bounded > 0 and res.bounded == len(res.ruled_out)
+    assert res.evaluated >= res.bounded + len(res.rows)
+    acc = find(load(None), "h100-sxm")
+    for bound, p in res.ruled_out:
+        priced = price_layout(res.cache.get(1, "full", p), acc, p)
+        assert not priced.fits and priced.need >= bound > acc.memory_bytes, p
+    assert {p.sharding for _, p in res.ruled_out} >= {"ddp", "zero1"}

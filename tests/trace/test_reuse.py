@@ -274,9 +274,10 @@ def test_forward_of_its_own_on_one_submodule_is_told_apart() -> None:
     assert any(e.op == "aten.mul.Tensor" and e.module == "layers.2.fc" for e in trace.events)
 
 
-# --------------------------------------------------------------------------- training steps: traced in full
+# --------------------------------------------------------------------------- training steps
 
-@pytest.mark.parametrize("setup", ["adamw", "checkpointing", "selective", "bf16-mixed"])
+@pytest.mark.parametrize("setup", ["adamw", "checkpointing", "selective", "bf16-mixed", "bf16-mixed+checkpointing",
+                                   "bf16-mixed+selective"])
 def test_training_steps_are_the_same_with_reuse_on(setup: str) -> None:
     from torch_footprint.trace import StepOptions, setups
 
@@ -285,9 +286,9 @@ def test_training_steps_are_the_same_with_reuse_on(setup: str) -> None:
     model.train()
     undo = lambda: None  # noqa: E731
     autocast = None
-    if setup in ("checkpointing", "selective"):
-        _, undo = setups.enable_checkpointing(model, selective=setup == "selective")
-    if setup == "bf16-mixed":
+    if "checkpointing" in setup or "selective" in setup:
+        _, undo = setups.enable_checkpointing(model, selective="selective" in setup)
+    if "bf16-mixed" in setup:
         _, autocast = setups.precision("bf16-mixed")
     step = StepOptions(setups.optimizer("adamw"), autocast)
     try:
@@ -297,9 +298,9 @@ def test_training_steps_are_the_same_with_reuse_on(setup: str) -> None:
         undo()
     assert_same(fast, full)
     # 3 layers: the first recorded, the second replayed, the third (the last) traced in full for the
-    # backward; a checkpointed block recomputes its forward in the backward and a mixed-precision
-    # step runs on fake tensors: those trace every call
-    assert stats.replayed == (1 if setup == "adamw" else 0)
+    # backward; a checkpointed layer (the model's own switch) is replayed whole, its recomputation
+    # with its backward, and a mixed-precision step's fake tensors as the meta ones
+    assert (stats.recorded, stats.replayed, stats.retraced) == (1, 1, False)
 
 
 class Outside(nn.Module):
@@ -539,3 +540,83 @@ def test_training_sub_blocks_in_other_contexts_are_not_replayed() -> None:
     model = Stack()
     model.layers = nn.ModuleList([Residual(True), Residual(True), Residual(True), Residual(False), Residual(True)])
     _train(model)  # the same trace as without reuse (replayed, or traced again in full)
+
+
+# --------------------------------------------------------------------------- checkpointed and mixed-precision steps
+
+def _six_layers(tmp_path: Path, **changes: object):
+    """llama-gqa-tiny with six layers (and ``changes`` to its config), built on meta, train mode."""
+    config = json.loads((Path(__file__).parents[1] / "configs" / "llama-gqa-tiny" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 6, **changes}))
+    work = prepare(str(tmp_path), "1,16:int64")
+    work.model.train()
+    return work
+
+
+def _step_both(work, ac: str | None, mixed: bool, before=None):
+    from torch_footprint.trace import StepOptions, setups
+
+    undo = lambda: None  # noqa: E731
+    if ac is not None:
+        _, undo = setups.enable_checkpointing(work.model, selective=ac == "selective")
+    if before is not None:
+        before(work.model)
+    step = StepOptions(setups.optimizer("adamw"), setups.precision("bf16-mixed" if mixed else "fp32")[1])
+    try:
+        with work.built.trace_context():
+            fast, full, stats = traced_both(work.model, work.make_inputs(), backward=True, step=step)
+    finally:
+        undo()
+    assert_same(fast, full)
+    return stats
+
+
+@pytest.mark.parametrize("ac", ["full", "selective"])
+def test_one_layer_not_checkpointed_is_told_apart(tmp_path: Path, ac: str) -> None:
+    # the fourth layer's own switch off (as checkpointing every other layer leaves some): it looks
+    # like the others (the same class, parameters and inputs) but saves its activations; it is
+    # recorded apart, and the first layer's replays are the second, third and fifth (the sixth, the
+    # last of the first layer's kind, is traced in full for the backward)
+    def off(model) -> None:
+        model.model.layers[3].gradient_checkpointing = False
+
+    stats = _step_both(_six_layers(tmp_path), ac, mixed=True, before=off)
+    assert (stats.recorded, stats.replayed, stats.retraced) == (2, 3, False)
+
+
+def test_mixed_precision_frozen_layer_is_told_apart(tmp_path: Path) -> None:
+    # a frozen layer's weights need no gradient: autocast does not cache their casts and the
+    # backward makes no weight gradients; a kind of its own, it is recorded (and replayed by
+    # none); layers 1, 2 and 4 replay layer 0, layer 5 is the last of its kind
+    def freeze(model) -> None:
+        model.model.layers[3].requires_grad_(False)
+
+    for ac in (None, "full"):
+        (tmp_path / str(ac)).mkdir()
+        stats = _step_both(_six_layers(tmp_path / str(ac)), ac, mixed=True, before=freeze)
+        assert (stats.recorded, stats.replayed, stats.retraced) == (2, 3, False)
+
+
+def test_mixed_precision_attention_window_is_told_apart(tmp_path: Path) -> None:
+    # Mistral-style sliding window on every layer but the config's layer types: alternating sliding and
+    # full attention (as Gemma-2's), checkpointed, in bf16-mixed: two kinds of layers, each recorded
+    # once, its last traced in full: 6 - 2 - 2 replayed
+    work = _six_layers(tmp_path, model_type="qwen2", architectures=["Qwen2ForCausalLM"], sliding_window=8,
+                       use_sliding_window=True, max_window_layers=0,
+                       layer_types=["sliding_attention", "full_attention"] * 3)
+    stats = _step_both(work, "full", mixed=True)
+    assert (stats.recorded, stats.replayed, stats.retraced) == (2, 2, False)
+
+
+def test_mixed_precision_inference_replays() -> None:
+    # a forward under autocast on fake tensors, no gradients: 3 layers, the first recorded, the
+    # other two replayed
+    from torch_footprint.trace import StepOptions, setups
+
+    work = prepare(str(Path(__file__).parents[1] / "configs" / "llama-gqa-tiny"), "1,16:int64")
+    work.model.eval()
+    step = StepOptions(autocast=setups.precision("bf16-mixed")[1])
+    with work.built.trace_context():
+        fast, full, stats = traced_both(work.model, work.make_inputs(), step=step)
+    assert_same(fast, full)
+    assert (stats.recorded, stats.replayed, stats.retraced) == (1, 2, False)

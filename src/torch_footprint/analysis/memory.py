@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..trace.records import Trace
+from .sweep import sweep
+
+SWEEP_FROM = 2000  # events from which the replay's pass is array operations (the same figures, sooner)
 
 CATEGORIES = ("weights", "gradients", "optimizer state", "activations", "temporaries", "input/output")
 
@@ -95,12 +98,17 @@ def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float]
     by ``zero_grad`` before the forward).
     """
     factor = scale or {}
+    before = set(trace.tags.get("optimizer", [])) if steady else set()
+    fast = sweep(trace, factor, extra, before, moments, keep_timeline) if len(trace.events) >= SWEEP_FROM else None
+    if fast is not None:
+        return _peak_of(trace, fast.peak, fast.peak_at, fast.peak_alive, fast.size, fast.born, fast.resized,
+                        fast.peak_tick, fast.peak_scratch, fast.peak_held, fast.peak_spike, fast.baseline, extra,
+                        fast.timeline, fast.highs)
     size: dict[int, int] = {}
     born: dict[int, int] = {}  # uid -> event index of its allocation (-1: before the run)
     for uid, nbytes, *_ in trace.preexisting:
         size[uid] = int(nbytes * factor.get(uid, 1.0))
         born[uid] = -1
-    before = set(trace.tags.get("optimizer", [])) if steady else set()
     if before:
         for e in trace.events:
             for uid, nbytes in e.allocs:
@@ -164,6 +172,15 @@ def replay(trace: Trace, keep_timeline: bool = False, scale: Mapping[int, float]
                 live -= size[uid]
         if keep_timeline:
             timeline.append((i, live))
+    return _peak_of(trace, peak, peak_at, peak_alive, size, born, resized, peak_tick, peak_scratch, peak_held,
+                    peak_spike, baseline, extra, timeline, highs)
+
+
+def _peak_of(trace: Trace, peak: int, peak_at: int, peak_alive: set[int], size: dict[int, int], born: dict[int, int],
+             resized: dict[int, tuple[int, int]], peak_tick: int, peak_scratch: int, peak_held: dict[str, int],
+             peak_spike: int, baseline: int, extra: int, timeline: list[tuple[int, int]],
+             highs: list[int]) -> MemoryPeak:
+    """The replay's answer from what its pass over the events left (the loop's or :func:`.sweep.sweep`'s)."""
     fwd_end = _forward_end(trace)
     survived_forward = _alive_at(trace, fwd_end, size, born)
     # the sizes at the peak: a storage resized later had its old size (a moment resizes, then spikes)

@@ -17,7 +17,16 @@ transients), so a size is traced for a tensor-parallel split only if some layout
 size before it. Checkpointing modes are searched lightest first: for the same layout, checkpointing more
 never makes the step faster and never needs more memory, so a heavier mode is traced and
 priced only for the layouts that did not fit under a lighter one and whose time under it
-(a bound on their time under the heavier mode) could still place them among the best."""
+(a bound on their time under the heavier mode) could still place them among the best.
+
+A layout whose model states alone exceed the accelerator's memory is not priced: at the end of
+every step's backward each of its parameters' weight, gradient and optimizer state (the rank's
+shard of each) is alive at once, and the fullest pipeline rank holds at least the mean of the
+ranks' shares, so that sum over the pipeline degree is a lower bound on what the layout needs
+(:func:`states_bound`). It is exact (a bound, not an estimate) and independent of the micro-batch
+and the checkpointing, so such a layout counts as evaluated under every checkpointing mode, and a
+trace key whose every layout is ruled out so is not traced. Expert-parallel layouts are always
+priced (the experts other ranks hold come out of the states in ways a bound would have to follow)."""
 
 from __future__ import annotations
 
@@ -34,7 +43,9 @@ from ..hardware.prices import Price, hourly_price
 from ..settings import Parallel, Plan, Target, Training, Workload
 from ..sources import prepare
 from .kernels.sdpa import sm_of
+from .layouts.cp_ep import experts_away
 from .layouts.pipeline import check_layout, repeated_blocks
+from .layouts.sharding import master_scale, model_states
 from .layouts.tensor_parallel import check_tp
 from .price import LayoutPrice, TracedStep, price_layout
 from .workload import at_batch, layout_training, trace_key, trace_step
@@ -96,7 +107,8 @@ class PlanResult:
     seq: int
     global_batch: int
     rows: list[PlanRow]
-    evaluated: int = 0  # layouts priced
+    evaluated: int = 0  # layouts priced, and ruled out by their model states alone (bounded)
+    bounded: int = 0  # of those, ruled out by states_bound without pricing (one per checkpointing mode)
     considered: int = 0  # layouts the model and GPU count allow (priced or left out as dominated)
     traces: int = 0
     trace_s: float = 0.0
@@ -107,6 +119,7 @@ class PlanResult:
     tokens: float | None = None
     notes: list[str] = field(default_factory=list)
     cache: TraceCache | None = field(default=None, repr=False)  # the traces it priced (price other layouts)
+    ruled_out: list[tuple[int, Parallel]] = field(default_factory=list, repr=False)  # (states_bound, layout)
 
     def cost(self, row: PlanRow) -> dict[str, float] | None:
         """GPU-hours and dollars for a run of ``tokens`` (None without a price or a length)."""
@@ -119,6 +132,7 @@ class PlanResult:
         rows = [{**r.to_dict(), **({"run": self.cost(r)} if self.tokens else {})} for r in self.rows]
         return {"model": self.model, "accelerator": self.accelerator, "gpus": self.gpus, "seq": self.seq,
                 "global_batch": self.global_batch, "layouts_evaluated": self.evaluated,
+                "layouts_priced": self.evaluated - self.bounded, "layouts_ruled_out_by_states": self.bounded,
                 "layouts_considered": self.considered, "traces": self.traces, "trace_s": self.trace_s,
                 "search_s": self.search_s, "interrupted": self.interrupted, "nothing_fits": not self.rows,
                 "closest": self.closest, "tokens": self.tokens,
@@ -135,17 +149,33 @@ class TraceCache:
         self.w, self.t, self.sm = w, t, cuda_sm  # the NVIDIA GPU's compute capability (its attention kernel)
         self.store = {} if store is None else store  # a store shared by searches of other GPUs or batches
         self.seconds = 0.0
+        self.made: list[tuple[int, str, Parallel, float, float]] = []  # (micro-batch, ac, layout, wall s, CPU s)
 
     def get(self, micro_batch: int, ac: str, p: Parallel) -> TracedStep:
         w = at_batch(self.w, micro_batch)
         t = layout_training(dataclasses.replace(self.t, ac=ac, checkpointing=False), p)
         key = trace_key(w, t, p, self.sm)
         if key not in self.store:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             trace, notes = trace_step(w, t, p, cuda_sm=self.sm)
             self.seconds += time.perf_counter() - start
+            self.made.append((micro_batch, ac, p, time.perf_counter() - start, time.process_time() - cpu))
             self.store[key] = TracedStep(trace, notes, t)
         return self.store[key]
+
+
+STATES_SLACK = 2**20  # bytes: the replay rounds each tensor's shard down, the states' sum rounds up
+
+
+def states_bound(traced: TracedStep, p: Parallel) -> int | None:
+    """A lower bound on the bytes one rank of ``p`` needs (module docstring): its shard of every
+    parameter's weight, gradient and optimizer state, over the pipeline degree; None where no
+    bound is given (expert parallelism, experts held elsewhere, or no training step)."""
+    trace = traced.trace
+    if p.ep > 1 or not traced.training.train or experts_away(trace):
+        return None
+    whole = model_states(traced.persistent(), p.sharding, p.state_shards, 0, p.bucket_view, master_scale(trace))
+    return max(0, (whole.weights + whole.gradients + whole.optimizer) // p.pp - STATES_SLACK)
 
 
 def _divisors(n: int) -> list[int]:
@@ -184,6 +214,7 @@ def layouts(model: Any, base: Parallel, global_batch: int, sizes: tuple[int, ...
     ``long_context``)."""
     n, per_node = base.gpus, base.gpus_per_node
     _, blocks = repeated_blocks(model)
+    checked: dict[tuple[int, int, int], bool] = {}  # check_layout's verdict: it reads the pp, vpp and ep
     for tp in _divisors(n):
         if tp > per_node or per_node % tp:
             continue  # tensor parallelism stays inside a node
@@ -195,11 +226,12 @@ def layouts(model: Any, base: Parallel, global_batch: int, sizes: tuple[int, ...
             for cp in _divisors(n // (tp * pp)) if long_context else [1]:
                 dp = n // (tp * pp * cp)
                 for ep in _divisors(dp * cp):
-                    yield from _split(model, base, tp, pp, cp, ep, dp, blocks, global_batch, sizes)
+                    yield from _split(model, base, tp, pp, cp, ep, dp, blocks, global_batch, sizes, checked)
 
 
 def _split(model: Any, base: Parallel, tp: int, pp: int, cp: int, ep: int, dp: int, blocks: int,
-           global_batch: int, sizes: tuple[int, ...]) -> Iterator[tuple[Parallel, int]]:
+           global_batch: int, sizes: tuple[int, ...],
+           checked: dict[tuple[int, int, int], bool]) -> Iterator[tuple[Parallel, int]]:
     for mb in sizes:
         if global_batch % (dp * mb):
             continue
@@ -214,10 +246,16 @@ def _split(model: Any, base: Parallel, tp: int, pp: int, cp: int, ep: int, dp: i
                                             grad_accum=m, strategy=strategy, dp_shard=shard,
                                             fsdp_param_dtype=base.fsdp_param_dtype if strategy == "fsdp" else None,
                                             fsdp_reduce_dtype=base.fsdp_reduce_dtype if strategy == "fsdp" else None)
-                    check_layout(model, p)
                 except FootprintError:
                     continue
-                yield p, mb
+                if (pp, vpp, ep) not in checked:
+                    try:
+                        check_layout(model, p)
+                        checked[pp, vpp, ep] = True
+                    except FootprintError:
+                        checked[pp, vpp, ep] = False
+                if checked[pp, vpp, ep]:
+                    yield p, mb
 
 
 Progress = Callable[[str, float | None], None]
@@ -253,16 +291,21 @@ def plan(w: Workload, t: Training, p: Parallel, target: Target, settings: Plan,
     _, blocks = repeated_blocks(model)
     start = time.perf_counter()
     misses: list[tuple[int, LayoutPrice]] = []
+    states: dict[tuple[Any, ...], TracedStep] = {}
+    bounds = result.ruled_out  # layouts ruled out by their states: (the bound, the layout)
     fitted: dict[tuple[Any, ...], bool] = {}  # per split but the micro-batch: did the last micro-batch fit
     try:
         for i, (key, members) in enumerate(sorted(groups.items())):
-            if fitted.get(key[:-1]) is False:
-                continue  # nothing fit at a smaller micro-batch: nothing fits at this one
+            if fitted.get(key[:-1]) is False:  # nothing fit at a smaller micro-batch: nothing fits at this one
+                known = states.get(_states_key(members[0][0]))  # (those its states rule out: evaluated)
+                if known is not None:
+                    _bounded([layout for layout, _ in members], known, acc, len(acs), result, bounds)
+                continue
             before = len(result.rows)
             _search_group(members, acs, cache, acc, target, net, result, misses, settings.seq, gb, blocks, top=5,
                           say=lambda ac, mb=members[0][1], tp=members[0][0].tensor, i=i: say(
                               f"plan: tp {tp}, micro-batch {mb}, --ac {ac}: {result.evaluated} layouts priced, "
-                              f"{len(result.rows)} fit", i / len(groups)))
+                              f"{len(result.rows)} fit", i / len(groups)), states=states, bounds=bounds)
             fitted[key[:-1]] = len(result.rows) > before
     except KeyboardInterrupt:
         result.interrupted = True
@@ -270,20 +313,46 @@ def plan(w: Workload, t: Training, p: Parallel, target: Target, settings: Plan,
     result.search_s = time.perf_counter() - start
     result.traces, result.trace_s, result.cache = len(cache.store) - traced_before, cache.seconds, cache
     result.rows.sort(key=lambda r: -r.tokens_per_s_per_gpu)
-    if not result.rows and misses:
-        result.closest = _closest(misses, acc)
+    if not result.rows and (misses or bounds):
+        result.closest = _closest(misses, acc) if misses else _closest_bound(bounds, acc)
     if result.price is None and settings.tokens:
         result.notes.append(f"no price for {acc.id}: give --price {acc.id}=USD_PER_HOUR for dollars")
     return result
 
 
+def _states_key(p: Parallel) -> tuple[Any, ...]:
+    """What a trace's model states depend on of a layout (not the micro-batch or checkpointing)."""
+    return (p.tensor, p.sequence_parallel, p.cp, p.ep, p.fsdp_param_dtype if p.sharding in ("zero2", "fsdp") else None)
+
+
+def _bounded(left: list[Parallel], traced: TracedStep, acc: Accelerator, modes: int, result: PlanResult,
+             bounds: list[tuple[int, Parallel]]) -> list[Parallel]:
+    """The layouts whose model states alone could fit (:func:`states_bound`); the others counted
+    as evaluated under the ``modes`` checkpointing modes not tried yet, and kept in ``bounds``."""
+    keep = []
+    for layout in left:
+        bound = states_bound(traced, layout)
+        if bound is not None and bound > acc.memory_bytes:
+            result.evaluated += modes
+            result.bounded += modes
+            bounds.append((bound, layout))
+        else:
+            keep.append(layout)
+    return keep
+
+
 def _search_group(members: list[tuple[Parallel, int]], acs: tuple[str, ...], cache: TraceCache, acc: Accelerator,
                   target: Target, net: Network | None, result: PlanResult, misses: list[tuple[int, LayoutPrice]],
-                  seq: int, gb: int, blocks: int, top: int, say: Callable[[str], None]) -> None:
-    """Price one trace key's layouts, lightest checkpointing first (module docstring)."""
+                  seq: int, gb: int, blocks: int, top: int, say: Callable[[str], None],
+                  states: dict[tuple[Any, ...], TracedStep], bounds: list[tuple[int, Parallel]]) -> None:
+    """Price one trace key's layouts, lightest checkpointing first (module docstring); ``states``:
+    a trace per split (:func:`_states_key`), whose model states bound the layouts of its other keys."""
     left = [layout for layout, _ in members]
     mb = members[0][1]
-    for ac in acs:
+    known = states.get(_states_key(left[0]))  # a trace of this split at another micro-batch: the same states
+    if known is not None:
+        left = _bounded(left, known, acc, len(acs), result, bounds)
+    for n, ac in enumerate(acs):
         if not left:
             return
         say(ac)
@@ -292,6 +361,8 @@ def _search_group(members: list[tuple[Parallel, int]], acs: tuple[str, ...], cac
         except FootprintError as e:  # this split cannot be traced (the others may): say so, go on
             result.notes.append(f"tp {left[0].tensor}, micro-batch {mb}, --ac {ac} left out: {e}")
             return
+        states.setdefault(_states_key(left[0]), traced)
+        left = _bounded(left, traced, acc, len(acs) - n, result, bounds)
         still: list[Parallel] = []
         for layout in left:
             priced_ = price_layout(traced, acc, layout, target, net)
@@ -314,6 +385,15 @@ def _closest(misses: list[tuple[int, LayoutPrice]], acc: Accelerator) -> str:
     return (f"nothing fits on {p.gpus} x {acc.id} ({acc.memory_bytes / 2**30:.0f} GiB): the smallest need is "
             f"{near.need / 2**30:.1f} GiB per rank (tp {p.tensor}, pp {p.pp}, dp {p.data} {p.sharding}, micro-batch "
             f"{mb}); it needs a GPU of {near.need / 2**30:.0f} GiB or more GPUs")
+
+
+def _closest_bound(bounds: list[tuple[int, Parallel]], acc: Accelerator) -> str:
+    """What the layout nearest to fitting would need, where every layout's model states alone
+    exceed the memory."""
+    need, p = min(bounds, key=lambda x: x[0])
+    return (f"nothing fits on {p.gpus} x {acc.id} ({acc.memory_bytes / 2**30:.0f} GiB): the smallest model states "
+            f"are {need / 2**30:.1f} GiB per rank (tp {p.tensor}, pp {p.pp}, dp {p.data} {p.sharding}), before any "
+            f"activation; it needs a GPU of more than {need / 2**30:.0f} GiB or more GPUs")
 
 
 def _no_layout(model: Any, p: Parallel, gb: int, settings: Plan) -> str:

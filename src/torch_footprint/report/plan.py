@@ -60,8 +60,15 @@ def render_plan(res: Any, console: Console, top: int = 5) -> None:
     head.append(f"  ·  {d['gpus']} x {d['accelerator']}  ·  sequence {d['seq']}  ·  global batch "
                 f"{d['global_batch']} sequences ({si(d['global_batch'] * d['seq'])} tokens) a step", style="dim")
     console.print(head)
-    console.print(Text(f"{d['layouts_evaluated']} layouts priced of {d['layouts_considered']} possible (the others "
-                       f"cannot fit or beat the best), from {d['traces']} traces", style="dim"))
+    ruled = d.get("layouts_ruled_out_by_states", 0)
+    if ruled:
+        console.print(Text(f"{d['layouts_evaluated']} layouts evaluated of {d['layouts_considered']} possible: "
+                           f"{d['layouts_priced']} priced, {ruled} ruled out by their model states alone (more "
+                           "than the memory before any activation; the others cannot fit or beat the best), from "
+                           f"{d['traces']} traces", style="dim"))
+    else:
+        console.print(Text(f"{d['layouts_evaluated']} layouts priced of {d['layouts_considered']} possible (the others "
+                           f"cannot fit or beat the best), from {d['traces']} traces", style="dim"))
     rows = d["rows"][:top]
     if not rows:
         console.print(Text(d["closest"] or "nothing fits", style="bold red"))

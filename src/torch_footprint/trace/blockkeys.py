@@ -1,14 +1,17 @@
 """What a repeated block's call is keyed and compared by (:mod:`.reuse`): plain values that are
 provably equal, tensors by shape, stride, dtype and storage size, a module's kind before it
-runs, and a subclass that notes which attributes a forward reads."""
+runs, and a subclass that notes which attributes a forward reads; and what a recorded call keeps."""
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
+
+from .records import OpEvent
 
 # nn.Module's own bookkeeping in every module's __dict__ (tables compared on their own)
 INTERNAL = frozenset(nn.Module().__dict__)
@@ -49,6 +52,28 @@ def same_value(a: Any, b: Any) -> bool:
 def tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
     return (type(t), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
             t.untyped_storage().nbytes())
+
+
+def traced_tensor(x: Any) -> bool:
+    """A tensor a replay can stand for: a plain tensor on meta, or a fake tensor (a mixed-precision
+    step's, whose autocast needs a device's tensors) of the mode it was made in."""
+    if type(x) in (torch.Tensor, nn.Parameter):
+        return x.device.type == "meta"
+    return getattr(x, "fake_mode", None) is not None and type(x).__name__ == "FakeTensor"
+
+
+def tensor_like(key: tuple[Any, ...], storage: Any, mode: Any) -> torch.Tensor:
+    """A tensor of ``key``'s type, shape, strides, offset, dtype and device on ``storage`` (a new one
+    of its size when None): a meta tensor, or a fake tensor of ``mode`` over one (call with the
+    dispatch modes disabled)."""
+    cls, shape, stride, offset, dtype, device, _, nbytes = key
+    st = torch.UntypedStorage(nbytes, device="meta") if storage is None else storage
+    t = torch.empty(0, dtype=dtype, device="meta").set_(st, offset, shape, stride)
+    if cls is torch.Tensor:
+        return t
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return FakeTensor(mode, t, device)
 
 
 def kind_of(m: nn.Module) -> tuple[Any, ...]:
@@ -97,3 +122,45 @@ def changed(v: Any, saved: Any) -> bool:
     if type(v) is set:
         return v != saved
     return v.keys() != saved.keys() or any(v[k] is not saved[k] for k in saved)
+
+
+@dataclass
+class OutLeaf:
+    """How to make one output leaf: a new storage (``uid`` relative to the block's first), a
+    view of input leaf ``source``, the input object itself, or a plain value."""
+
+    kind: str  # "new", "view", "same", "value"
+    value: Any = None
+    uid: int = 0
+    source: int = 0
+    key: tuple[Any, ...] = ()
+
+
+@dataclass
+class Recorded:
+    """One call traced in full, ready to be replayed for an equal one."""
+
+    module: nn.Module
+    values: dict[tuple[str, str], Any]  # the attributes its forward read, as they were
+    events: list[OpEvent] = field(default_factory=list)
+    frees: list[tuple[int, int, int]] = field(default_factory=list)  # (after - first event, uid - uid0, nbytes)
+    nuids: int = 0
+    uid0: int = 0  # the last storage id before the call
+    casts: list[int] = field(default_factory=list)  # storages made by casting a parameter (relative ids)
+    log: list[tuple[str, list[list[int]]]] = field(default_factory=list)
+    spec: Any = None
+    outs: list[OutLeaf] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    params: list[int | None] = field(default_factory=list)
+    usable: bool = True
+    attention: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # the kernels' notes of its calls
+    # a training step's (reuse_train.py): the structure key, the group's modules foreseen to make
+    skey: Any = None  # equal calls, the saved activations (relative ids), the inputs its graph saved, its backward
+    matching: list[int] | None = None
+    kept: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+    backward: Any = None
+    saved_outs: list[int] = field(default_factory=list)  # outputs its graph saved (relative ids)
+    mode: Any = None  # the fake tensor mode its outputs were made in (None: meta tensors)
+    own: bool = False  # the block checkpoints itself: its graph saved its inputs, and recomputes the rest
+    cached: list[tuple[int, int]] = field(default_factory=list)  # autocast's cached casts no graph saved

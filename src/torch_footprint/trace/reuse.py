@@ -24,10 +24,12 @@ A recorded call is used only if everything it did is accounted for: every event 
 block's own modules, every storage it freed made inside it, every storage it made and kept
 is one of its outputs (in a training step: or freed by its backward), its outputs are plain
 tensors or simple values, and it changed no attribute of its modules. Otherwise (a cache a
-block writes, a free the collector made in the middle) later calls run in full. Replay covers
-meta tensors, inference and training steps (the backward: :mod:`.reuse_train`); fake or real
-tensors (a mixed-precision step's), models with recurrent layers and checkpointed blocks
-trace every call in full.
+block writes, a free the collector made in the middle) later calls run in full. Autocast's
+casts of the block's weights that no graph saved are the exception: its cache holds them until
+it exits, and the replayed calls' are held as long. Replay covers meta tensors and the fake
+tensors of a mixed-precision step, inference and training steps (the backward, and a block
+checkpointed whole: :mod:`.reuse_train`); real tensors, models with recurrent layers and
+checkpoints inside a block trace every call in full.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -47,6 +49,8 @@ from . import reuse_train as train
 from .blockkeys import (
     HOOKS,
     INTERNAL,
+    OutLeaf,
+    Recorded,
     changed,
     copy_of,
     is_container,
@@ -55,6 +59,8 @@ from .blockkeys import (
     same_value,
     simple,
     tensor_key,
+    tensor_like,
+    traced_tensor,
     watching,
 )
 from .modules import ModuleStack
@@ -77,54 +83,15 @@ LAST = Stats()
 
 
 def reusable(stack: ModuleStack, *, reuse: bool, tensors: str, backward: bool, step: Any) -> bool:
-    """Whether a run may replay blocks: asked for, meta tensors, no autocast, no recurrent layer,
-    and no global module hooks but the trace's own (a training step's: :mod:`.reuse_train`)."""
+    """Whether a run may replay blocks: asked for, meta or fake tensors (a mixed-precision step's:
+    autocast acts on a device's tensors), no recurrent layer, and no global module hooks but the
+    trace's own (a training step's: :mod:`.reuse_train`)."""
     LAST.recorded = LAST.replayed = 0
     LAST.retraced = False
     glob = torch.nn.modules.module
-    return (reuse and tensors == "meta" and getattr(step, "autocast", None) is None
-            and not stack.recurrent and len(glob._global_forward_pre_hooks) == 1
+    return (reuse and tensors in ("meta", "fake") and not stack.recurrent and len(glob._global_forward_pre_hooks) == 1
             and len(glob._global_forward_hooks) == 1
             and not glob._global_backward_hooks and not glob._global_backward_pre_hooks)
-
-
-@dataclass
-class _Out:
-    """How to make one output leaf: a new storage (``uid`` relative to the block's first), a
-    view of input leaf ``source``, the input object itself, or a plain value."""
-
-    kind: str  # "new", "view", "same", "value"
-    value: Any = None
-    uid: int = 0
-    source: int = 0
-    key: tuple[Any, ...] = ()
-
-
-@dataclass
-class _Recorded:
-    """One call traced in full, ready to be replayed for an equal one."""
-
-    module: nn.Module
-    values: dict[tuple[str, str], Any]  # the attributes its forward read, as they were
-    events: list[OpEvent] = field(default_factory=list)
-    frees: list[tuple[int, int, int]] = field(default_factory=list)  # (after - first event, uid - uid0, nbytes)
-    nuids: int = 0
-    uid0: int = 0  # the last storage id before the call
-    casts: list[int] = field(default_factory=list)  # storages made by casting a parameter (relative ids)
-    log: list[tuple[str, list[list[int]]]] = field(default_factory=list)
-    spec: Any = None
-    outs: list[_Out] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-    params: list[int | None] = field(default_factory=list)
-    usable: bool = True
-    attention: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # the kernels' notes of its calls
-    # a training step's (reuse_train.py): the structure key, the group's modules foreseen to make
-    skey: Any = None  # equal calls, the saved activations (relative ids), the inputs its graph saved, its backward
-    matching: list[int] | None = None
-    kept: list[int] = field(default_factory=list)
-    held: list[int] = field(default_factory=list)
-    backward: Any = None
-    saved_outs: list[int] = field(default_factory=list)  # outputs its graph saved (relative ids)
 
 
 class BlockReuse:
@@ -136,7 +103,7 @@ class BlockReuse:
         self.stack = stack
         self.rec = rec
         self.kernels = kernels  # the device's kernels (trace/kernels.py): a replay notes its attention calls
-        self.recorded: dict[Any, list[_Recorded]] = {}
+        self.recorded: dict[Any, list[Recorded]] = {}
         self.tries: dict[Any, int] = {}
         self.busy = False  # a call is being recorded: the blocks inside it run as they are
         self._installed: list[nn.Module] = []
@@ -144,6 +111,7 @@ class BlockReuse:
         self._reads: set[tuple[int, str]] = set()
         self._watched: dict[int, frozenset[str]] = {}
         self._wrappers: set[int] = set()  # the forward functions put on candidates (not attributes of theirs)
+        self.cached: list[torch.Tensor] = []  # replayed calls' casts autocast's cache would hold
         # candidates by what they are before any call (class, submodules, parameter shapes): one
         # alone of its kind can never be replayed, and is left as it is; so is a module without
         # submodules (a few operators: keying the call would cost what replaying saves)
@@ -182,6 +150,10 @@ class BlockReuse:
         return {k: v for k, v in m.__dict__.items()
                 if k not in INTERNAL and not (k == "forward" and id(v) in self._wrappers)}
 
+    def release_cached(self) -> None:
+        """Autocast has exited (its cache dropped the recorded calls' casts): the replayed calls' go too."""
+        self.cached.clear()
+
     def remove(self) -> None:
         for mod in self._installed:
             mod.__dict__.pop("forward", None)
@@ -212,11 +184,11 @@ class BlockReuse:
         """The inputs' key and leaves (None: a leaf that is neither a plain tensor nor a simple value)."""
         leaves, spec = tree_flatten((args, kwargs))
         parts: list[Any] = [spec, torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
-                            torch.is_autocast_enabled(), self.rec.phase]
+                            torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), self.rec.phase]
         storages: dict[int, int] = {}
         for i, x in enumerate(leaves):
             if isinstance(x, torch.Tensor):
-                if type(x) not in (torch.Tensor, nn.Parameter) or x.device.type != "meta":
+                if not traced_tensor(x):
                     return None
                 key = x.untyped_storage()._cdata
                 parts.append((tensor_key(x), storages.setdefault(key, i), self.rec.param_index.get(key)))
@@ -241,8 +213,11 @@ class BlockReuse:
         if structure is None or inputs is None:
             return original(*args, **kwargs)
         skey, subs = structure
+        own = False  # the block checkpoints itself (a Hugging Face layer's switch): replayed whole
         if grad and train.checkpointing(subs):
-            return original(*args, **kwargs)
+            own = train.checkpoints_itself(subs)
+            if not own:
+                return original(*args, **kwargs)
         key = (skey, inputs[0])
         for done in self.recorded.get(key, ()):
             if done.usable and self._equal(done, subs):
@@ -256,9 +231,9 @@ class BlockReuse:
         if self.tries.get(skey, 0) >= MAX_RECORDED:
             return original(*args, **kwargs)
         self.tries[skey] = self.tries.get(skey, 0) + 1
-        return self._record(mod, key, subs, original, args, kwargs, inputs[1], grad)
+        return self._record(mod, key, subs, original, args, kwargs, inputs[1], grad, own)
 
-    def _equal(self, done: _Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
+    def _equal(self, done: Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
         mods = dict(subs)
         for (rel, name), value in done.values.items():
             d = mods[rel].__dict__
@@ -266,7 +241,7 @@ class BlockReuse:
                 return False
         return True
 
-    def _all_differ(self, done: _Recorded, mod: nn.Module) -> bool:
+    def _all_differ(self, done: Recorded, mod: nn.Module) -> bool:
         """Whether an attribute the recorded call read has another value in every block of its
         kind (a layer index, a drop-path rate growing with depth)."""
         group = self.group_of.get(id(mod), [])
@@ -280,7 +255,8 @@ class BlockReuse:
         return False
 
     def _record(self, mod: nn.Module, key: Any, subs: list[tuple[str, nn.Module]], original: Callable[..., Any],
-                args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], grad: bool = False) -> Any:
+                args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], grad: bool = False,
+                own: bool = False) -> Any:
         rec, stack = self.rec, self.stack
         unique = {id(m): (rel, m) for rel, m in reversed(subs)}  # the first name of each module
         before = {id(m): self._attrs(m) for _, m in unique.values()}
@@ -308,10 +284,10 @@ class BlockReuse:
             self.busy = False
             stack.log = prev_log
         values = {(unique[i][0], name): before[i][name] for i, name in self._reads}
-        done = _Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log, skey=key[0],
+        done = Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log, skey=key[0], own=own,
                          paths=[stack.paths.get(id(m), "?") for _, m in subs],
                          attention=self.kernels.attention_since(noted) if self.kernels is not None else [])
-        done.usable = (not ckpt and len(swapped) == len(unique)
+        done.usable = (len(ckpt) == own and len(swapped) == len(unique)
                        and all(type(m) is classes[id(m)] for _, m in unique.values())
                        and self._unchanged(unique, before, contents))
         if done.usable:
@@ -337,7 +313,7 @@ class BlockReuse:
                 return False
         return all(not changed(before[i][k], saved) for (i, k), saved in contents.items())
 
-    def _capture(self, done: _Recorded, subs: list[tuple[str, nn.Module]], ev0: int, fr0: int, uid0: int,
+    def _capture(self, done: Recorded, subs: list[tuple[str, nn.Module]], ev0: int, fr0: int, uid0: int,
                  out: Any, leaves: list[Any], grad: bool = False) -> bool:
         """Keep what the recorded call did, if all of it is accounted for."""
         rec = self.rec
@@ -364,41 +340,51 @@ class BlockReuse:
             if not isinstance(x, torch.Tensor):
                 if not simple(x):
                     return False
-                done.outs.append(_Out("value", value=x))
+                done.outs.append(OutLeaf("value", value=x))
                 continue
-            if type(x) is not torch.Tensor or (x.requires_grad and not grad) or x.device.type != "meta":
+            if type(x) is nn.Parameter or not traced_tensor(x) or (x.requires_grad and not grad):
                 return False
+            done.mode = getattr(x, "fake_mode", None)
             st = x.untyped_storage()._cdata
             uid = rec.live.get(st, (0, 0))[0]
             if uid > uid0:
                 alive.discard(uid)
-                done.outs.append(_Out("new", uid=uid - uid0, key=tensor_key(x)))
+                done.outs.append(OutLeaf("new", uid=uid - uid0, key=tensor_key(x)))
             elif st in by_storage:
                 src = by_storage[st]
                 same = next((i for i, y in enumerate(leaves) if y is x), None)
                 if same is None and x.requires_grad:  # a view of an input, in autograd's eyes: not replayed
                     return False
-                done.outs.append(_Out("same", source=same) if same is not None
-                                 else _Out("view", source=src, key=tensor_key(x)))
+                done.outs.append(OutLeaf("same", source=same) if same is not None
+                                 else OutLeaf("view", source=src, key=tensor_key(x)))
             else:
                 return False
-        if alive and not grad:
-            return False
-        if grad:  # what the graph keeps for the backward: saved activations, and inputs it saved
-            done.kept = sorted(u - uid0 for u in alive)
+        saved: set[int] | None = set()
+        if grad and not done.own:  # what the graph keeps for the backward: saved activations and inputs
             saved = train.saved_by_graph([x for x in out_leaves if isinstance(x, torch.Tensor) and x.requires_grad],
                                          leaves)
-            if saved is None or (any(o.kind == "new" and o.key[6] for o in done.outs)
-                                 and not any(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)):
-                return False
+        if saved is None or (grad and any(o.kind == "new" and o.key[6] for o in done.outs)
+                             and not any(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)):
+            return False
+        # autocast's casts of the block's weights no graph saved: its cache holds them until it exits
+        casts = set(done.casts)
+        storages = {uid: (st, n) for st, (uid, n) in rec.live.items() if uid in alive}
+        done.cached = [(u - uid0, storages[u][1]) for u in sorted(alive)
+                       if u - uid0 in casts and storages[u][0] not in saved]
+        alive -= {uid0 + u for u, _ in done.cached}
+        if alive and not grad:
+            return False
+        if grad:
+            done.kept = sorted(u - uid0 for u in alive)
+            # a checkpoint holds every input, to run the block again in the backward
             done.held = [i for i, x in enumerate(leaves)
-                         if isinstance(x, torch.Tensor) and x.untyped_storage()._cdata in saved]
+                         if isinstance(x, torch.Tensor) and (done.own or x.untyped_storage()._cdata in saved)]
             done.saved_outs = [o.uid for o, x in zip(done.outs, out_leaves)
                                if o.kind == "new" and x.untyped_storage()._cdata in saved]
         done.events = events
         return True
 
-    def _replay(self, done: _Recorded, subs: list[tuple[str, nn.Module]], leaves: list[Any], grad: bool = False) -> Any:
+    def _replay(self, done: Recorded, subs: list[tuple[str, nn.Module]], leaves: list[Any], grad: bool = False) -> Any:
         rec, stack = self.rec, self.stack
         mine = [stack.paths.get(id(m), "?") for _, m in subs]
         paths = dict(zip(done.paths, mine))
@@ -418,6 +404,12 @@ class BlockReuse:
         rec.frees.extend(MemFree(after=base + a, storage=shift + u, nbytes=n) for a, u, n in done.frees)
         rec.param_casts.extend(shift + u for u in done.casts)
         rec._uid += done.nuids
+        if done.cached:  # the casts autocast's cache holds until it exits (release_cached)
+            with _disable_current_modes():
+                for u, n in done.cached:
+                    t = torch.empty(n, dtype=torch.uint8, device="meta")
+                    rec.adopt(t, shift + u)
+                    self.cached.append(t)
         if self.kernels is not None and done.attention:
             self.kernels.add_attention(done.attention)
         made: dict[int, torch.Tensor] = {}
@@ -433,11 +425,9 @@ class BlockReuse:
                     elif o.kind == "same":
                         outs.append(leaves[o.source])
                     else:
-                        _, shape, stride, offset, dtype, device, _, nbytes = o.key
                         st = (leaves[o.source].untyped_storage() if o.kind == "view"
-                              else made[o.uid].untyped_storage() if o.uid in made
-                              else torch.UntypedStorage(nbytes, device=device))
-                        t = torch.empty(0, dtype=dtype, device=device).set_(st, offset, shape, stride)
+                              else made[o.uid].untyped_storage() if o.uid in made else None)
+                        t = tensor_like(o.key, st, done.mode)
                         if o.kind == "new" and o.uid not in made:
                             made[o.uid] = t
                             rec.adopt(t, shift + o.uid)

@@ -10,6 +10,11 @@ autograd node standing for the whole block, that backward, under their own modul
 their own parameters and storage ids. Only siblings (children of the recorded block's container,
 as a model's layers are) replay: an equal block elsewhere may sit in another context.
 
+A block that checkpoints itself (a Hugging Face layer's switch: its forward runs inside torch's
+non-reentrant checkpoint) is replayed whole the same way: its forward saves nothing but its
+inputs (the checkpoint holds them to run it again), and its recorded backward is the
+recomputation and the backward together, the weights autocast casts again in it included.
+
 Lifetimes are stitched as a full trace has them: the storages a replayed forward kept for its
 backward (its saved activations) are freed where the recorded backward freed its own; its
 outputs and the incoming gradients where the recorded ones were; the block's gradients come
@@ -37,7 +42,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
-from .blockkeys import params_of, tensor_key
+from .blockkeys import params_of, tensor_key, tensor_like
 from .records import MemFree, OpEvent
 
 
@@ -84,6 +89,15 @@ def checkpointing(subs: list[Any]) -> bool:
     return any(getattr(m, "gradient_checkpointing", False) is True for _, m in subs)
 
 
+def checkpoints_itself(subs: list[Any]) -> bool:
+    """Whether the block is one checkpointed region: its own module's switch on (the forward
+    runs inside torch's checkpoint), none of its submodules'. Replayed whole: the forward keeps
+    its inputs (the checkpoint's, to run it again), the backward recomputes then differentiates."""
+    top = subs[0][1]
+    return (getattr(top, "gradient_checkpointing", False) is True and callable(
+        top.__dict__.get("_gradient_checkpointing_func")) and not checkpointing(subs[1:]))
+
+
 def saved_by_graph(outs: list[torch.Tensor], leaves: list[Any]) -> set[int] | None:
     """The storages the block's autograd graph saved (walked from its outputs down to its
     inputs' nodes and the parameters' accumulators), or None where a node is a custom autograd
@@ -127,6 +141,7 @@ class Backward:
     inputs: list[tuple[Any, ...]] = field(default_factory=list)  # per input needing a gradient
     grads: list[tuple[Any, ...]] = field(default_factory=list)  # per parameter: ("none"|"same"|"new", uid, key)
     attention: list[tuple[dict[str, Any], int]] = field(default_factory=list)
+    casts: list[int] = field(default_factory=list)  # parameters cast again in it (a recomputation under autocast)
     ok: bool = True
 
 
@@ -203,10 +218,12 @@ class LastCall:
         inside = set(bw.paths)
         own = {w for w in bw.params if w is not None}
         made = [u for e in events for u, _ in e.allocs]
+        casts = rec.param_casts[self._casts:]
         if (made != list(range(b0 + 1, b1 + 1)) or any(e.module not in inside for e in events)
-                or any(w not in own for e in events for w in e.weights) or len(rec.param_casts) != self._casts):
+                or any(w not in own for e in events for w in e.weights) or any(not b0 < u <= b1 for u in casts)):
             bw.ok = False
             return
+        bw.casts = [u - b0 for u in casts]
         nf = self.done.nuids
         kept = set(self.done.kept)
         freed_b: set[int] = set()
@@ -296,6 +313,7 @@ class Replayed:
         ev = rec.events
         base, b0 = len(ev), rec._uid
         rec._uid += bw.nuids
+        rec.param_casts.extend(b0 + u for u in bw.casts)
         frees = iter(bw.frees)
         nxt = next(frees, None)
         while nxt is not None and nxt[0] < 0:  # freed before the block's first operator ran
@@ -354,10 +372,8 @@ class Replayed:
         if k[0] == "gout":
             return grads[k[1]]
         _, rel, key = k
-        _, shape, stride, offset, dtype, device, _, nbytes = key
         with _disable_current_modes():
-            st = made[rel].untyped_storage() if rel in made else torch.UntypedStorage(nbytes, device=device)
-            t = torch.empty(0, dtype=dtype, device=device).set_(st, offset, shape, stride)
+            t = tensor_like(key, made[rel].untyped_storage() if rel in made else None, self.done.mode)
         if rel not in made:
             made[rel] = t
             self.owner.rec.adopt(t, b0 + rel)

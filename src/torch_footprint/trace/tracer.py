@@ -14,6 +14,7 @@ beyond the op), :mod:`.swap` (the model's tensors for one run), :mod:`.step` (th
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -257,6 +258,7 @@ class _TraceHooks(StepHooks):
         self.model = model  # its parameters are the swapped ones while the step runs
         self.current = "inputs"  # where an error happened
         self.tags: dict[str, list[int]] = {"output": [], "gradients": [], "optimizer": []}
+        self.autocast_exit: Callable[[], None] | None = None  # the forward's autocast exited (after_autocast)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -264,7 +266,15 @@ class _TraceHooks(StepHooks):
         old = self.rec.phase
         self.rec.phase = name
         yield
+        if name == "forward" and self.autocast_exit is not None:  # (autocast, entered after, exited first)
+            self.autocast_exit()
         self.rec.phase = old
+
+    def after_autocast(self, blocks: BlockReuse | None) -> None:
+        """At autocast's exit its cache drops the casts of the weights no graph saved: the
+        replayed blocks' casts go too (:mod:`.reuse`)."""
+        if blocks is not None:
+            blocks.release_cached()
 
     def tag(self, kind: str, ts: list[torch.Tensor]) -> None:
         for t in ts:
@@ -340,6 +350,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                 blocks = (BlockReuse(model, stack, rec, kernels if isinstance(kernels, CpuKernels) else None,
                                      training=backward)
                           if reusable(stack, reuse=reuse, tensors=tensors, backward=backward, step=step) else None)
+                if step.autocast is not None:
+                    hooks.autocast_exit = functools.partial(hooks.after_autocast, blocks)
                 with rec:
                     out = run_step(model, args, kwargs, backward=backward, optimizer=opt, autocast=step.autocast,
                                    device_type=device, grads_kept=step.grads_kept, hooks=hooks)
@@ -374,5 +386,9 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     if rec.param_casts:
         tags["parameter casts"] = rec.param_casts
     notes = [real_inputs_note(make_inputs, own_weights)] if tensors == "real" else []
-    return Trace(model=name, inputs=inputs_meta, events=rec.events, frees=rec.frees, modules=modules,
+    # autocast's cache (cleared at the forward's end, and at the end of each checkpointed block's
+    # recomputation) frees its casts in an order that follows their addresses: the frees after one
+    # operator are listed by storage id
+    frees = sorted(rec.frees, key=lambda f: (f.after, f.storage)) if step.autocast is not None else rec.frees
+    return Trace(model=name, inputs=inputs_meta, events=rec.events, frees=frees, modules=modules,
                  params=params, buffers=buffers, preexisting=pre, settings=settings, tags=tags, notes=notes)

@@ -183,7 +183,8 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
     training = bool(trace.settings.get("backward"))
     if strategy in ("ddp", "zero1") and training and not bucket_view:
         extra = sum(p.nbytes for p in trace.params if p.trainable)
-    moments = fsdp_moments(trace, strategy, n) if strategy in ("zero2", "zero3", "fsdp") and n > 1 else []
+    moments = (once(trace, ("fsdp moments", strategy, n), lambda: fsdp_moments(trace, strategy, n))
+               if strategy in ("zero2", "zero3", "fsdp") and n > 1 else [])
     for m in moments:  # a gradient is whole until its unit's reduce-scatter resizes it
         for uid in m.resize:
             scale.pop(uid, None)
