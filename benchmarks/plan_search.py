@@ -35,7 +35,14 @@ except ImportError:  # Python 3.10
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from train_published_layouts import fp8_recipe, model_of, network_of  # noqa: E402
+from train_published_layouts import (  # noqa: E402
+    fp8_recipe,
+    framework_of,
+    megatron_distributed_optimizer,
+    model_of,
+    network_of,
+    tensor_parallel_extras,
+)
 
 # the rows: (row index in training.toml, why it is here)
 PUBLISHED = [
@@ -62,13 +69,15 @@ def _strategy(row: dict[str, Any]) -> str:
 
 
 def run(store: dict[Any, Any], model: str, gpu: str, gpus: int, seq: int, gb: int, fp8: str | None,
-        network: str, out: list[str], sizes: str = "1", traces: bool = False) -> Any:
+        network: str, out: list[str], sizes: str = "1", traces: bool = False, **runtime: Any) -> Any:
+    """One search; ``runtime``: how the run's framework runs a layout (Parallel's framework, sequence and
+    vocabulary parallelism, async TP), applied to every layout searched."""
     from torch_footprint.estimate.plan import plan
     from torch_footprint.settings import Parallel, Plan, Target, Training, Workload
 
     wall, cpu = time.perf_counter(), time.process_time()
     res = plan(Workload(model), Training(train=True, optimizer="adamw"),
-               Parallel(gpus=gpus, fp8=fp8, network=network), Target(gpu=(gpu,)),
+               Parallel(gpus=gpus, fp8=fp8, network=network, **runtime), Target(gpu=(gpu,)),
                Plan(seq=seq, global_batch=gb, micro_batches=sizes), store=store)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     trace_cpu = sum(m[4] for m in res.cache.made)
@@ -97,10 +106,16 @@ def published(store: dict[Any, Any], out: list[str]) -> None:
         dp = n // (tp * pp)
         mb, gb, seq = r.get("micro_batch") or 1, r["global_batch"], r["seq"]
         fp8, net = fp8_recipe(r) or None, network_of(r)
-        res = run(store, model_of(r, HERE), r["gpu"], n, seq, gb, fp8, net, out)
+        # as the run's framework runs its layouts (train_published_layouts.py prices them the same way)
+        extras = tensor_parallel_extras({**r, "tp": 2})  # what its TP would run with, for every TP searched
+        runtime = {"framework": framework_of(r), **extras}
+        res = run(store, model_of(r, HERE), r["gpu"], n, seq, gb, fp8, net, out, **runtime)
         strategy = _strategy(r)
+        bucket = strategy == "ddp" and megatron_distributed_optimizer(r)
+        strategy = "zero1" if bucket else strategy
         p = Parallel(gpus=n, tp=tp, pp=pp, vpp=vpp, pp_schedule="interleaved-1f1b" if vpp > 1 else None,
-                     grad_accum=gb // (dp * mb), strategy=strategy, fp8=fp8, network=net)
+                     grad_accum=gb // (dp * mb), strategy=strategy, fp8=fp8, network=net, bucket_view=bucket,
+                     framework=runtime["framework"], **tensor_parallel_extras(r))
         acc = find(load(None), r["gpu"])
         # checkpointing not stated: the lightest mode under which the run's layout fits (else full)
         for ac in [_ac(r)] if _ac(r) else ["none", "selective", "full"]:

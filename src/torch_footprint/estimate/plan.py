@@ -243,6 +243,8 @@ def _split(model: Any, base: Parallel, tp: int, pp: int, cp: int, ep: int, dp: i
                 try:
                     p = dataclasses.replace(base, tp=tp, pp=pp, vpp=vpp, pp_schedule=schedule, cp=cp, ep=ep,
                                             sequence_parallel=base.sequence_parallel and tp > 1,
+                                            vocab_parallel=base.vocab_parallel and tp > 1,
+                                            async_tp=base.async_tp and tp > 1,
                                             grad_accum=m, strategy=strategy, dp_shard=shard,
                                             fsdp_param_dtype=base.fsdp_param_dtype if strategy == "fsdp" else None,
                                             fsdp_reduce_dtype=base.fsdp_reduce_dtype if strategy == "fsdp" else None)
