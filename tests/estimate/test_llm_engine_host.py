@@ -70,7 +70,7 @@ def test_the_simulation_names_the_engines_host_time(capsys: pytest.CaptureFixtur
     pytest.importorskip("transformers")
     tiny = str(Path(__file__).parents[1] / "configs" / "llama-tiny")
     code = main(["llm", tiny, "--gpu", "h100-sxm", "--engine", "transformers", "--simulate", "--prompt", "32",
-                 "--output", "8", "--concurrency", "4", "--num-prompts", "8", "--json", "-"])
+                 "--output", "8", "--concurrency", "4", "--num-prompts", "8"])
     out = capsys.readouterr().out
     assert code == 0
     assert "transformers (continuous batching)'s own time per step" in out
