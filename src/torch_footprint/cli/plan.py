@@ -49,6 +49,10 @@ COMMAND = Command(
                   "default every one with a price)",
            "gpus": "GPUs in the job: every layout of them is searched (with --serve: the fleet's GPUs at most)",
            "tp": "with --serve: only this tensor-parallel degree (default 1, 2, 4 and 8 where the heads divide)",
+           "sequence_parallel": "every layout searched with TP > 1 runs sequence parallelism (torchtitan's and NeMo's "
+                                "recipes do)",
+           "vocab_parallel": "every layout searched with TP > 1 splits the embedding, head and logits by vocabulary",
+           "async_tp": "every layout searched with TP > 1 overlaps its tensor-parallel collectives",
            "engine": "with --serve: only this engine (default vllm, sglang and trtllm)",
            "request_rate": "with --serve: requests per second to the whole fleet, sent as a Poisson process",
            "ac": "search only this activation checkpointing mode (default: none, selective and full)",
