@@ -250,7 +250,7 @@ def plan_fleet(st: ServingTrace, base: Priced, asked: Asked, *, rate: float, gpu
         plan.rows.sort(key=_rank)
         for row in list(plan.rows[:3]):  # the best few: a smaller cap on requests in flight
             say(f"plan --serve: {row.replica.label()}, max_num_seqs", None)
-            if profile(row.replica.engine).takes("max_num_seqs"):
+            if row.replicas > 1 and profile(row.replica.engine).takes("max_num_seqs"):  # else: nothing to save
                 for cap in SEQ_CAPS:
                     _candidate(st, base, asked, rate, dataclasses.replace(row.replica, knobs={"max_num_seqs": cap}),
                                target, most_gpus, efficiency, plan, misses, better_than=row)
@@ -275,6 +275,8 @@ def _candidate(st: ServingTrace, base: Priced, asked: Asked, rate: float, r: Rep
                misses: list[tuple[float, str]], better_than: FleetRow | None = None) -> None:
     search = _Search(st, base, asked, rate, r, efficiency)
     most = None if most_gpus is None else most_gpus // r.tp
+    if better_than is not None:  # a knob of the same replica wins only with fewer of them
+        most = better_than.replicas - 1 if most is None else min(most, better_than.replicas - 1)
     if most is not None and most < 1:
         plan.missed.append((r.label(), f"a replica needs {r.tp} GPUs, more than --gpus {most_gpus}"))
         return
@@ -292,6 +294,8 @@ def _candidate(st: ServingTrace, base: Priced, asked: Asked, rate: float, r: Rep
     if error:
         plan.missed.append((r.label(), error))
         return
+    if n is None and better_than is not None:
+        return  # the knob saves nothing
     if n is None and capped:  # none meets within the replicas that could still enter the list
         plan.pruned += 1
         return
