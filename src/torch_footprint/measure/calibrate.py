@@ -36,7 +36,7 @@ import torch
 
 from ..dtypes import torch_dtype_of_rate
 from ..errors import FootprintError
-from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key, last_level_cache_bytes
+from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key
 from . import contention
 from .timer import CpuClock, CudaClock, measure
 
@@ -270,10 +270,7 @@ def calibrate(device: str = "cpu", quick: bool = False,
     if device == "cpu":
         # CPUs without native half-precision units run fp16/bf16 matmuls ~100x slower: small sizes
         sizes = {"fp32": 1024 if quick else 2048, "fp16": 256 if quick else 512, "bf16": 256 if quick else 512}
-        # what a decode step streams must come from memory, not the last-level cache: on a server's 260 MiB L3,
-        # 32 MiB of weights streamed twice as fast as a model's 1 GB did (bf16, few-row products)
-        # (twice the cache streamed, 2 GiB at most)
-        big, small = max((64 if quick else 256) * 2**20, min(4 * last_level_cache_bytes(), 2**31)), 4 * 2**20
+        big, small = (64 if quick else 256) * 2**20, 4 * 2**20
     else:
         sizes = {"fp32": 4096, "tf32": 8192, "fp16": 8192, "bf16": 8192}
         big, small = 2**30, 0
