@@ -67,7 +67,6 @@ class FleetRow:
     replica: Replica
     replicas: int
     point: dict[str, Any]  # the simulation's figures at R / replicas
-    lightest: int  # the fewest replicas priced (the search's bound)
 
     @property
     def gpus(self) -> int:
@@ -133,12 +132,8 @@ class FleetPlan:
 
 
 def attainment(point: dict[str, Any]) -> float:
-    """The fraction of a run's requests that met both targets."""
-    slo = point.get("slo")
-    if slo is not None:
-        return float(slo["fraction"])
-    done = point.get("requests_per_s") or 0.0
-    return point.get("goodput_requests_per_s", 0.0) / done if done else 0.0
+    """The fraction of a run's requests that met both targets (a target is always given)."""
+    return float(point["slo"]["fraction"])
 
 
 def launch(model: str, r: Replica) -> str:
@@ -302,10 +297,11 @@ def _candidate(st: ServingTrace, base: Priced, asked: Asked, rate: float, r: Rep
     if n is None:
         lightest = search.points[max(search.points)]
         got = attainment(lightest)
-        plan.missed.append((r.label(), _miss(lightest, got, asked)))
-        misses.append((1 - got, f"{r.label()} x {max(search.points)}: {_miss(lightest, got, asked)}"))
+        why = _miss(lightest, got, asked)
+        plan.missed.append((r.label(), why))
+        misses.append((1 - got, f"{r.label()} x {max(search.points)}: {why}"))
         return
-    row = FleetRow(r, n, search.points[n], min(search.points))
+    row = FleetRow(r, n, search.points[n])
     if better_than is not None and _rank(row)[:2] >= _rank(better_than)[:2]:
         return  # a knob is kept only where it saves money or GPUs
     plan.rows.append(row)
