@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch_footprint as tfp  # noqa: E402
 from torch_footprint.estimate.kernels import constants  # noqa: E402
+from torch_footprint.estimate.kernels.sdpa import sm_of  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import fit_kernels  # noqa: E402
@@ -54,11 +55,14 @@ MODELS = {
 GPUS = {"Quadro RTX 8000": "quadro-rtx-6000"}  # the same TU102 chip and clocks, 48 GB
 PRECISIONS = {"amp-fp16": "fp16-mixed", "amp-bf16": "bf16-mixed", "fp32": "fp32", "tf32": "fp32", "fp16": "fp16",
               "bf16": "bf16"}
-OPTIMIZERS = {"sgd-momentum": "momentum", "rmsprop": "rmsprop", "lamb": "adamw",  # LAMB keeps AdamW's two moments
+OPTIMIZERS = {"sgd-momentum": "momentum", "sgd": "momentum", "adamw": "adamw", "rmsprop": "rmsprop",
+              "lamb": "adamw",  # LAMB keeps AdamW's two moments
               "adam (DLE BERT SQuAD fine-tuning)": "adamw"}
 
 
 def source_of(url: str) -> str:
+    if url.startswith("measured: "):
+        return url
     for key in ("pytorch-image-models", "DeepLearningExamples", "deeplearning-benchmark"):
         if key in url:
             return {"pytorch-image-models": "timm", "DeepLearningExamples": "NVIDIA DLE",
@@ -79,6 +83,17 @@ def workload(row: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
     return model, inputs, step
 
 
+def traced(model: str, inputs: Any, step: dict[str, Any], sm: tuple[int, int]) -> Any:
+    """The row's step traced as it runs on an NVIDIA GPU of compute capability ``sm`` (its attention
+    kernel; the modules' paths under CUDA's autocast), as ``predict`` traces a model it is given."""
+    from torch_footprint.analysis import Profile
+    from torch_footprint.api import _records
+    from torch_footprint.estimate.workload import trace_step
+
+    w, t = _records("profile", step, model, inputs)
+    return Profile(trace_step(w, t, cuda_sm=sm)[0], [])
+
+
 def predicted(row: dict[str, Any], prof: Any) -> float:
     """The row's figure as footprint predicts it: samples per second, or ms per batch."""
     gpu = GPUS.get(row["gpu"], row["gpu"])
@@ -86,6 +101,30 @@ def predicted(row: dict[str, Any], prof: Any) -> float:
     pred = tfp.predict(prof, gpu, tf32=tf32, channels_last=row["layout"] == "nhwc",
                        compile=row["framework"] == "pytorch-compile")
     return row["batch"] / pred.time_s if row["metric"] == "samples_per_s" else pred.time_s * 1e3
+
+
+def measured_rows(paths: list[str]) -> list[dict[str, Any]]:
+    """Rows in models.toml's form from benchmarks/gpu_measure.py's JSON: whole-model cases measured
+    on one GPU (inference, training steps, compiled inference)."""
+    rows = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        gpu = tfp.hardware.local.find_local_gpu(tfp.hardware.list(), name=doc["environment"]["name"])
+        for section in ("infer", "train", "compile"):
+            for case in doc["sections"].get(section, []):
+                if "error" in case or case.get("model", "").startswith("hf:google-bert"):
+                    model = "hf:bert-base-uncased" if "error" not in case else None
+                else:
+                    model = case["model"]
+                if model is None:
+                    continue
+                rows.append({"model": model, "task": case["task"], "batch": case["batch"], "input": case["input"],
+                             "precision": case["precision"], "layout": case["layout"] if case["layout"] != "-"
+                             else "-", "framework": case.get("framework", "pytorch-eager"),
+                             "optimizer": case.get("optimizer"), "gpu": gpu.id if gpu else doc["environment"]["name"],
+                             "metric": "samples_per_s", "value": case["samples_per_s"],
+                             "source": f"measured: {Path(path).name}"})
+    return rows
 
 
 def stats(errs: list[float]) -> str:
@@ -101,6 +140,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, help="only the first N rows (a quick look)")
     ap.add_argument("--out", help="write every row's prediction as JSON")
+    ap.add_argument("--measured", action="append", default=[], metavar="JSON",
+                    help="price benchmarks/gpu_measure.py's whole-model cases instead of models.toml")
     ap.add_argument("--leave-one-gpu-out", action="store_true",
                     help="price each GPU's rows with kernel constants fitted without that GPU's kernel rows")
     args = ap.parse_args()
@@ -109,7 +150,9 @@ def main() -> None:
         data = tomllib.loads((ROOT / "benchmarks" / "published" / "kernels.toml").read_text())
         families = {"bandwidth": fit_kernels.bandwidth_rows(data), "gemm": fit_kernels.gemm_rows(data),
                     "attention": fit_kernels.attention_rows(data)}
-    rows = tomllib.loads((ROOT / "benchmarks" / "published" / "models.toml").read_text())["row"][:args.rows]
+    rows = measured_rows(args.measured) if args.measured else \
+        tomllib.loads((ROOT / "benchmarks" / "published" / "models.toml").read_text())["row"]
+    rows = rows[:args.rows]
     traces: dict[Any, Any] = {}
     out, by = [], defaultdict(list)
     t0 = time.perf_counter()
@@ -117,10 +160,11 @@ def main() -> None:
           f"{'error':>7s}")
     for row in rows:
         model, inputs, step = workload(row)
-        key = (model, json.dumps(inputs), json.dumps(step, sort_keys=True))
-        if key not in traces:
-            traces[key] = tfp.profile(model, inputs, **step)
         gpu_id = GPUS.get(row["gpu"], row["gpu"])
+        sm = sm_of(tfp.hardware.get(gpu_id))
+        key = (model, json.dumps(inputs), json.dumps(step, sort_keys=True), sm)
+        if key not in traces:
+            traces[key] = tfp.profile(model, inputs, **step) if sm is None else traced(model, inputs, step, sm)
         if args.leave_one_gpu_out and gpu_id not in fits:
             held = {f: [r for r in v if r.gpu.id != gpu_id] for f, v in families.items()}
             fits[gpu_id] = fit_kernels.fit(held, constants.KernelConstants())

@@ -143,9 +143,10 @@ def cuda_device_name() -> str | None:
     return torch.cuda.get_device_name(0)
 
 
-def find_local_gpu(rows: list[Accelerator]) -> Accelerator | None:
-    """The database row of CUDA device 0, by alias (exact, then prefix)."""
-    name = cuda_device_name()
+def find_local_gpu(rows: list[Accelerator], name: str | None = None) -> Accelerator | None:
+    """The database row of CUDA device 0 (or of the device ``name`` as CUDA reports it), by alias
+    (exact, then prefix)."""
+    name = name or cuda_device_name()
     if name is None:
         return None
     low = name.lower()
