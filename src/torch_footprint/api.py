@@ -183,7 +183,10 @@ def predict(model: Profile | ModelLike, gpu: Accelerator | str, inputs: InputsLi
                                 compute_dtype=plain, layout=w.layout, compiled=w.compile,
                                 cuda_graphs=w.cuda_graphs)
     if not layout:
-        trace, _ = trace_step(w, dataclasses.replace(t, optimizer=t.step_optimizer) if t.train else t)
+        from .estimate.kernels.sdpa import sm_of
+
+        trace, _ = trace_step(w, dataclasses.replace(t, optimizer=t.step_optimizer) if t.train else t,
+                              cuda_sm=sm_of(acc))
         return estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout,
                                 compiled=w.compile, cuda_graphs=w.cuda_graphs)
     from .estimate.recommend import layout_prediction

@@ -154,7 +154,7 @@ def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, t
     """``predict`` under a training layout: one rank's micro-batch by operator, and the whole
     step with its micro-batches, pipeline and collectives as ``step``."""
     t = layout_training(t, p)
-    trace, notes = trace_step(w, t, p)
+    trace, notes = trace_step(w, t, p, cuda_sm=sm_of(acc))
     fp8_rows([acc], p, w, explicit=True)
     pred = estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout,
                             fp8=p.fp8, compiled=w.compile, cuda_graphs=w.cuda_graphs)

@@ -38,7 +38,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     """Trace the step ``t`` of ``w`` at ``w.batch`` (the inputs' own when None), on one rank of
     ``p``'s tensor parallelism; the trace and its notes. ``cuda_sm``: the step runs on NVIDIA GPUs
     of that compute capability, whose attention kernel (sdp_utils' choice, :mod:`.kernels.sdpa`)
-    the trace follows where the CPU's would differ (dropout in training: fused there)."""
+    the trace follows where the CPU's would differ (dropout in training: fused there), as it
+    follows the modules' own choices under CUDA's autocast (StepOptions.cuda)."""
     if p.sequence_parallel and p.tensor <= 1:
         raise FootprintError("--sequence-parallel splits the sequence among tensor-parallel ranks: add --tp 2 "
                              "or more")
@@ -46,7 +47,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         raise FootprintError("--vocab-parallel splits the vocabulary among tensor-parallel ranks: add --tp 2 or more")
     prec = precision_of(w)
     param_dtype, autocast = setups.precision(prec)
-    opt = setups.optimizer(t.optimizer) if t.train else None
+    opt = setups.optimizer(t.optimizer, cuda=cuda_sm is not None) if t.train else None
     work = prepare(w.model, w.inputs, weights=w.weights, trust_remote_code=w.trust_remote_code).at_batch(w.batch)
     built = work.built
     notes = [n for n in built.notes if not (w.batch and n.startswith("default input"))]
@@ -104,7 +105,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     try:
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero",
-                                        fuse_attention=_cuda_fuses(cuda_sm)))
+                                        fuse_attention=_cuda_fuses(cuda_sm), cuda=cuda_sm is not None))
     finally:
         undo()
         unfuse()

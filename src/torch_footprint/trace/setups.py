@@ -64,13 +64,21 @@ def optimizers() -> dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimiz
     return table
 
 
-def optimizer(name: str | None) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None:
+def optimizer(name: str | None, cuda: bool = False) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None:
+    """The optimizer ``name`` as torch.optim builds it. ``cuda``: the step runs on CUDA GPUs, where
+    torch.optim's default for a class given no ``foreach``/``fused`` is its multi-tensor (foreach)
+    implementation (optimizer.py, _default_to_fused_or_foreach: every parameter on a device with
+    foreach kernels); on the CPU it is the loop over parameters. The other temporaries are kept
+    then (AdamW's square roots of every second moment at once), and each update is a few
+    launches for all the parameters rather than a few per parameter."""
     if name is None:
         return None
     table = optimizers()
     key = name.strip().lower()
     if key not in table:
         raise FootprintError(f"unknown optimizer '{name}'; valid optimizers: {', '.join(table)}")
+    if cuda and f"{key}-foreach" in table:
+        return table[f"{key}-foreach"]
     return table[key]
 
 

@@ -6,7 +6,7 @@ is measured are the same step."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,10 @@ class StepOptions:
     # picks) where the CPU runs the math path (dropout while training): given a call's record
     # (trace.kernels.CpuKernels), whether to trace it through the fused kernel; None: the CPU's choice
     fuse_attention: Callable[[dict[str, Any]], bool] | None = None
+    # the step runs on a CUDA GPU: under autocast, a module that asks torch.is_autocast_enabled()
+    # without a device (CUDA's state: nn.MultiheadAttention's and nn.TransformerEncoderLayer's
+    # fast-path checks) hears what it would there and takes the path it takes there
+    cuda: bool = False
 
 
 class StepHooks:
@@ -95,19 +99,39 @@ class StepHooks:
 _SILENT = StepHooks()
 
 
+@contextlib.contextmanager
+def _with_cuda_state(amp: contextlib.AbstractContextManager[Any], dtype: torch.dtype) -> Iterator[None]:
+    """``amp``, with CUDA's autocast flag and dtype set as a CUDA run's would be. The flag alone:
+    tensors off CUDA never reach CUDA's autocast kernels, so only code that reads it changes
+    (CUDA's own fp32 list, layer norm and softmax among it, is not followed: the trace's casts
+    are CPU autocast's)."""
+    was = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    torch.set_autocast_enabled("cuda", True)
+    torch.set_autocast_dtype("cuda", dtype)
+    try:
+        with amp:
+            yield
+    finally:
+        torch.set_autocast_enabled("cuda", was[0])
+        torch.set_autocast_dtype("cuda", was[1])
+
+
 def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, backward: bool,
              optimizer: torch.optim.Optimizer | None = None, autocast: torch.dtype | None = None,
              device_type: str = "cpu", grads_kept: bool = False,
              no_grad: Callable[[], contextlib.AbstractContextManager[Any]] = torch.no_grad,
-             hooks: StepHooks = _SILENT) -> Any:
+             hooks: StepHooks = _SILENT, cuda_autocast: bool = False) -> Any:
     """One step; returns the output of an inference, None after a training step.
 
     Inference: the forward under ``no_grad()`` (``torch.no_grad``, or ``torch.inference_mode``
     for a timed run) and autocast. Training: the gradients of the previous step dropped
     (``zero_grad(set_to_none=True)``, unless ``grads_kept``), the forward under autocast,
-    backward from :func:`loss_of`, the outputs released, then ``optimizer.step()``."""
-    amp = (torch.autocast(device_type=device_type, dtype=autocast) if autocast is not None
-           else contextlib.nullcontext())
+    backward from :func:`loss_of`, the outputs released, then ``optimizer.step()``.
+    ``cuda_autocast``: CUDA's autocast state is set with ``device_type``'s (see StepOptions.cuda)."""
+    amp: contextlib.AbstractContextManager[Any] = (
+        torch.autocast(device_type=device_type, dtype=autocast) if autocast is not None else contextlib.nullcontext())
+    if autocast is not None and cuda_autocast and device_type != "cuda":
+        amp = _with_cuda_state(amp, autocast)
     if not backward:
         with no_grad(), hooks.phase("forward"), amp:
             out = model(*args, **kwargs)

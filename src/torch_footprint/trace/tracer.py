@@ -354,7 +354,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                     hooks.autocast_exit = functools.partial(hooks.after_autocast, blocks)
                 with rec:
                     out = run_step(model, args, kwargs, backward=backward, optimizer=opt, autocast=step.autocast,
-                                   device_type=device, grads_kept=step.grads_kept, hooks=hooks)
+                                   device_type=device, grads_kept=step.grads_kept, hooks=hooks,
+                                   cuda_autocast=step.cuda)
                     del out, opt
             except (FootprintError, ReplayMismatch):
                 raise

@@ -138,3 +138,48 @@ def is_state_init(e: OpEvent) -> bool:
     A throughput is the time of those later steps.
     """
     return e.phase == "optimizer" and e.op.startswith(STATE_INIT_OPS)
+
+
+def is_host_scalar_read(e: OpEvent) -> bool:
+    """An optimizer's read of its step count (``.item()``): torch.optim keeps the counts on the
+    CPU unless ``capturable`` or ``fused`` (``_init_group``: ``torch.tensor(0.0)`` without a
+    device), and the multi-tensor Adam reads each one for its bias corrections
+    (``_get_value(step)``), so on a GPU the read launches nothing: the host's time alone."""
+    return e.phase == "optimizer" and e.op == "aten._local_scalar_dense.default"
+
+
+# PyTorch's row-wise normalisation on NVIDIA GPUs gives each row a thread block of its own:
+# layer_norm_kernel.cu, launch_vectorized_layer_norm_kernel (blocks = rows, 128 threads each;
+# rms_norm shares the kernel) and the backward's layer_norm_grad_input_kernel. Narrow rows (a
+# vision model's 96 to 768 channels) leave each block a few loads and two reductions, so the
+# kernel is bound by how many blocks the SMs hold at once and how long each lives, not by bytes.
+ROW_THREADS = 128
+# Each block's life, fitted to the kernels' own times on an H100 SXM (torch.profiler, ConvNeXt-T
+# and Swin-T, inference at batch 256 and training at 128, fp32 under autocast:
+# benchmarks/results/gpu-profile-h100.txt): 3.50-3.62 us forward, 2.03-2.19 us for the backward's
+# grad-input kernel. One GPU's kernels: other GPUs' published ConvNeXt and Swin rows check it.
+ROW_BLOCK_S = {"forward": 3.56e-6, "backward": 2.11e-6}
+# resident threads per SM by compute capability (CUDA C Programming Guide, table of technical
+# specifications per compute capability)
+THREADS_PER_SM = {(7, 5): 1024, (8, 6): 1536, (8, 7): 1536, (8, 9): 1536, (12, 0): 1536}
+
+
+def norm_rows(e: OpEvent) -> tuple[int, str] | None:
+    """Rows and direction of a row-wise normalisation kernel (layer norm, RMS norm), else None."""
+    if not e.out_shapes or len(e.out_shapes) < 2 or not e.out_shapes[1]:
+        return None
+    if e.op in ("aten.native_layer_norm.default", "aten._fused_rms_norm.default"):
+        return math.prod(e.out_shapes[1]), "forward"  # mean/rstd: one per row
+    if e.op == "aten.native_layer_norm_backward.default" and e.out_shapes[0]:
+        return math.prod(e.out_shapes[0]) // max(1, math.prod(e.out_shapes[1])), "backward"
+    return None
+
+
+def norm_rows_s(e: OpEvent, units: int | None, sm: tuple[int, int] | None) -> float:
+    """The least time of a row-wise normalisation on an NVIDIA GPU of ``units`` SMs of compute
+    capability ``sm``: its rows in waves of the blocks the SMs hold at once (0: not one)."""
+    rows = norm_rows(e)
+    if rows is None or not units or sm is None:
+        return 0.0
+    resident = THREADS_PER_SM.get(sm, 2048) // ROW_THREADS
+    return rows[0] / (units * resident) * ROW_BLOCK_S[rows[1]]

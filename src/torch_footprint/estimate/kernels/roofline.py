@@ -63,9 +63,18 @@ from . import constants as fitted
 from .bandwidth import bandwidth_share
 from .cpu import extra_costs, op_kind, window_kind
 from .fusion import compiled_layout, fused_chains, host_s
-from .gpu import LAYOUTS, batch_norm_layout_factor, batch_norm_pass_bytes, is_state_init, layout_transpose_bytes
+from .gpu import (
+    LAYOUTS,
+    batch_norm_layout_factor,
+    batch_norm_pass_bytes,
+    is_host_scalar_read,
+    is_state_init,
+    layout_transpose_bytes,
+    norm_rows_s,
+)
 from .matrix import is_depthwise, matrix_share, problem_use
 from .prediction import Ceilings, OpTime, Prediction
+from .sdpa import sm_of
 
 EFFICIENCY = {"matrix": 0.7, "vector": 0.5, "memory": 0.85}
 MATVEC_ROWS = 4  # matmuls of this few rows read their matrix at the calibrated matvec bandwidth
@@ -241,6 +250,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     # keeps fp32 unless asked (tf32=True)
     conv_tf32 = tf32 if tf32 is not None else acc.vendor == "nvidia"
     gpu = acc.kind == "gpu"
+    nvidia_sm = sm_of(acc)
     training = bool(trace.settings.get("training")) and bool(trace.settings.get("backward"))
     kernels = c.model == "kernels"
     k_const = fitted.current()
@@ -251,7 +261,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     for i, (e, dkey) in enumerate(zip(trace.events, _rate_keys(trace), strict=True)):
         nbytes = heads.get(i, e.bytes_read + e.bytes_written) if i not in folded else 0
         total_flops += e.flops
-        if e.kind == "view":  # no kernel; an eager device still pays the dispatcher (calibrated)
+        if e.kind == "view" or (gpu and is_host_scalar_read(e)):  # no kernel; the host still dispatches it
             ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0,
                               host_s(mode, c.view_overhead, False, False)))
             continue
@@ -311,6 +321,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
             if acc.vendor == "nvidia":
                 slowdown = batch_norm_layout_factor(e, training, layout)
         memory = (nbytes + extra) / bandwidth * slowdown
+        if nvidia_sm is not None and kernels and not compiled:  # eager's block per row (gpu.norm_rows_s)
+            memory = max(memory, norm_rows_s(e, acc.units, nvidia_sm))
         if (nbytes or e.flops) and i not in folded:  # a kernel's least time on the device: its own
             compute, memory = compute + floor, memory + floor
         overhead = c.overhead + c.extra_overhead.get(op_kind(e.op, e.problem), 0.0) if c.extra_overhead else c.overhead

@@ -1,0 +1,106 @@
+"""A step traced for an NVIDIA GPU follows what PyTorch does there, not what it does on the CPU
+that traces it: nn.MultiheadAttention's path under autocast, torch.optim's multi-tensor default,
+the optimizer's step counts read on the host, and layer norm's block per row."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import torch_footprint as tfp
+from torch_footprint.api import _records
+from torch_footprint.estimate.kernels.gpu import norm_rows, norm_rows_s
+from torch_footprint.estimate.kernels.roofline import estimate_latency
+from torch_footprint.estimate.workload import trace_step
+from torch_footprint.trace.records import OpEvent
+
+H100 = (9, 0)
+
+
+class Attention(nn.Module):
+    """A transformer block's attention, as torchvision's ViT calls it (batch first, no weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+def _ops(model, inputs, sm, **settings):
+    w, t = _records("profile", settings, model, inputs)
+    return [e.op for e in trace_step(w, t, cuda_sm=sm)[0].events]
+
+
+def test_multihead_attention_under_autocast_leaves_the_fast_path_on_a_cuda_target_only():
+    # torch/nn/modules/activation.py, MultiheadAttention.forward: the fused
+    # _native_multi_head_attention runs in eval without grad unless torch.is_autocast_enabled()
+    # (CUDA's flag) is set, "autocast is enabled"; a CPU under CPU autocast keeps it
+    cpu = _ops(Attention().eval(), "2,16,64", None, precision="fp16-mixed")
+    cuda = _ops(Attention().eval(), "2,16,64", H100, precision="fp16-mixed")
+    assert "aten._native_multi_head_attention.default" in cpu
+    assert "aten._native_multi_head_attention.default" not in cuda
+    assert any("scaled_dot_product" in op for op in cuda)  # multi_head_attention_forward's SDPA
+    assert not torch.is_autocast_enabled("cuda")  # the flag is put back
+
+
+def test_adamw_on_a_cuda_target_is_the_multi_tensor_implementation():
+    # torch/optim/optimizer.py, _default_to_fused_or_foreach: foreach when every parameter is on
+    # a device with foreach kernels (CUDA), the loop over parameters on the CPU
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    cpu = _ops(model, "4,8", None, train=True, optimizer="adamw")
+    cuda = _ops(model, "4,8", H100, train=True, optimizer="adamw")
+    assert not any(op.startswith("aten._foreach_") for op in cpu)
+    assert cpu.count("aten.addcdiv_.default") == 4  # one per parameter tensor
+    assert "aten._foreach_addcdiv_.ScalarList" in cuda
+    assert "aten.addcdiv_.default" not in cuda
+
+
+def test_the_optimizers_step_counts_are_read_on_the_host_without_a_kernel():
+    # the multi-tensor AdamW reads each step count with .item() for its bias corrections; the
+    # counts live on the CPU (torch.tensor(0.0) in _init_group), so a GPU runs nothing for them
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+    pred = tfp.predict(model, "h100-sxm", "4,8", train=True, optimizer="adamw")
+    reads = [o for o in pred.ops if o.op == "aten._local_scalar_dense.default"]
+    assert len(reads) == 8  # two per parameter tensor (beta1 and beta2 corrections)
+    assert all(o.device_s == 0.0 and o.overhead_s > 0 for o in reads)
+
+
+def _norm(rows_shape: list[int], width: int, op: str = "aten.native_layer_norm.default") -> OpEvent:
+    return OpEvent(op=op, module="ln", phase="forward", flops=0, macs=0, kind="vector", bytes_read=0,
+                   bytes_written=0, out_shapes=[[*rows_shape, width], [*rows_shape, 1], [*rows_shape, 1]],
+                   out_dtypes=["float32"] * 3)
+
+
+def test_a_layer_norm_over_narrow_rows_waits_on_its_blocks_by_hand():
+    # ConvNeXt-T's first stage at batch 256: 256 x 56 x 56 = 802,816 rows of 96 channels.
+    # One block of 128 threads per row; an H100 SM holds 2048 threads = 16 blocks, 132 SMs hold
+    # 2,112 at once: 802,816 / 2,112 = 380.12 waves x 3.56 us = 1.35324 ms
+    e = _norm([256, 56, 56], 96)
+    assert norm_rows(e) == (802_816, "forward")
+    assert norm_rows_s(e, 132, H100) == pytest.approx(802_816 / 2112 * 3.56e-6)
+    # an RTX 4090 (compute capability 8.9) holds 1536 threads = 12 blocks per SM, 128 SMs
+    assert norm_rows_s(e, 128, (8, 9)) == pytest.approx(802_816 / (128 * 12) * 3.56e-6)
+    assert norm_rows_s(e, 132, None) == 0.0  # not an NVIDIA GPU
+
+
+def test_the_backwards_rows_are_its_input_over_its_weight():
+    # native_layer_norm_backward's outputs: grad_input [rows..., width], grad_weight [width]
+    e = OpEvent(op="aten.native_layer_norm_backward.default", module="ln", phase="backward", flops=0, macs=0,
+                kind="vector", bytes_read=0, bytes_written=0, out_shapes=[[8, 10, 96], [96], [96]],
+                out_dtypes=["float32"] * 3)
+    assert norm_rows(e) == (80, "backward")
+    assert norm_rows_s(e, 132, H100) == pytest.approx(80 / 2112 * 2.11e-6)
+
+
+def test_the_block_floor_prices_a_layer_norm_above_its_bytes_on_an_h100():
+    # a LayerNorm over 96 channels of 4 x 56 x 56 rows in fp32: 12,544 rows,
+    # 1,204,224 elements read and written (8 bytes each with the affine weights' few) -> ~9.6 MB,
+    # 3.2 us at the H100's 3.35 TB/s; its blocks take 12,544 / 2,112 x 3.56 us = 21.14 us
+    trace = tfp.profile(nn.LayerNorm(96), "4,56,56,96").trace
+    [ln] = [o for o in estimate_latency(trace, tfp.hardware.get("h100-sxm")).ops
+            if o.op == "aten.native_layer_norm.default"]
+    assert ln.memory_s >= 12_544 / 2112 * 3.56e-6
+    assert ln.device_s == pytest.approx(max(ln.compute_s, ln.memory_s))
