@@ -104,3 +104,17 @@ def test_the_block_floor_prices_a_layer_norm_above_its_bytes_on_an_h100():
             if o.op == "aten.native_layer_norm.default"]
     assert ln.memory_s >= 12_544 / 2112 * 3.56e-6
     assert ln.device_s == pytest.approx(max(ln.compute_s, ln.memory_s))
+
+
+def test_cudnns_half_precision_batch_norm_in_nchw_takes_twice_its_bytes_time():
+    # "about a factor of 2" slower in NCHW than NHWC (cudnn-frontend issue 134): an fp16 batch
+    # norm in eval on 2 x 8 x 4 x 4 = 256 values reads 512 B and writes 512 B (plus its four
+    # 8-value fp32 statistics and weights, 128 B): the same bytes in both layouts, twice the time
+    from tests.estimate.test_training_kernels import CARD, EXACT
+
+    trace = tfp.profile(nn.BatchNorm2d(8).eval().half(), "2,8,4,4:float16").trace
+    [nchw] = [o for o in estimate_latency(trace, CARD, efficiency=EXACT).ops if "batch_norm" in o.op]
+    [nhwc] = [o for o in estimate_latency(trace, CARD, efficiency=EXACT, layout="nhwc").ops if "batch_norm" in o.op]
+    assert nchw.bytes == nhwc.bytes == 512 + 512 + 4 * 8 * 4
+    # the card streams 100 GB/s: NCHW takes 1,152 B / 100 GB/s = 11.52 ns longer than NHWC
+    assert nchw.memory_s - nhwc.memory_s == pytest.approx(1152 / 100e9)

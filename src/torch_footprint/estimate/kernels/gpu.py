@@ -25,6 +25,11 @@ TENSOR_CORE_CONV_DTYPES = ("fp16", "bf16", "tf32")
 # measured on an H100 (benchmarks/results/train-kernels-h100-resnet50.json, ResNet-50 bf16 at
 # batch 256: forward + backward batch-norm kernels 61.8 ms NCHW, 27.3 ms channels-last)
 NATIVE_NCHW_BATCH_NORM_SLOWDOWN = 61.8 / 27.3
+# cuDNN's own batch norm in NCHW against NHWC, half precision: "about a factor of 2" on an H100
+# (https://github.com/NVIDIA/cudnn-frontend/issues/134). An H100's ResNet-50 fp16 inference at
+# batch 256 agrees: bn_fw_inf_1C11_kernel_NCHW 8.85 ms for 53 batch norms whose bytes take
+# 4.47 ms at the copy rate (benchmarks/results/gpu-profile-h100.txt), a factor of 1.98
+CUDNN_NCHW_BATCH_NORM_SLOWDOWN = 2.0
 # operators an optimizer's first step runs to create its state (exp_avg, exp_avg_sq, step)
 STATE_INIT_OPS = ("aten.zeros_like.", "aten.zeros.", "aten.empty_like.", "aten.empty.", "aten.full.",
                   "aten.scalar_tensor.", "aten.lift_fresh", "aten.new_zeros.", "aten.new_empty.")
@@ -119,14 +124,17 @@ def batch_norm_layout_factor(e: OpEvent, training: bool, layout: str) -> float:
     slow ones: "kernel ``at::native::batch_norm_backward_kernel`` is the bottleneck" against
     the channels-last kernels, which run "a few times faster" on large tensors (PyTorch
     issue 60063); cuDNN's own batch norm is "about a factor of 2" slower in NCHW than NHWC on
-    an H100 (cudnn-frontend issue 134). The factor is the one measured on an H100 for
-    PyTorch's kernels (:data:`NATIVE_NCHW_BATCH_NORM_SLOWDOWN`); 1 for every other case.
+    an H100 (cudnn-frontend issue 134). The factors: the one measured on an H100 for PyTorch's
+    kernels in training (:data:`NATIVE_NCHW_BATCH_NORM_SLOWDOWN`), cuDNN's factor of 2 for its
+    fp16 kernels (:data:`CUDNN_NCHW_BATCH_NORM_SLOWDOWN`), training or not; 1 for every other
+    case (fp32, whose NCHW kernels are cuDNN's own layout, and channels-last).
     """
-    if not training or layout != "nchw" or "batch_norm" not in e.op:
+    if layout != "nchw" or "batch_norm" not in e.op or not e.out_shapes or len(e.out_shapes[0]) != 4 \
+            or not e.out_dtypes:
         return 1.0
-    if e.out_shapes and len(e.out_shapes[0]) == 4 and e.out_dtypes and e.out_dtypes[0] == "bfloat16":
-        return NATIVE_NCHW_BATCH_NORM_SLOWDOWN
-    return 1.0
+    if e.out_dtypes[0] == "bfloat16":
+        return NATIVE_NCHW_BATCH_NORM_SLOWDOWN if training else 1.0
+    return CUDNN_NCHW_BATCH_NORM_SLOWDOWN if e.out_dtypes[0] == "float16" else 1.0
 
 
 def is_state_init(e: OpEvent) -> bool:
