@@ -278,7 +278,9 @@ class Fit:
     what: str
 
 
-FITS = [Fit("llamacpp", lambda r: r["engine"] == "llama.cpp" and r["metric"] == "decode_tokens_per_s",
+# a row marked not_fitted (its reason beside it) is predicted and counted, but no constant is fitted to it
+FITS = [Fit("llamacpp", lambda r: r["engine"] == "llama.cpp" and r["metric"] == "decode_tokens_per_s"
+            and not r.get("not_fitted"),
             "llama.cpp batch-1 decode: memory (achieved bandwidth) and overhead_us (host time per operator)")]
 MEMORY_GRID = [x / 100 for x in range(30, 101)]
 OVERHEAD_GRID = [x / 4 for x in range(0, 121)]
