@@ -2,8 +2,10 @@
 (:mod:`torch_footprint.hardware.engines`: one profile per engine, each rule with the source
 file it comes from), per tensor-parallel rank:
 
-* vLLM: total x gpu_memory_utilization - weights - the activation peak of a profile run of
-  max_num_batched_tokens tokens - the memory outside PyTorch (more where tensor-parallel ranks
+* vLLM: total x gpu_memory_utilization - weights (with the rotary cos/sin table it builds) -
+  the activation peak of a profile run of max_num_batched_tokens tokens (V0's eager run adds
+  the residual and normalises in place: a hidden-size tensor a token fewer) - the memory
+  outside PyTorch (more where tensor-parallel ranks
   talk over NVLink: the custom all-reduce's buffers, which vLLM leaves out between PCIe cards
   without peer access) - CUDA graphs counted in the budget; in blocks of block_size tokens;
 * SGLang: total x mem_fraction_static - what is in use once the weights are loaded (the
