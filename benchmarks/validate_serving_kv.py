@@ -144,8 +144,9 @@ def predict(row: dict[str, Any], traces: dict[tuple[str, str], Any],
     max_len = row.get("max_model_len") or st.max_context
     if engine == "trtllm" and "max_num_batched_tokens" not in knobs and row.get("max_batch_size"):
         # TensorRT-LLM before the PyTorch back end: the engine's buffers were built for
-        # max_batch_size x max_input_len tokens (build.py's max_input_len default 1024)
-        knobs["max_num_batched_tokens"] = float(row["max_batch_size"]) * row.get("max_input_len", 1024)
+        # max_batch_size x max_input_len tokens (examples/llama/build.py of that release: --max_input_len 2048
+        # by default, https://github.com/NVIDIA/TensorRT-LLM/blob/027cd518e3b63809a5c5799187991e7f1164fb12/examples/llama/build.py)
+        knobs["max_num_batched_tokens"] = float(row["max_batch_size"]) * row.get("max_input_len", 2048)
         knobs.setdefault("max_num_seqs", float(row["max_batch_size"]))
     tp = int(row.get("tp", 1))
     kv = 1 if row.get("kv_dtype") == "fp8" else None
