@@ -18,7 +18,7 @@ states and the engine's defaults otherwise:
 * a dataset's rows draw their lengths from the shipped histogram of that dataset
   (``--lengths``), where one ships with its published source;
 * rows that need what is not shipped (a dataset's histogram) or a scheme torch-footprint does
-  not price (fp4 weights, GGML's q4_1) are listed as "not expressed" with what they need.
+  not price are listed as "not expressed" with what they need.
 
 Prints per row the printed and predicted figure and the error, then the median, p90, worst,
 the medians per source, engine and scenario, the batch-1 decode median, and for every constant
@@ -72,7 +72,8 @@ KNOBS = {"gpu_memory_utilization": "gpu_memory_utilization", "mem_fraction_stati
          "kv_cache_free_gpu_mem_fraction": "kv_cache_free_gpu_memory_fraction", "max_num_seqs": "max_num_seqs",
          "max_batch_size": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
          "max_num_tokens": "max_num_batched_tokens"}
-WEIGHTS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "gguf-q4_0": "q4_0", "gguf-f16": "fp16",
+WEIGHTS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "nvfp4", "gguf-q4_0": "q4_0", "ggml-q4_1": "q4_1",
+           "gguf-f16": "fp16",
            "gguf-q8_0": "q8_0"}
 # llama.cpp's ./main runs of SOURCE 7 (README "Usage"): a ~400-token prompt, -n 1024 generated
 LLAMACPP_PROMPT = 400
@@ -277,7 +278,9 @@ class Fit:
     what: str
 
 
-FITS = [Fit("llamacpp", lambda r: r["engine"] == "llama.cpp" and r["metric"] == "decode_tokens_per_s",
+# a row marked not_fitted (its reason beside it) is predicted and counted, but no constant is fitted to it
+FITS = [Fit("llamacpp", lambda r: r["engine"] == "llama.cpp" and r["metric"] == "decode_tokens_per_s"
+            and not r.get("not_fitted"),
             "llama.cpp batch-1 decode: memory (achieved bandwidth) and overhead_us (host time per operator)")]
 MEMORY_GRID = [x / 100 for x in range(30, 101)]
 OVERHEAD_GRID = [x / 4 for x in range(0, 121)]

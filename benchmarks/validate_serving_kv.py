@@ -17,9 +17,11 @@ same cache two ways:
 
 Prints each line's error, the median, and the rows that cannot be expressed with the reason.
 A row whose set-up the log leaves open says so (``context_missing``): its error is printed and
-counted, with the reason beside it. The memory outside PyTorch per rank of each vLLM era is read
-from one log's printed "non_torch_memory"; a row from that same source is in-sample, so it is
-also priced with the newest era's figure (read from other logs): the leave-one-source-out error.
+counted, with the reason beside it. A row whose source's own figures contradict each other says
+so with the arithmetic (``inconsistent``): its error is printed and kept apart. The memory
+outside PyTorch per rank of each vLLM era is read from one log's printed "non_torch_memory"; a
+row from that same source is in-sample, so it is also priced with the newest era's figure (read
+from other logs): the leave-one-source-out error.
 
     .venv/bin/python benchmarks/validate_serving_kv.py
 """
@@ -142,8 +144,9 @@ def predict(row: dict[str, Any], traces: dict[tuple[str, str], Any],
     max_len = row.get("max_model_len") or st.max_context
     if engine == "trtllm" and "max_num_batched_tokens" not in knobs and row.get("max_batch_size"):
         # TensorRT-LLM before the PyTorch back end: the engine's buffers were built for
-        # max_batch_size x max_input_len tokens (build.py's max_input_len default 1024)
-        knobs["max_num_batched_tokens"] = float(row["max_batch_size"]) * row.get("max_input_len", 1024)
+        # max_batch_size x max_input_len tokens (examples/llama/build.py of that release: --max_input_len 2048
+        # by default, https://github.com/NVIDIA/TensorRT-LLM/blob/027cd518e3b63809a5c5799187991e7f1164fb12/examples/llama/build.py)
+        knobs["max_num_batched_tokens"] = float(row["max_batch_size"]) * row.get("max_input_len", 2048)
         knobs.setdefault("max_num_seqs", float(row["max_batch_size"]))
     tp = int(row.get("tp", 1))
     kv = 1 if row.get("kv_dtype") == "fp8" else None
@@ -219,6 +222,7 @@ def main() -> None:
     loso: list[float] = []
     found = points(rows, traces)
     logged: list[float] = []
+    apart: list[float] = []
     skipped: list[str] = []
     print(f"{'engine':8s} {'version':8s} {'model':30s} {'gpu':13s} {'tp':>2s} {'figure':14s} {'printed':>11s} "
           f"{'config':>11s} {'error':>7s} {'LOSO':>7s} {'log fig.':>8s}")
@@ -240,14 +244,19 @@ def main() -> None:
             skipped.append(f"{row['engine']} {row['model']} on {row['gpu']}: {str(e).strip(chr(39))}")
             continue
         err, err_out = _pct(got, printed), _pct(out, printed)
-        errors.append(err)
-        loso.append(err_out)
+        if row.get("inconsistent"):
+            apart.append(err)
+        else:
+            errors.append(err)
+            loso.append(err_out)
         log_txt = "" if logged_got is None else f"{100 * _pct(logged_got, printed):+7.2f}%"
         if logged_got is not None:
             logged.append(_pct(logged_got, printed))
         print(f"{label} {name:14s} {printed:11,.2f} {got:11,.2f} {100 * err:+6.1f}% {100 * err_out:+6.1f}% "
               f"{log_txt:>8s}  {row['source']}")
-        if row.get("context_missing"):
+        if row.get("inconsistent"):
+            print(f"{'':9s}inconsistent, kept apart: {row['inconsistent']}")
+        elif row.get("context_missing"):
             print(f"{'':9s}the log leaves open: {row['context_missing']}")
     print()
     newest = engines.profile("vllm")
@@ -255,8 +264,10 @@ def main() -> None:
     print("newest vLLM rule's constants fitted to the logs' printed figures (all sources): "
           + ", ".join(f"{k} {v} (profile: {getattr(newest, k)})" for k, v in fit.items()))
     if errors:
-        print(_summary("from the config", errors))
+        print(_summary("from the config (consistent lines)", errors))
         print(_summary("from the config, leave-one-source-out (constants refitted without the row's source)", loso))
+    if apart:
+        print(_summary("with the lines whose sources contradict themselves", errors + apart))
     if logged:
         print(_summary("from the log's own memory figures (layout and block arithmetic)", logged))
     for s in skipped:

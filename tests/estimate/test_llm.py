@@ -62,6 +62,11 @@ def _int4(out: int, inp: int, g_idx: bool) -> int:
     ("q4_k_m", 6, 3 * Q // 256 * 144 + Q // 256 * 210 + 2 * MLP // 256 * 144 + MLP // 256 * 210 + 2 * 4096 * 4),
     ("q8_0", 0, (4 * Q + 3 * MLP) // 32 * 34 + 2 * 4096 * 4),
     ("q4_0", 0, (4 * Q + 3 * MLP) // 32 * 18 + 2 * 4096 * 4),
+    # GGUF Q4_1 (ggml-common.h block_q4_1: fp16 d and m, 16 bytes of nibbles): 20 bytes per 32 weights
+    ("q4_1", 0, (4 * Q + 3 * MLP) // 32 * 20 + 2 * 4096 * 4),
+    # NVFP4: half a byte a weight, an fp8 scale per 16 inputs of each output row, an fp32 global and
+    # input scale per matrix (7 matrices); norms bf16
+    ("nvfp4", 0, (4 * Q + 3 * MLP) // 2 + (4 * Q + 3 * MLP) // 16 + 7 * 8 + 2 * 4096 * 2),
     # NF4: 4 bits + one 8-bit absmax per 64 + one fp32 per 256 absmax blocks; norms bf16
     ("nf4", 0, 4 * (Q // 2 + Q // 64 + 4 * (Q // 64 // 256)) + 3 * (MLP // 2 + MLP // 64 + 4 * (MLP // 64 // 256))
      + 2 * 4096 * 2),
@@ -355,3 +360,12 @@ def test_q4_k_m_keeps_what_llama_cpp_keeps_in_f32() -> None:
     costs = dict(zip((p.name for p in mixtral.prefill.params), weight_bytes(mixtral, weight_scheme("q4_k_m")),
                      strict=True))
     assert costs["model.layers.0.mlp.gate.weight"] == 8 * 4096 * 4
+
+
+def test_nvfp4_on_a_gpu_without_a_listed_fp4_rate_runs_at_fp8(llama2) -> None:
+    # the accelerator database lists no fp4 rate for the B200: NVFP4's matrix work falls back to fp8
+    b200 = get("b200")
+    assert b200.peak("fp4") is None and b200.peak("fp8") is not None
+    s = Priced(batch=1, prompt=8, output=8, weights=weight_scheme("fp4"))
+    row = serve(llama2, s, [b200], max_context=None).rows[0]
+    assert any("no fp4 rate listed: matrix work at the fp8 rate" in n for n in row.notes)

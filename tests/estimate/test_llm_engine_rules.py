@@ -158,3 +158,31 @@ def test_a_cache_shorter_than_one_request_is_refused_as_vllm_says(tiny, capsys: 
 def test_engine_version_needs_an_engine_and_a_release(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--engine-version goes with --engine" in _bad(capsys, ["--engine-version", "0.6.4"])
     assert "must name a release such as 0.6.4" in _bad(capsys, ["--engine", "vllm", "--engine-version", "latest"])
+
+
+@pytest.mark.parametrize("max_len, util_blocks, printed_peak", [
+    # vLLM ~0.6.4 on an RTX 3090 (total_gpu_memory=23.58GiB), Llama-3.1-8B-Instruct, util 0.90
+    # (https://github.com/vllm-project/vllm/issues/10517): "Loading model weights took 14.9888 GB /
+    # ... peak_torch_memory=17.06GiB ... non_torch_memory=0.35GiB kv_cache_size=3.81GiB / # GPU blocks:
+    # 1952" at max_model_len 20000; "peak_torch_memory=17.98GiB ... kv_cache_size=2.89GiB / # GPU
+    # blocks: 1478" at 29000
+    (20000, 1952, 17.06 - 14.9888),
+    (29000, 1478, 17.98 - 14.9888),
+])
+def test_v0_profile_run_against_the_rtx_3090_logs(max_len: int, util_blocks: int, printed_peak: float) -> None:
+    st = trace_serving("hf:meta-llama/Llama-3.1-8B", batch=1, prompt=8)
+    rtx = replace(get("rtx-3090"), cuda_memory_mib=23.58 * 1024)
+    s = Priced(batch=1, prompt=8, output=8, engine="vllm", knobs={"gpu_memory_utilization": 0.9},
+               max_model_len=max_len, engine_version="0.6.4")
+    cache = serve(st, s, [rtx], max_context=None).rows[0].vllm
+    # weights: 8,030,261,248 parameters x 2 B = 14.958 GiB, and the rotary table 131,072 positions x 128
+    # x 2 B = 0.031 GiB: 14.989 GiB, as "took 14.9888 GB" (GiB) prints
+    assert cache.held_back["weights"] / GIB == pytest.approx(14.9888, abs=0.001)
+    # the profile run: max_model_len tokens of (3 x 4,096 + 3 x 14,336) x 2 B = 110,592 B a token
+    # (fused_add_rms_norm in place) and the traced forward's small per-token tensors (rotary cos and
+    # sin, positions): 2.060 GiB at 20,000 tokens, 2.987 at 29,000; printed to 0.01 GiB as
+    # peak_torch_memory less the weights
+    assert cache.held_back["activations"] / max_len == pytest.approx(110_592, rel=0.01)
+    assert cache.held_back["activations"] / GIB == pytest.approx(printed_peak, abs=0.015)
+    # blocks of 16 tokens x 128 KiB = 2 MiB: within 1% of the log's
+    assert cache.blocks == pytest.approx(util_blocks, rel=0.01)

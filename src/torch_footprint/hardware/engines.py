@@ -49,6 +49,12 @@ class EngineProfile:
     chunked_above: int = 0
     chunked_tokens: int = 0
     sampler_bytes_per_logit: float = 0.0  # the profile's sampler run: bytes per logit of max_num_seqs x vocabulary
+    # the rotary embedding's cos/sin table (max positions x rotary dims, the model's dtype) is
+    # built with the model and counted in its weights, on every rank
+    rope_table: bool = False
+    # the profile run is eager and adds the residual and normalises in place (one fused kernel
+    # writing its inputs): one hidden-size tensor a token fewer than the traced forward keeps
+    inplace_add_norm: bool = False
     small_device_names: tuple[str, ...] = ()  # devices given the small defaults whatever their memory
     context_held: bool = False  # the CUDA context and cuBLAS workspace are held back too (measured as total - free)
     version: str = ""  # the release whose rule this is ("" the newest)

@@ -29,8 +29,8 @@ __all__ = ["RECORDS", "Calibration", "Grads", "Measurement", "Memory", "Optimize
            "Workload", "field_docs", "field_types", "gather", "literal_choices", "opt", "signature_of", "verb_records"]
 
 Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
-Quant = Literal["fp32", "bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "q4_0",
-                "q8_0", "q4_k_m", "q5_k_m", "q6_k"]
+Quant = Literal["fp32", "bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "nvfp4",
+                "q4_0", "q4_1", "q8_0", "q4_k_m", "q5_k_m", "q6_k"]
 KvCache = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
 Engine = Literal["vllm", "sglang", "trtllm", "llamacpp", "transformers"]  # one profile each in hardware/engines/
 
@@ -38,9 +38,10 @@ Engine = Literal["vllm", "sglang", "trtllm", "llamacpp", "transformers"]  # one 
 PRECISION_ALIASES = {"float32": "fp32", "float": "fp32", "f32": "fp32", "float16": "fp16", "half": "fp16",
                      "f16": "fp16", "bfloat16": "bf16", "float64": "fp64", "double": "fp64"}
 QUANT_ALIASES = {"int4-g128-gptq": "int4-g128", "gptq": "int4-g128", "awq": "int4-g128-awq", "int4": "int4-g128",
-                 "gguf-q4_0": "q4_0", "gguf-q8_0": "q8_0", "gguf-q4_k_m": "q4_k_m", "gguf-q5_k_m": "q5_k_m",
+                 "gguf-q4_0": "q4_0", "gguf-q4_1": "q4_1", "ggml-q4_1": "q4_1", "gguf-q8_0": "q8_0",
+                 "gguf-q4_k_m": "q4_k_m", "gguf-q5_k_m": "q5_k_m",
                  "gguf-q6_k": "q6_k", "nf4-dq": "nf4", "bfloat16": "bf16", "float16": "fp16", "fp8-e4m3": "fp8",
-                 "float32": "fp32"}
+                 "float32": "fp32", "fp4": "nvfp4"}
 
 
 # --------------------------------------------------------------------------- the records
@@ -179,8 +180,8 @@ class Serving(Record):
     """generated tokens per request (default 256, or what the model's maximum leaves after --prompt)"""
     quant: Quant | None = opt(metavar="SCHEME", deprecated={"--weights": None}, aliases_of_values=QUANT_ALIASES,
                               what="weight scheme")
-    """weights stored as fp32, bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4, q4_0, q8_0,
-    q4_k_m, q5_k_m, q6_k (default: as the checkpoint stores them)"""
+    """weights stored as fp32, bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4, nvfp4, q4_0,
+    q4_1, q8_0, q4_k_m, q5_k_m, q6_k (default: as the checkpoint stores them)"""
     kv: KvCache | None = opt(metavar="DTYPE", what="KV-cache scheme")
     """KV cache: fp32, bf16, fp16, fp8, int8 (default: the activations')"""
     engine: Engine | None = opt(metavar="NAME", what="engine")

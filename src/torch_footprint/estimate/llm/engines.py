@@ -2,8 +2,10 @@
 (:mod:`torch_footprint.hardware.engines`: one profile per engine, each rule with the source
 file it comes from), per tensor-parallel rank:
 
-* vLLM: total x gpu_memory_utilization - weights - the activation peak of a profile run of
-  max_num_batched_tokens tokens - the memory outside PyTorch (more where tensor-parallel ranks
+* vLLM: total x gpu_memory_utilization - weights (with the rotary cos/sin table it builds) -
+  the activation peak of a profile run of max_num_batched_tokens tokens (V0's eager run adds
+  the residual and normalises in place: a hidden-size tensor a token fewer) - the memory
+  outside PyTorch (more where tensor-parallel ranks
   talk over NVLink: the custom all-reduce's buffers, which vLLM leaves out between PCIe cards
   without peer access) - CUDA graphs counted in the budget; in blocks of block_size tokens;
 * SGLang: total x mem_fraction_static - what is in use once the weights are loaded (the
@@ -72,6 +74,29 @@ def sampler_run(p: EngineProfile, mem: _Memory, seqs: int) -> int:
     return int((p.sampler_bytes_per_logit + wide) * seqs * vocab)
 
 
+def _text(config: object) -> object:
+    return getattr(config, "text_config", None) or config
+
+
+def rope_table(mem: _Memory) -> int:
+    """Bytes of the rotary embedding's cos/sin table an engine builds with the model (vLLM's
+    model_executor/layers/rotary_embedding.py ``_compute_cos_sin_cache``: one row of cos and
+    sin halves, ``rotary_dim`` values, per position up to max_position_embeddings, in the
+    model's dtype; a buffer on every rank, reported with the weights)."""
+    cfg = _text(mem.st.config)
+    positions = getattr(cfg, "max_position_embeddings", None)
+    heads = getattr(cfg, "num_attention_heads", None)
+    hidden = getattr(cfg, "hidden_size", None)
+    dims = getattr(cfg, "qk_rope_head_dim", None) or getattr(cfg, "head_dim", None) or (
+        hidden // heads if hidden and heads else None)
+    if not positions or not dims or getattr(cfg, "rope_theta", getattr(cfg, "rope_parameters", None)) is None:
+        return 0
+    if not getattr(cfg, "qk_rope_head_dim", None):
+        dims = int(dims * (getattr(cfg, "partial_rotary_factor", None) or 1.0))
+    elem = 4 if mem.st.dtype == "float32" else 2
+    return int(positions) * int(dims) * elem
+
+
 def engine_cache(p: EngineProfile, given: dict[str, float], mem: _Memory, total: int, tp: int,
                  max_model_len: int, context: int, nvlink: bool = True, device: str = "") -> EngineCache:
     """``p``'s cache on an accelerator of ``total`` bytes (as CUDA reports it), per rank, with
@@ -81,11 +106,15 @@ def engine_cache(p: EngineProfile, given: dict[str, float], mem: _Memory, total:
     block = int(knobs.get(p.block_knob, 1)) if p.block_knob else 1
     per_block = max(mem.kv(block) - mem.kv(0), 1)
     non_torch = int((p.non_torch_tp_gib if tp > 1 and nvlink else p.non_torch_gib) * GIB)
-    held: dict[str, int] = {"weights": mem.weights}
+    held: dict[str, int] = {"weights": mem.weights + (rope_table(mem) if p.rope_table else 0)}
     if p.profile_tokens_knob:
         if p.profile_tokens == "longest" and p.profile_tokens_knob not in given:
             knobs[p.profile_tokens_knob] = longest_profile(p, max_model_len)
-        held["activations"] = max(mem.act_per_token * int(knobs[p.profile_tokens_knob]),
+        per_token = mem.act_per_token
+        if p.inplace_add_norm and mem.st.hidden_size and hasattr(_text(mem.st.config), "rms_norm_eps"):
+            # RMSNorm models: the engine's norm with the residual add is one kernel writing over its inputs
+            per_token = max(per_token - mem.st.hidden_size * (4 if mem.st.dtype == "float32" else 2), 0)
+        held["activations"] = max(per_token * int(knobs[p.profile_tokens_knob]),
                                   sampler_run(p, mem, int(knobs.get("max_num_seqs", 0))))
     if p.context_held:
         held["CUDA context"] = mem.overhead

@@ -226,8 +226,12 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
             max_batch = min(max_batch, held, int(seqs) if seqs else held)
         compute = None
         if s.weights is not None and s.weights.compute:
+            fallback = s.weights.fallback
             if acc.peak(s.weights.compute) is not None:
                 compute = s.weights.compute
+            elif fallback and acc.peak(fallback) is not None:
+                compute = fallback
+                row_notes.append(f"no {s.weights.compute} rate listed: matrix work at the {fallback} rate")
             else:
                 row_notes.append(f"no {s.weights.compute} units: matrix work at the "
                                  f"{'bf16' if acc.peak('bf16') else 'fp16' if acc.peak('fp16') else 'fp32'} rate")

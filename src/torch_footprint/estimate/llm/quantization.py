@@ -25,10 +25,15 @@ Sources, one per scheme (``Scheme.source``), and the storage each prices:
   per-tensor fp32 weight scale and input scale; embeddings, head and norms in bf16.
 * fp8 in 128 x 128 blocks (DeepSeek-V3's own checkpoint, its config's ``quantization_config``):
   one byte per weight and an fp32 scale per block; embeddings, head and norms in bf16.
+* NVFP4 (NVIDIA ModelOpt's checkpoints, e.g. nvidia/Llama-3.3-70B-Instruct-FP4): e2m1 values
+  packed two a byte, an fp8 e4m3 scale per 16 weights along the input, an fp32 global scale
+  and input scale per matrix; embeddings, head and norms in bf16. The matrix work runs at the
+  accelerator's fp4 rate, else its fp8 rate (TensorRT-LLM's fp4 GEMMs need Blackwell).
 * int8 per channel (compressed-tensors ``W8A16``): one byte per weight, a 16-bit scale per
   output channel; embeddings, head and norms in 16 bits.
 * GGUF (llama.cpp ``ggml-common.h`` blocks; ``llama-quant.cpp`` picks each tensor's type):
-  Q4_0 18 bytes per 32 weights, Q8_0 34/32, Q4_K 144/256, Q5_K 176/256, Q6_K 210/256; the
+  Q4_0 18 bytes per 32 weights, Q4_1 20/32 (a 16-bit scale and a 16-bit minimum), Q8_0 34/32,
+  Q4_K 144/256, Q5_K 176/256, Q6_K 210/256; the
   ``_M`` mixes put ``attn_v`` and ``ffn_down`` of the "more bits" layers in Q6_K, the output
   head in Q6_K (Q8_0 in a Q8_0 file), an untied token embedding in the base type (a tied one
   gets the head's); norms, mixture-of-experts routers and state-space convolutions stay
@@ -48,8 +53,8 @@ from ...settings import QUANT_ALIASES
 
 GGUF_SOURCE = "https://github.com/ggml-org/llama.cpp/blob/master/src/llama-quant.cpp"
 # bytes per block, weights per block (ggml-common.h)
-GGUF_BLOCKS = {"q4_0": (18, 32), "q5_0": (22, 32), "q5_1": (24, 32), "q8_0": (34, 32), "q4_k": (144, 256),
-               "q5_k": (176, 256), "q6_k": (210, 256), "f16": (2, 1), "f32": (4, 1)}
+GGUF_BLOCKS = {"q4_0": (18, 32), "q4_1": (20, 32), "q5_0": (22, 32), "q5_1": (24, 32), "q8_0": (34, 32),
+               "q4_k": (144, 256), "q5_k": (176, 256), "q6_k": (210, 256), "f16": (2, 1), "f32": (4, 1)}
 _K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
 
 
@@ -97,6 +102,7 @@ class Scheme:
     source: str
     price: Callable[[Param], int]
     compute: str | None = None  # rate key of the matrix work where the accelerator has it (None: 16-bit)
+    fallback: str | None = None  # the rate key used where the accelerator lacks ``compute``
     sixteen: str = "bf16"  # the dtype of what it leaves unquantized, and of the activations
 
     def bytes_of(self, p: Param) -> int:
@@ -142,6 +148,12 @@ def _fp8_blocks(p: Param) -> int:
     return p.numel + 4 * stacks * -(-out_per // 128) * -(-rows_in // 128)
 
 
+def _nvfp4(p: Param) -> int:
+    """e2m1 values two a byte, an fp8 scale per 16 along the input, an fp32 global and input scale per matrix."""
+    stacks = p.numel // (p.shape[-2] * p.shape[-1]) if len(p.shape) >= 2 else 1
+    return p.numel // 2 + -(-p.row // 16) * (p.numel // p.row) + 8 * stacks
+
+
 def _int8(p: Param) -> int:
     return p.numel + 2 * (p.numel // p.row)  # a 16-bit scale per output channel
 
@@ -179,6 +191,7 @@ def _gguf(base: str, mix: bool) -> Callable[[Param], int]:
 _GPTQ = "https://github.com/AutoGPTQ/AutoGPTQ/blob/main/auto_gptq/nn_modules/qlinear/qlinear_cuda_old.py"
 _AWQ = "https://github.com/casper-hansen/AutoAWQ/blob/main/awq/modules/linear/gemm.py"
 _BNB = "https://github.com/huggingface/transformers/blob/main/src/transformers/integrations/bitsandbytes.py"
+_MODELOPT = "https://github.com/NVIDIA/TensorRT-Model-Optimizer/blob/main/modelopt/torch/quantization/qtensor/nvfp4_tensor.py"
 _CT = ("https://github.com/neuralmagic/compressed-tensors/blob/main/src/compressed_tensors/quantization/"
        "quant_scheme.py")
 
@@ -196,7 +209,10 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("int4-g128-awq", "int4, groups of 128, AWQ layout (qweight, qzeros, scales)", _AWQ,
            _keep16(_int4_groups(False)), sixteen="fp16"),
     Scheme("nf4", "NF4 with double quantization (bitsandbytes)", _BNB, _keep16(_nf4)),
+    Scheme("nvfp4", "NVFP4: fp4 e2m1, an fp8 scale per 16 weights (ModelOpt)", _MODELOPT, _keep16(_nvfp4),
+           compute="fp4", fallback="fp8"),
     Scheme("q4_0", "GGUF Q4_0", GGUF_SOURCE, _gguf("q4_0", False), sixteen="fp16"),
+    Scheme("q4_1", "GGUF Q4_1", GGUF_SOURCE, _gguf("q4_1", False), sixteen="fp16"),
     Scheme("q8_0", "GGUF Q8_0", GGUF_SOURCE, _gguf("q8_0", False), sixteen="fp16"),
     Scheme("q4_k_m", "GGUF Q4_K_M", GGUF_SOURCE, _gguf("q4_k", True), sixteen="fp16"),
     Scheme("q5_k_m", "GGUF Q5_K_M", GGUF_SOURCE, _gguf("q5_k", True), sixteen="fp16"),

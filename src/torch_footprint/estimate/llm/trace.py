@@ -48,9 +48,10 @@ from ...trace.records import OpEvent, Trace
 from ...trace.tracer import REAL_FALLBACK_LIMIT, meta_specific
 from ..layouts.pipeline import EXPERT_COUNT_KEYS
 from .cache import CacheLayer, Latent, cache_layers, latents, storage_bytes
+from .experts import group_experts
 
 CACHE_KWARGS = ("cache", "past_key_values", "cache_params")  # transformers models' cache argument (5.x: cache)
-EXPERT_TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
+EXPERT_TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_top_k")
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
 
 
@@ -243,8 +244,9 @@ def _experts(trace: Trace, config: Any) -> Experts | None:
     params = frozenset(i for i, p in enumerate(trace.params) if "experts" in p.name.split("."))
     if not params:
         return None
-    count = _config_int(config, EXPERT_COUNT_KEYS)
-    top_k = _config_int(config, EXPERT_TOPK_KEYS)
+    ffn = getattr(config, "ffn_config", None)  # DBRX keeps its experts' settings in a sub-config
+    count = _config_int(config, EXPERT_COUNT_KEYS) or _config_int(ffn, EXPERT_COUNT_KEYS)
+    top_k = _config_int(config, EXPERT_TOPK_KEYS) or _config_int(ffn, EXPERT_TOPK_KEYS)
     if count is None or top_k is None:
         return None
     return Experts(count, min(top_k, count), params)
@@ -376,6 +378,7 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     meta = [{"name": "input_ids", "shape": [batch, prompt], "dtype": "int64"}]
     was_training = m.training
     m.eval()
+    grouped = group_experts(m)
     try:
         with work.built.trace_context(), torch.no_grad():
             try:
@@ -395,6 +398,8 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
         raise FootprintError(f"tracing {work.built.name} as a language model failed: {e}") from e
     finally:
         m.train(was_training)
+        for module in grouped:
+            del module.forward
     if [e.op for e in d1.events] != [e.op for e in d2.events]:
         raise FootprintError(f"{work.built.name}: two decode steps ran different operators; the cache "
                              "line cannot be drawn (a model whose decode path changes with the length)")
