@@ -1,0 +1,96 @@
+"""The kernel-time model against kernels measured on a GPU (benchmarks/gpu_measure.py's JSON).
+
+GEMMs by shape and dtype (torch.matmul, cuBLAS; fp8 through torch._scaled_mm), PyTorch's
+flash attention back end (FlashAttention-2) forward and backward at 512 to 16k tokens, and
+copies and adds of 256 MiB or more (kernels of 50 us or more: below, one timed launch measures
+the host's dispatch) are priced as ``fit_kernels.py`` prices the published
+kernel rows, with the shipped constants and with the constants refitted without any published
+row of the measured GPU (its leave-one-GPU-out). Nothing is fitted to these measurements.
+
+    python benchmarks/validate_measured_kernels.py [benchmarks/results/gpu-measure-h100*.json ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from fit_kernels import attention_rows, bandwidth_rows, errors, fit, gemm_rows, summary  # noqa: E402
+
+from torch_footprint.estimate.kernels import constants  # noqa: E402
+from torch_footprint.hardware import list as all_rows  # noqa: E402
+from torch_footprint.hardware.local import find_local_gpu  # noqa: E402
+
+# gpu_measure.py times one launch between two CUDA events: below this the time is the host's
+# dispatch (its 256^3 to 1024^3 products all take 21-26 us, whatever their size), not the kernel's
+HOST_BOUND_S = 50e-6
+DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "tf32": "tf32", "fp8_e4m3": "fp8"}
+
+
+def measured(paths: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """gpu_measure.py's kernel cases in published/kernels.toml's form."""
+    data: dict[str, list[dict[str, Any]]] = {"gemm": [], "attention": [], "bandwidth": []}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        acc = find_local_gpu(all_rows(), name=doc["environment"].get("name"))
+        if acc is None:
+            sys.exit(f"{path}: {doc['environment'].get('name')} is not in the database")
+        src = f"measured: {Path(path).name}"
+        for r in doc["sections"].get("gemm", []):
+            if "tflops" in r and r.get("dtype") in DTYPES and r["median_s"] >= HOST_BOUND_S:
+                data["gemm"].append({"gpu": acc.id, "library": "cublasLt" if r["op"] == "scaled_mm" else "cublas",
+                                     "dtype": DTYPES[r["dtype"]], "m": r["m"], "n": r["n"], "k": r["k"],
+                                     "time_us": r["median_s"] * 1e6, "source": src})
+        for r in doc["sections"].get("attention", []):
+            if r.get("backend") != "flash" or "fwd_s" not in r:
+                continue
+            base = {"gpu": acc.id, "kernel": "flash2", "batch": r["batch"], "heads": r["heads"], "seqlen": r["seq"],
+                    "head_dim": r["head_dim"], "causal": r["causal"], "dtype": "bf16", "source": src}
+            data["attention"].append({**base, "direction": "fwd", "tflops": r["fwd_tflops"]})
+            data["attention"].append({**base, "direction": "bwd", "tflops": r["bwd_tflops"]})
+        for r in doc["sections"].get("memory", []):
+            if r.get("op") in ("copy", "add"):
+                data["bandwidth"].append({"gpu": acc.id, "kind": r["op"], "bytes": r["bytes"], "gbs": r["gbs"],
+                                          "source": src})
+    return data
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("paths", nargs="*", default=[str(ROOT / "benchmarks" / "results" / "gpu-measure-h100.json"),
+                                                 str(ROOT / "benchmarks" / "results" / "gpu-measure-h100-2.json")])
+    args = ap.parse_args()
+    data = measured(args.paths)
+    rows = {"gemm": gemm_rows(data), "attention": attention_rows(data), "bandwidth": bandwidth_rows(data)}
+    gpus = {r.gpu.id for family in rows.values() for r in family}
+    published = tomllib.loads((ROOT / "benchmarks" / "published" / "kernels.toml").read_text())
+    pub = {"bandwidth": bandwidth_rows(published), "gemm": gemm_rows(published),
+           "attention": attention_rows(published)}
+    held = fit({f: [r for r in v if r.gpu.id not in gpus] for f, v in pub.items()}, constants.KernelConstants())
+    print(f"measured on {', '.join(sorted(gpus))}; constants shipped, and refitted without "
+          f"{sum(r.gpu.id in gpus for v in pub.values() for r in v)} published rows of that GPU")
+    by: dict[str, list[float]] = defaultdict(list)
+    for family, family_rows in rows.items():
+        shipped, left = errors(family_rows, constants.current()), errors(family_rows, held)
+        for r, a, b in zip(family_rows, shipped, left, strict=True):
+            print(f"{family:9s} {r.label:34s} measured {r.measured_s * 1e6:10.1f} us  shipped {a:+7.1%}  "
+                  f"left out {b:+7.1%}")
+        by[f"{family}, shipped"] += shipped
+        by[f"{family}, GPU left out"] += left
+        by["all, shipped"] += shipped
+        by["all, GPU left out"] += left
+    print()
+    for name in sorted(by):
+        print(f"{name:26s} {summary(by[name])}")
+
+
+if __name__ == "__main__":
+    main()
