@@ -7,7 +7,9 @@ leaves out. One function per mechanism, each with its source.
 * :func:`batch_norm_pass_bytes`: a batch norm in training reads its input twice (forward)
   and its input and gradient twice (backward);
 * :func:`batch_norm_layout_factor`: PyTorch's own NCHW batch-norm kernels (bf16) are slower
-  than its channels-last ones;
+  than its channels-last ones, and cuDNN's half-precision ones run at a rate of their own;
+* :func:`norm_rows_s`: eager layer norm gives each row a thread block of its own;
+* :func:`is_host_scalar_read`: the optimizer's step counts are read on the host;
 * :func:`is_state_init`: the optimizer's state is created in the first step only, which the
   trace records but a steady-state step does not run.
 """
@@ -25,11 +27,12 @@ TENSOR_CORE_CONV_DTYPES = ("fp16", "bf16", "tf32")
 # measured on an H100 (benchmarks/results/train-kernels-h100-resnet50.json, ResNet-50 bf16 at
 # batch 256: forward + backward batch-norm kernels 61.8 ms NCHW, 27.3 ms channels-last)
 NATIVE_NCHW_BATCH_NORM_SLOWDOWN = 61.8 / 27.3
-# cuDNN's own batch norm in NCHW against NHWC, half precision: "about a factor of 2" on an H100
-# (https://github.com/NVIDIA/cudnn-frontend/issues/134). An H100's ResNet-50 fp16 inference at
-# batch 256 agrees: bn_fw_inf_1C11_kernel_NCHW 8.85 ms for 53 batch norms whose bytes take
-# 4.47 ms at the copy rate (benchmarks/results/gpu-profile-h100.txt), a factor of 1.98
-CUDNN_NCHW_BATCH_NORM_SLOWDOWN = 2.0
+# cuDNN's own half-precision batch norm in NCHW runs at a rate of its own, not the memory's:
+# "about a factor of 2" slower than NHWC on an H100 (https://github.com/NVIDIA/cudnn-frontend/issues/134).
+# The rate an H100 reached: ResNet-50 fp16 inference at batch 256, bn_fw_inf_1C11_kernel_NCHW,
+# 11.38 GB in 8.85 ms for its 53 batch norms (benchmarks/results/gpu-profile-h100.txt). A GPU
+# whose memory is slower than that streams them at its memory's rate.
+CUDNN_NCHW_BATCH_NORM_BPS = 11.38e9 / 8.85e-3
 # operators an optimizer's first step runs to create its state (exp_avg, exp_avg_sq, step)
 STATE_INIT_OPS = ("aten.zeros_like.", "aten.zeros.", "aten.empty_like.", "aten.empty.", "aten.full.",
                   "aten.scalar_tensor.", "aten.lift_fresh", "aten.new_zeros.", "aten.new_empty.")
@@ -114,7 +117,7 @@ def batch_norm_pass_bytes(e: OpEvent, training: bool) -> int:
     return 0
 
 
-def batch_norm_layout_factor(e: OpEvent, training: bool, layout: str) -> float:
+def batch_norm_layout_factor(e: OpEvent, training: bool, layout: str, bandwidth: float) -> float:
     """How much longer a batch norm's kernels take than the roofline's bytes say, by backend.
 
     PyTorch sends a batch norm to cuDNN unless its input or weight is bf16
@@ -125,16 +128,17 @@ def batch_norm_layout_factor(e: OpEvent, training: bool, layout: str) -> float:
     the channels-last kernels, which run "a few times faster" on large tensors (PyTorch
     issue 60063); cuDNN's own batch norm is "about a factor of 2" slower in NCHW than NHWC on
     an H100 (cudnn-frontend issue 134). The factors: the one measured on an H100 for PyTorch's
-    kernels in training (:data:`NATIVE_NCHW_BATCH_NORM_SLOWDOWN`), cuDNN's factor of 2 for its
-    fp16 kernels (:data:`CUDNN_NCHW_BATCH_NORM_SLOWDOWN`), training or not; 1 for every other
-    case (fp32, whose NCHW kernels are cuDNN's own layout, and channels-last).
+    kernels in training (:data:`NATIVE_NCHW_BATCH_NORM_SLOWDOWN`); for cuDNN's fp16 kernels,
+    training or not, the memory's ``bandwidth`` (bytes/s) over the rate they reach
+    (:data:`CUDNN_NCHW_BATCH_NORM_BPS`), where it is above it; 1 for every other case (fp32,
+    whose NCHW kernels are cuDNN's own layout, and channels-last).
     """
     if layout != "nchw" or "batch_norm" not in e.op or not e.out_shapes or len(e.out_shapes[0]) != 4 \
             or not e.out_dtypes:
         return 1.0
     if e.out_dtypes[0] == "bfloat16":
         return NATIVE_NCHW_BATCH_NORM_SLOWDOWN if training else 1.0
-    return CUDNN_NCHW_BATCH_NORM_SLOWDOWN if e.out_dtypes[0] == "float16" else 1.0
+    return max(1.0, bandwidth / CUDNN_NCHW_BATCH_NORM_BPS) if e.out_dtypes[0] == "float16" else 1.0
 
 
 def is_state_init(e: OpEvent) -> bool:

@@ -319,7 +319,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         if gpu:
             extra += batch_norm_pass_bytes(e, training)
             if acc.vendor == "nvidia":
-                slowdown = batch_norm_layout_factor(e, training, layout)
+                slowdown = batch_norm_layout_factor(e, training, layout, bandwidth)
         memory = (nbytes + extra) / bandwidth * slowdown
         if nvidia_sm is not None and kernels and not compiled:  # eager's block per row (gpu.norm_rows_s)
             memory = max(memory, norm_rows_s(e, acc.units, nvidia_sm))
