@@ -48,9 +48,24 @@ def recomputing() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
+def cross_entropy_of(logits: torch.Tensor) -> torch.Tensor:
+    """A language model's loss as its training loops take it: cross entropy over the last
+    dimension at every position, on the logits cast to fp32 first (transformers'
+    ``ForCausalLMLoss``, torchtitan's ``cross_entropy_loss``: ``logits.float()``; a no-op on fp32
+    logits). The fp32 copy, the log-softmax it saves and the gradients of both are the step's
+    largest tensors at a large vocabulary. The targets are zeros: which class does not matter."""
+    flat = logits.float().flatten(0, -2)
+    target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
+    return torch.nn.functional.cross_entropy(flat, target)
+
+
 def loss_of(output: Any) -> torch.Tensor:
-    """The scalar a step calls backward on: the sum of the first floating output that needs
-    a gradient (a Hugging Face output's logits)."""
+    """The scalar a step calls backward on: a model output's ``logits`` (a Hugging Face output's)
+    by :func:`cross_entropy_of`; otherwise the sum of the first floating output that needs a
+    gradient."""
+    logits = None if isinstance(output, torch.Tensor) else getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor) and logits.is_floating_point() and logits.requires_grad and logits.dim() >= 2:
+        return cross_entropy_of(logits)
     for t in tensors_in(output):
         if t.is_floating_point() and t.requires_grad:
             return t.sum()
@@ -105,7 +120,7 @@ def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwarg
     Inference: the forward under ``no_grad()`` (``torch.no_grad``, or ``torch.inference_mode``
     for a timed run) and autocast. Training: the gradients of the previous step dropped
     (``zero_grad(set_to_none=True)``, unless ``grads_kept``), the forward under autocast,
-    backward from :func:`loss_of`, the outputs released, then ``optimizer.step()``."""
+    backward from :func:`loss_of` with the outputs released first, then ``optimizer.step()``."""
     amp = (torch.autocast(device_type=device_type, dtype=autocast) if autocast is not None
            else contextlib.nullcontext())
     if not backward:
@@ -121,9 +136,13 @@ def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwarg
     hooks.forward_done(out)
     with hooks.phase("loss"):
         loss = loss_of(out)
+    # a training loop keeps the loss, not the outputs, into the backward (torchtitan deletes its
+    # logits there; transformers' Trainer returns the loss alone): what the loss's backward
+    # needs it has saved
+    del out
     with hooks.phase("backward"):
         loss.backward()
-    del loss, out  # a training loop lets the outputs go before the optimizer step
+    del loss
     hooks.backward_done()
     if optimizer is not None:
         with hooks.phase("optimizer"):
