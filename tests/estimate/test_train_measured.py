@@ -43,3 +43,17 @@ def _above_states(config: str, batch: int, seq: int, checkpointing: bool) -> int
 def test_training_peak_matches_an_h100_step(config: str, batch: int, seq: int, checkpointing: bool,
                                             measured: int) -> None:
     assert _above_states(config, batch, seq, checkpointing) == pytest.approx(measured, rel=0.01)
+
+
+LLAMA_TINY = Path(__file__).resolve().parents[1] / "configs" / "llama-tiny"
+
+
+@pytest.mark.parametrize(("loss_dtype", "itemsize"), [("fp32", 4), ("logits", 2)])
+def test_the_loss_runs_in_fp32_or_in_the_logits_dtype(loss_dtype: str, itemsize: int) -> None:
+    # tests/configs/llama-tiny (vocabulary 1,000) in bf16 at 2 x 64 tokens: the log-softmax the loss
+    # saves holds 128 x 1,000 values, 4 bytes each after logits.float() (512,000 B), 2 in bf16 (256,000 B)
+    w = Workload(str(LLAMA_TINY), "input_ids=2,64:int64", precision="bf16")
+    trace, _ = trace_step(w, Training(train=True, optimizer="adamw", loss_dtype=loss_dtype))
+    saved = [sum(n for _, n in e.allocs) for e in trace.events if e.phase == "loss" and "_log_softmax" in e.op]
+    assert saved == [128 * 1000 * itemsize]
+    assert trace.settings.get("loss_dtype", "fp32") == loss_dtype

@@ -48,24 +48,25 @@ def recomputing() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def cross_entropy_of(logits: torch.Tensor) -> torch.Tensor:
+def cross_entropy_of(logits: torch.Tensor, upcast: bool = True) -> torch.Tensor:
     """A language model's loss as its training loops take it: cross entropy over the last
     dimension at every position, on the logits cast to fp32 first (transformers'
     ``ForCausalLMLoss``, torchtitan's ``cross_entropy_loss``: ``logits.float()``; a no-op on fp32
-    logits). The fp32 copy, the log-softmax it saves and the gradients of both are the step's
-    largest tensors at a large vocabulary. The targets are zeros: which class does not matter."""
-    flat = logits.float().flatten(0, -2)
+    logits), or in their own dtype with ``upcast`` False. The fp32 copy, the log-softmax it saves
+    and the gradients of both are the step's largest tensors at a large vocabulary. The targets
+    are zeros: which class does not matter."""
+    flat = (logits.float() if upcast else logits).flatten(0, -2)
     target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
     return torch.nn.functional.cross_entropy(flat, target)
 
 
-def loss_of(output: Any) -> torch.Tensor:
+def loss_of(output: Any, upcast: bool = True) -> torch.Tensor:
     """The scalar a step calls backward on: a model output's ``logits`` (a Hugging Face output's)
-    by :func:`cross_entropy_of`; otherwise the sum of the first floating output that needs a
-    gradient."""
+    by :func:`cross_entropy_of` (in fp32 unless not ``upcast``); otherwise the sum of the first
+    floating output that needs a gradient."""
     logits = None if isinstance(output, torch.Tensor) else getattr(output, "logits", None)
     if isinstance(logits, torch.Tensor) and logits.is_floating_point() and logits.requires_grad and logits.dim() >= 2:
-        return cross_entropy_of(logits)
+        return cross_entropy_of(logits, upcast)
     for t in tensors_in(output):
         if t.is_floating_point() and t.requires_grad:
             return t.sum()
@@ -88,6 +89,8 @@ class StepOptions:
     # picks) where the CPU runs the math path (dropout while training): given a call's record
     # (trace.kernels.CpuKernels), whether to trace it through the fused kernel; None: the CPU's choice
     fuse_attention: Callable[[dict[str, Any]], bool] | None = None
+    # a language model's cross entropy on its logits cast to fp32 (False: in their own dtype)
+    loss_fp32: bool = True
 
 
 class StepHooks:
@@ -112,7 +115,7 @@ _SILENT = StepHooks()
 
 def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, backward: bool,
              optimizer: torch.optim.Optimizer | None = None, autocast: torch.dtype | None = None,
-             device_type: str = "cpu", grads_kept: bool = False,
+             device_type: str = "cpu", grads_kept: bool = False, loss_fp32: bool = True,
              no_grad: Callable[[], contextlib.AbstractContextManager[Any]] = torch.no_grad,
              hooks: StepHooks = _SILENT) -> Any:
     """One step; returns the output of an inference, None after a training step.
@@ -135,7 +138,7 @@ def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwarg
         out = model(*args, **kwargs)
     hooks.forward_done(out)
     with hooks.phase("loss"):
-        loss = loss_of(out)
+        loss = loss_of(out, loss_fp32)
     # a training loop keeps the loss, not the outputs, into the backward (torchtitan deletes its
     # logits there; transformers' Trainer returns the loss alone): what the loss's backward
     # needs it has saved
