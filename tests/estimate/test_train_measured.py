@@ -48,12 +48,24 @@ def test_training_peak_matches_an_h100_step(config: str, batch: int, seq: int, c
 LLAMA_TINY = Path(__file__).resolve().parents[1] / "configs" / "llama-tiny"
 
 
-@pytest.mark.parametrize(("loss_dtype", "itemsize"), [("fp32", 4), ("logits", 2)])
-def test_the_loss_runs_in_fp32_or_in_the_logits_dtype(loss_dtype: str, itemsize: int) -> None:
+@pytest.mark.parametrize(("loss", "itemsize"), [("fp32", 4), ("logits", 2)])
+def test_the_loss_runs_in_fp32_or_in_the_logits_dtype(loss: str, itemsize: int) -> None:
     # tests/configs/llama-tiny (vocabulary 1,000) in bf16 at 2 x 64 tokens: the log-softmax the loss
     # saves holds 128 x 1,000 values, 4 bytes each after logits.float() (512,000 B), 2 in bf16 (256,000 B)
     w = Workload(str(LLAMA_TINY), "input_ids=2,64:int64", precision="bf16")
-    trace, _ = trace_step(w, Training(train=True, optimizer="adamw", loss_dtype=loss_dtype))
+    trace, _ = trace_step(w, Training(train=True, optimizer="adamw", loss=loss))
     saved = [sum(n for _, n in e.allocs) for e in trace.events if e.phase == "loss" and "_log_softmax" in e.op]
     assert saved == [128 * 1000 * itemsize]
-    assert trace.settings.get("loss_dtype", "fp32") == loss_dtype
+    assert trace.settings.get("loss", "fp32") == loss
+
+
+def test_a_fused_loss_keeps_the_logits_and_writes_their_gradient_once() -> None:
+    # the same step with flash-attn's fused cross entropy: no log-softmax and no fp32 copy; the loss
+    # phase makes only per-row figures (a bf16 max and its fp32 copy, 128 x (2 + 4) B, and the 4-byte
+    # sum), and the backward writes the logits' gradient once in bf16: 128 x 1,000 x 2 = 256,000 B
+    w = Workload(str(LLAMA_TINY), "input_ids=2,64:int64", precision="bf16")
+    trace, _ = trace_step(w, Training(train=True, optimizer="adamw", loss="fused"))
+    assert not [e for e in trace.events if "log_softmax" in e.op]
+    assert sum(n for e in trace.events if e.phase == "loss" for _, n in e.allocs) == 128 * 6 + 4
+    grads = [sum(n for _, n in e.allocs) for e in trace.events if e.phase == "backward" and "_softmax" in e.op]
+    assert grads[0] == 128 * 1000 * 2

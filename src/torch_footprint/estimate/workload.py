@@ -104,7 +104,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     try:
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero",
-                                        fuse_attention=_cuda_fuses(cuda_sm), loss_fp32=t.loss_dtype == "fp32"))
+                                        fuse_attention=_cuda_fuses(cuda_sm), loss=t.loss))
     finally:
         undo()
         unfuse()

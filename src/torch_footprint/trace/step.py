@@ -48,25 +48,48 @@ def recomputing() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def cross_entropy_of(logits: torch.Tensor, upcast: bool = True) -> torch.Tensor:
+LOSSES = ("fp32", "logits", "fused")
+
+
+class _FusedCrossEntropy(torch.autograd.Function):
+    """A fused cross-entropy kernel's memory and traffic (flash-attn's ``CrossEntropyLoss``): the
+    forward reads the logits once and keeps them and a log-sum-exp per row; the backward writes the
+    logits' gradient (softmax minus the one-hot target) in one pass into a new tensor of their dtype.
+    Traced as a max over each row and a softmax: the same bytes read, written and kept."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(logits)
+        return logits.amax(-1).float().sum()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (logits,) = ctx.saved_tensors
+        return torch.softmax(logits, -1)
+
+
+def cross_entropy_of(logits: torch.Tensor, loss: str = "fp32") -> torch.Tensor:
     """A language model's loss as its training loops take it: cross entropy over the last
-    dimension at every position, on the logits cast to fp32 first (transformers'
+    dimension at every position. ``fp32``: on the logits cast to fp32 first (transformers'
     ``ForCausalLMLoss``, torchtitan's ``cross_entropy_loss``: ``logits.float()``; a no-op on fp32
-    logits), or in their own dtype with ``upcast`` False. The fp32 copy, the log-softmax it saves
-    and the gradients of both are the step's largest tensors at a large vocabulary. The targets
-    are zeros: which class does not matter."""
-    flat = (logits.float() if upcast else logits).flatten(0, -2)
+    logits); the fp32 copy, the log-softmax it saves and the gradients of both are the step's
+    largest tensors at a large vocabulary. ``logits``: the same in the logits' own dtype.
+    ``fused``: one kernel (:class:`_FusedCrossEntropy`). The targets are zeros: which class does
+    not matter."""
+    if loss == "fused":
+        return _FusedCrossEntropy.apply(logits.flatten(0, -2))
+    flat = (logits.float() if loss == "fp32" else logits).flatten(0, -2)
     target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
     return torch.nn.functional.cross_entropy(flat, target)
 
 
-def loss_of(output: Any, upcast: bool = True) -> torch.Tensor:
+def loss_of(output: Any, loss: str = "fp32") -> torch.Tensor:
     """The scalar a step calls backward on: a model output's ``logits`` (a Hugging Face output's)
-    by :func:`cross_entropy_of` (in fp32 unless not ``upcast``); otherwise the sum of the first
-    floating output that needs a gradient."""
+    by :func:`cross_entropy_of` as ``loss`` says; otherwise the sum of the first floating output
+    that needs a gradient."""
     logits = None if isinstance(output, torch.Tensor) else getattr(output, "logits", None)
     if isinstance(logits, torch.Tensor) and logits.is_floating_point() and logits.requires_grad and logits.dim() >= 2:
-        return cross_entropy_of(logits, upcast)
+        return cross_entropy_of(logits, loss)
     for t in tensors_in(output):
         if t.is_floating_point() and t.requires_grad:
             return t.sum()
@@ -89,8 +112,8 @@ class StepOptions:
     # picks) where the CPU runs the math path (dropout while training): given a call's record
     # (trace.kernels.CpuKernels), whether to trace it through the fused kernel; None: the CPU's choice
     fuse_attention: Callable[[dict[str, Any]], bool] | None = None
-    # a language model's cross entropy on its logits cast to fp32 (False: in their own dtype)
-    loss_fp32: bool = True
+    # a language model's cross entropy: "fp32", "logits" (their own dtype) or "fused" (cross_entropy_of)
+    loss: str = "fp32"
 
 
 class StepHooks:
@@ -115,7 +138,7 @@ _SILENT = StepHooks()
 
 def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, backward: bool,
              optimizer: torch.optim.Optimizer | None = None, autocast: torch.dtype | None = None,
-             device_type: str = "cpu", grads_kept: bool = False, loss_fp32: bool = True,
+             device_type: str = "cpu", grads_kept: bool = False, loss: str = "fp32",
              no_grad: Callable[[], contextlib.AbstractContextManager[Any]] = torch.no_grad,
              hooks: StepHooks = _SILENT) -> Any:
     """One step; returns the output of an inference, None after a training step.
@@ -138,14 +161,14 @@ def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwarg
         out = model(*args, **kwargs)
     hooks.forward_done(out)
     with hooks.phase("loss"):
-        loss = loss_of(out, loss_fp32)
+        scalar = loss_of(out, loss)
     # a training loop keeps the loss, not the outputs, into the backward (torchtitan deletes its
     # logits there; transformers' Trainer returns the loss alone): what the loss's backward
     # needs it has saved
     del out
     with hooks.phase("backward"):
-        loss.backward()
-    del loss
+        scalar.backward()
+    del scalar
     hooks.backward_done()
     if optimizer is not None:
         with hooks.phase("optimizer"):
