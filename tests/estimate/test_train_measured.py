@@ -33,6 +33,7 @@ def _above_states(config: str, batch: int, seq: int, checkpointing: bool) -> int
     return steady.peak_bytes - held
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("config", "batch", "seq", "checkpointing", "measured"), [
     # TinyLlama-1.1B's shape, batch 4 x 2048, bf16 autocast over fp32 weights: peak in the backward
     ("llama-1.1b", 4, 2048, False, 20_386_495_488),
