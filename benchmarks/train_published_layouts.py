@@ -159,6 +159,19 @@ def framework_of(r: dict[str, Any]) -> str:
     return "megatron" if "nemo" in framework or "megatron" in framework else "torch"
 
 
+def loss_of_row(r: dict[str, Any]) -> str:
+    """How the row's framework takes the loss (--loss): NeMo AutoModel's mixture-of-experts benchmark
+    configs (the rows whose kernels column names DeepEP: examples/benchmark/configs/*_te_deepep.yaml)
+    set MaskedCrossEntropy's fp32_upcast: false, so in the logits' own dtype; llm-foundry's MPT
+    (ComposerMPTCausalLM's loss_fn defaults to fused_crossentropy, flash-attn's CrossEntropyLoss) and
+    TinyLlama (pretrain/tinyllama.py: FusedCrossEntropyLoss) run a fused kernel; elsewhere fp32
+    (MaskedCrossEntropy's default, torchtitan's and transformers' losses cast the logits first)."""
+    framework = str(r.get("framework") or "").lower()
+    if "automodel" in framework and "DeepEP" in str(r.get("quote") or ""):
+        return "logits"
+    return "fused" if "llm-foundry" in framework or "tinyllama" in r["model"] else "fp32"
+
+
 def tensor_parallel_extras(r: dict[str, Any]) -> dict[str, bool]:
     """How the row's framework runs tensor parallelism beyond the attention and MLP linears: torchtitan's
     plan always shards the norms by sequence (SequenceParallel) and the embedding and head by vocabulary
@@ -240,7 +253,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     ac = str(r.get("activation_checkpointing") or "")
     kept = not before and (m > 1 or pp > 1)  # gradients accumulate over the micro-batches
     mode = "full" if ac.startswith("full") else "selective" if ac in PER_OP and not before else None
-    t = Training(train=True, optimizer="adamw", ac=mode, grads="zero" if kept else "none")
+    t = Training(train=True, optimizer="adamw", ac=mode, grads="zero" if kept else "none",
+                 loss="fp32" if before else loss_of_row(r))
     w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed")
     acc = get(r["gpu"])
     trace, _ = trace_step(w, t, p, **({} if before else {"cuda_sm": sm_of(acc)}))  # CUDA's attention kernel

@@ -41,8 +41,12 @@ def test_fsdp_param_dtype_runs_the_step_in_bf16_and_keeps_fp32_shards():
     assert a.persistent["gradients"] == b.persistent["gradients"] == PARAMS
     # Adam's two fp32 moments, a quarter each (and a 4-byte step count per tensor, halved in the bf16 trace)
     assert b.persistent["optimizer state"] == pytest.approx(2 * PARAMS, abs=4 * 30)
-    # the forward's saved tensors in bf16 rather than autocast's fp32 residual stream: fewer than half
-    assert b.breakdown["activations"] < 0.5 * a.breakdown["activations"]
+    # the forward's saved tensors in bf16 rather than autocast's fp32 residual stream and norms: fewer
+    # bytes in the decoder layers (both peaks are in the backward's first operators, with every layer's
+    # saved tensors alive; the loss's fp32 log-softmax is the same in both and left out)
+    def layers(p):
+        return sum(v for k, v in p.activations_by_module.items() if k.startswith("model.layers."))
+    assert 0 < layers(b) < layers(a)
 
 
 def test_fsdp_gathers_in_param_dtype_and_reduces_in_reduce_dtype():

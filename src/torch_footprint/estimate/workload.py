@@ -105,7 +105,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     try:
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero",
-                                        fuse_attention=_cuda_fuses(cuda_sm), cuda=cuda_sm is not None))
+                                        fuse_attention=_cuda_fuses(cuda_sm), loss=t.loss, cuda=cuda_sm is not None))
     finally:
         undo()
         unfuse()

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..errors import FootprintError
+from ..trace.step import cross_entropy_of
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved-1f1b": "ScheduleInterleaved1F1B"}
 
@@ -97,13 +98,14 @@ def build_stages(model: nn.Module, rank: int, pp: int, vpp: int) -> list[tuple[i
 
 def schedule_for(name: str, stages: list[Any], microbatches: int) -> Any:
     """torch.distributed.pipelining's schedule ``name`` over this rank's ``PipelineStage``s; the
-    loss is the sum of the last stage's output, as a one-rank step's (:func:`~torch_footprint.trace.step.loss_of`)."""
+    loss is the cross entropy of the last stage's output (the logits), as a one-rank step's
+    (:func:`~torch_footprint.trace.step.cross_entropy_of`)."""
     from torch.distributed import pipelining
 
     cls = getattr(pipelining, SCHEDULES[name])
 
     def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return out.sum()
+        return cross_entropy_of(out)
 
     if name == "interleaved-1f1b":
         return cls(stages, microbatches, loss_fn=loss, scale_grads=False)

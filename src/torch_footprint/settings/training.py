@@ -22,6 +22,7 @@ PipelineSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]
 FsdpDtype = Literal["fp32", "bf16", "fp16"]
 Fp8Recipe = Literal["none", "tensorwise", "rowwise", "delayed"]
 Framework = Literal["torch", "megatron"]
+Loss = Literal["fp32", "logits", "fused"]
 
 # torchtitan's schedule names (pipeline_parallel_schedule) and torch's dtype names, as typed
 SCHEDULE_ALIASES = {"interleaved1f1b": "interleaved-1f1b", "interleaved": "interleaved-1f1b",
@@ -53,6 +54,12 @@ class Training(Record):
     grads: Grads = opt("none", metavar="none|zero")
     """none: gradients appear in the backward (first step, zero_grad(set_to_none=True)); zero: kept between
     steps, so they exist before the forward"""
+
+    loss: Loss = opt("fp32", metavar="fp32|logits|fused")
+    """how a language model's cross-entropy loss runs: fp32 (on the logits cast to fp32 first, as
+    transformers' and torchtitan's losses do), logits (in the logits' own dtype, as NeMo AutoModel's with
+    fp32_upcast false) or fused (one kernel that keeps the logits and writes their gradient: flash-attn's
+    cross entropy, as llm-foundry and TinyLlama train)"""
 
     STEP_OPTIMIZER: ClassVar[str] = "sgd"  # the optimizer of a step that is timed, unless one is named
 

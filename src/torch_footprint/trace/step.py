@@ -48,9 +48,48 @@ def recomputing() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def loss_of(output: Any) -> torch.Tensor:
-    """The scalar a step calls backward on: the sum of the first floating output that needs
-    a gradient (a Hugging Face output's logits)."""
+LOSSES = ("fp32", "logits", "fused")
+
+
+class _FusedCrossEntropy(torch.autograd.Function):
+    """A fused cross-entropy kernel's memory and traffic (flash-attn's ``CrossEntropyLoss``): the
+    forward reads the logits once and keeps them and a log-sum-exp per row; the backward writes the
+    logits' gradient (softmax minus the one-hot target) in one pass into a new tensor of their dtype.
+    Traced as a max over each row and a softmax: the same bytes read, written and kept."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(logits)
+        return logits.amax(-1).float().sum()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (logits,) = ctx.saved_tensors
+        return torch.softmax(logits, -1)
+
+
+def cross_entropy_of(logits: torch.Tensor, loss: str = "fp32") -> torch.Tensor:
+    """A language model's loss as its training loops take it: cross entropy over the last
+    dimension at every position. ``fp32``: on the logits cast to fp32 first (transformers'
+    ``ForCausalLMLoss``, torchtitan's ``cross_entropy_loss``: ``logits.float()``; a no-op on fp32
+    logits); the fp32 copy, the log-softmax it saves and the gradients of both are the step's
+    largest tensors at a large vocabulary. ``logits``: the same in the logits' own dtype.
+    ``fused``: one kernel (:class:`_FusedCrossEntropy`). The targets are zeros: which class does
+    not matter."""
+    if loss == "fused":
+        return _FusedCrossEntropy.apply(logits.flatten(0, -2))
+    flat = (logits.float() if loss == "fp32" else logits).flatten(0, -2)
+    target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
+    return torch.nn.functional.cross_entropy(flat, target)
+
+
+def loss_of(output: Any, loss: str = "fp32") -> torch.Tensor:
+    """The scalar a step calls backward on: a model output's ``logits`` (a Hugging Face output's)
+    by :func:`cross_entropy_of` as ``loss`` says; otherwise the sum of the first floating output
+    that needs a gradient."""
+    logits = None if isinstance(output, torch.Tensor) else getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor) and logits.is_floating_point() and logits.requires_grad and logits.dim() >= 2:
+        return cross_entropy_of(logits, loss)
     for t in tensors_in(output):
         if t.is_floating_point() and t.requires_grad:
             return t.sum()
@@ -77,6 +116,8 @@ class StepOptions:
     # without a device (CUDA's state: nn.MultiheadAttention's and nn.TransformerEncoderLayer's
     # fast-path checks) hears what it would there and takes the path it takes there
     cuda: bool = False
+    # a language model's cross entropy: "fp32", "logits" (their own dtype) or "fused" (cross_entropy_of)
+    loss: str = "fp32"
 
 
 class StepHooks:
@@ -118,7 +159,7 @@ def _with_cuda_state(amp: contextlib.AbstractContextManager[Any], dtype: torch.d
 
 def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, backward: bool,
              optimizer: torch.optim.Optimizer | None = None, autocast: torch.dtype | None = None,
-             device_type: str = "cpu", grads_kept: bool = False,
+             device_type: str = "cpu", grads_kept: bool = False, loss: str = "fp32",
              no_grad: Callable[[], contextlib.AbstractContextManager[Any]] = torch.no_grad,
              hooks: StepHooks = _SILENT, cuda_autocast: bool = False) -> Any:
     """One step; returns the output of an inference, None after a training step.
@@ -126,7 +167,7 @@ def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwarg
     Inference: the forward under ``no_grad()`` (``torch.no_grad``, or ``torch.inference_mode``
     for a timed run) and autocast. Training: the gradients of the previous step dropped
     (``zero_grad(set_to_none=True)``, unless ``grads_kept``), the forward under autocast,
-    backward from :func:`loss_of`, the outputs released, then ``optimizer.step()``.
+    backward from :func:`loss_of` with the outputs released first, then ``optimizer.step()``.
     ``cuda_autocast``: CUDA's autocast state is set with ``device_type``'s (see StepOptions.cuda)."""
     amp: contextlib.AbstractContextManager[Any] = (
         torch.autocast(device_type=device_type, dtype=autocast) if autocast is not None else contextlib.nullcontext())
@@ -144,10 +185,14 @@ def run_step(model: nn.Module | Callable[..., Any], args: tuple[Any, ...], kwarg
         out = model(*args, **kwargs)
     hooks.forward_done(out)
     with hooks.phase("loss"):
-        loss = loss_of(out)
+        scalar = loss_of(out, loss)
+    # a training loop keeps the loss, not the outputs, into the backward (torchtitan deletes its
+    # logits there; transformers' Trainer returns the loss alone): what the loss's backward
+    # needs it has saved
+    del out
     with hooks.phase("backward"):
-        loss.backward()
-    del loss, out  # a training loop lets the outputs go before the optimizer step
+        scalar.backward()
+    del scalar
     hooks.backward_done()
     if optimizer is not None:
         with hooks.phase("optimizer"):

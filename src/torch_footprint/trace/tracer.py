@@ -354,8 +354,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                     hooks.autocast_exit = functools.partial(hooks.after_autocast, blocks)
                 with rec:
                     out = run_step(model, args, kwargs, backward=backward, optimizer=opt, autocast=step.autocast,
-                                   device_type=device, grads_kept=step.grads_kept, hooks=hooks,
-                                   cuda_autocast=step.cuda)
+                                   device_type=device, grads_kept=step.grads_kept, loss=step.loss,
+                                   hooks=hooks, cuda_autocast=step.cuda)
                     del out, opt
             except (FootprintError, ReplayMismatch):
                 raise
@@ -380,7 +380,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training,
                 "optimizer": getattr(step.optimizer, "label", None) if step.optimizer is not None else None,
                 "autocast": name_of(step.autocast) if step.autocast is not None else None,
-                "grads_kept": step.grads_kept}
+                "grads_kept": step.grads_kept, **({} if step.loss == "fp32" else {"loss": step.loss})}
     if isinstance(kernels, CpuKernels) and kernels.attention:
         settings["attention"] = kernels.attention
     tags = hooks.tags

@@ -208,15 +208,25 @@ def _others_by_event(trace: Trace, sm: StageMap) -> tuple[list[int], list[int]]:
             for k in kinds:
                 change[k][i] += nbytes
                 change[k][min(gone, n - 1) + 1] -= nbytes  # freed after event ``gone``
+    # a one-rank step lets the output go once the loss is taken; a pipeline's last stage keeps it
+    # (its forward cache) until that micro-batch's backward through the stage ends: counted there
+    # as a negative share of the others' (one stage: the step as traced)
+    released = [0] * (n + 1)
+    for uid in outputs if sm.p * sm.v > 1 else ():
+        gone = freed.get(uid, n)
+        if end < gone < n:
+            released[gone + 1] += next((b for e in trace.events[: end + 1] for u, b in e.allocs if u == uid), 0)
     live = {k: 0 for k in change}
+    kept = 0
     ranks, others = [-1] * n, [0] * n
     for i, e in enumerate(trace.events):
         for k in live:
             live[k] += change[k][i]
+        kept += released[i]
         c = sm.events[i] if i < len(sm.events) else -1
         if c >= 0 and e.phase != "optimizer":
             r = ranks[i] = sm.rank(c)
-            others[i] = live["saved"] - live[r] + (live["output"] if r != last else 0)
+            others[i] = live["saved"] - live[r] + (live["output"] if r != last else -kept)
     return ranks, others
 
 
