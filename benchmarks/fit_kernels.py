@@ -93,7 +93,7 @@ def attention_rows(data: dict[str, Any]) -> list[Row]:
     rows = []
     for r in data["attention"]:
         acc = gpu(r["gpu"])
-        if acc is None or r["kernel"] != "flash2":
+        if acc is None or r["kernel"] not in ("flash2", "flash3", "cudnn"):
             continue
         b, h, s, d, causal = int(r["batch"]), int(r["heads"]), int(r["seqlen"]), int(r["head_dim"]), bool(r["causal"])
         fwd = 4 * b * h * s * s * d / (2 if causal else 1)  # FlashAttention's own FLOP count
@@ -103,17 +103,17 @@ def attention_rows(data: dict[str, Any]) -> list[Row]:
 
         def predict(c: KernelConstants, acc: Accelerator = acc, direction: str = r["direction"], ours: float = ours,
                     s: int = s, d: int = d, causal: bool = causal, bh: int = b * h,
-                    key: str = DTYPE[r["dtype"]]) -> float:
+                    key: str = DTYPE[r["dtype"]], kernel: str = r["kernel"]) -> float:
             rate = (acc.peak(key) or 0.0) * matrix_share(acc, key, c)
             t = 0.0
             if direction in ("fwd", "fwd_bwd"):
-                t += floored_s(ours / (rate * attention_use(acc, key, bh, s, s, d, d, causal, False, c)), c)
+                t += floored_s(ours / (rate * attention_use(acc, key, bh, s, s, d, d, causal, False, c, kernel)), c)
             if direction in ("bwd", "fwd_bwd"):
-                t += floored_s(2 * ours / (rate * attention_use(acc, key, bh, s, s, d, d, causal, True, c)), c)
+                t += floored_s(2 * ours / (rate * attention_use(acc, key, bh, s, s, d, d, causal, True, c, kernel)), c)
             return t
 
         rows.append(Row("attention", acc, measured, predict,
-                        f"{r['direction']} s{s} d{d}{' causal' if causal else ''}"))
+                        f"{r['kernel']} {r['direction']} s{s} d{d}{' causal' if causal else ''}"))
     return rows
 
 
@@ -138,11 +138,12 @@ def bandwidth_rows(data: dict[str, Any]) -> list[Row]:
 FAMILIES = {  # the constants each family fits (its own; the others as fitted before it)
     "bandwidth": ("hbm", "gddr", "other_memory"),
     "gemm": ("matrix_a", "matrix_b", "k_half", "kernel_floor_s", "amd"),
-    "attention": ("attn", "attn_s_half", "attn_backward"),
+    "attention": ("attn", "attn_s_half", "attn_backward", "attn_wgmma"),
 }
 BOUNDS = {"hbm": (0.5, 1.0), "gddr": (0.5, 1.0), "other_memory": (0.3, 1.0), "matrix_a": (0.3, 1.2),
           "matrix_b": (-0.3, 0.3), "k_half": (0.0, 2048.0), "kernel_floor_s": (0.0, 3e-5), "amd": (0.2, 1.2),
-          "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5)}
+          "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5),
+          "attn_wgmma": (0.2, 1.5)}
 
 
 def loss(rows: Sequence[Row], c: KernelConstants) -> float:

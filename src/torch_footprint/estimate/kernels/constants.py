@@ -49,6 +49,10 @@ class KernelConstants:
     attn: float = 0.9
     attn_s_half: float = 150.0
     attn_backward: float = 0.6
+    # the warpgroup attention kernels of Hopper and data-centre Blackwell (cuDNN's fused
+    # attention, FlashAttention-3): their share of the wgmma rate where FlashAttention-2's is
+    # of the mma.sync rate (the other attention mechanisms alike)
+    attn_wgmma: float = 0.9
 
     def replace(self, **kw: float) -> KernelConstants:
         return dataclasses.replace(self, **kw)

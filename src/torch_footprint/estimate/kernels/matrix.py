@@ -172,7 +172,8 @@ def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants, ke
         return 1.0 / sum(share / max(gemm_use(acc, b, m, n, k, c, key), 1e-6) for b, m, n, k, share in parts)
     if kind == "attn":
         _, bh, lq, lk, e, ev, causal, backward = problem[:8]
-        return attention_use(acc, key, int(bh), int(lq), int(lk), int(e), int(ev), bool(causal), bool(backward), c)
+        return attention_use(acc, key, int(bh), int(lq), int(lk), int(e), int(ev), bool(causal), bool(backward), c,
+                             sdpa_kernel(acc, key, int(e), int(ev)))
     return 1.0
 
 
@@ -188,8 +189,19 @@ def exp_rate(acc: Accelerator) -> float:
     return acc.vector_peak * SFU_PER_SM / (2 * lanes)
 
 
+def sdpa_kernel(acc: Accelerator, key: str, head: int, head_v: int) -> str:
+    """The kernel ``F.scaled_dot_product_attention`` runs for a fused call on ``acc``: cuDNN's
+    attention where PyTorch prefers it (sdp_utils.cpp, check_prefer_cudnn_attention: compute
+    capability 9.0 or 10.0 with cuDNN 9.15 or newer, the releases since 2.9; fp16 or bf16, one
+    head size, a multiple of 8 up to 256), else FlashAttention-2 (the flash back end)."""
+    sm = sm_of(acc)
+    if sm in ((9, 0), (10, 0)) and key in ("fp16", "bf16") and head == head_v and head <= 256 and head % 8 == 0:
+        return "cudnn"
+    return "flash2"
+
+
 def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, head: int, head_v: int,
-                  causal: bool, backward: bool, c: KernelConstants) -> float:
+                  causal: bool, backward: bool, c: KernelConstants, kernel: str = "flash2") -> float:
     """The share of ``acc``'s best ``key`` matrix rate a FlashAttention-2 kernel reaches.
 
     Its matrix work runs at a share of the mma.sync rate (:data:`MMA_SYNC_SHARE` of a Hopper's
@@ -203,11 +215,13 @@ def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, h
     matrix time as FlashAttention-2 runs its softmax between its two matmuls. The matrix
     FLOPs are footprint's count (2 (E + Ev) per visible pair forward, twice that backward).
     The result is a share of the rate :func:`matrix_share` gives, as the other problems' are.
+    ``kernel`` "cudnn" or "flash3": a warpgroup kernel (wgmma), whose matrix work runs at
+    ``attn_wgmma`` of the peak where FlashAttention-2's runs at the mma.sync share on Hopper.
     """
     keys = seq_k / 2 if causal else seq_k
     share = c.attn * keys / (keys + c.attn_s_half)
     if sm_of(acc) in WARPGROUP_SM:
-        share *= MMA_SYNC_SHARE
+        share *= c.attn_wgmma if kernel in ("cudnn", "flash3") else MMA_SYNC_SHARE
     if backward:
         share *= c.attn_backward
     share *= tile_use(acc.units, bh, seq_q, FLASH_BLOCK)
