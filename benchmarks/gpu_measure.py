@@ -293,7 +293,9 @@ def attention(dev: str, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
                     def fwd(q: torch.Tensor = q, k: torch.Tensor = k, v: torch.Tensor = v, c: bool = causal) -> Any:
                         return F.scaled_dot_product_attention(q, k, v, is_causal=c)
 
-                    def fwd_bwd(g: torch.Tensor = g, fwd: Callable[[], Any] = fwd) -> None:
+                    def fwd_bwd(g: torch.Tensor = g, fwd: Callable[[], Any] = fwd, qkv: tuple = (q, k, v)) -> None:
+                        for t in qkv:  # new gradients each time: no accumulation kernels in the timing
+                            t.grad = None
                         fwd().backward(g)
 
                     def ctx(backend: str = backend) -> Any:  # a fresh context manager for each use
@@ -451,11 +453,14 @@ def main() -> None:
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--budget-s", type=float, default=330.0, help="skip the sections left once this is spent")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, to try the code paths on any device")
+    ap.add_argument("--models", help="the image models of the infer section, comma-separated (default: its list)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "gpu-measure.json"))
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("no CUDA device: give --device cpu --smoke to try the code paths")
     torch.backends.cudnn.benchmark = True
+    if args.models:
+        IMAGE_MODELS[:] = args.models.split(",")
     start = time.perf_counter()
     report: dict[str, Any] = {"environment": environment(args.device), "sections": {}, "skipped": []}
     timer = Timer(args.device)
