@@ -119,25 +119,34 @@ def infer(dev: str, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
     batch, size = (2, 64) if smoke else (256, 224)
     models = IMAGE_MODELS[:2] if smoke else IMAGE_MODELS
     for name in models:
-        model = build_image(name).to(dev).eval()
-        for precision, layout in (("fp32", "nchw"), ("amp-fp16", "nchw"), ("amp-fp16", "nhwc")):
-            x = torch.randn(batch, 3, size, size, device=dev)
-            if layout == "nhwc":
-                model = model.to(memory_format=torch.channels_last)
-                x = x.contiguous(memory_format=torch.channels_last)
-            amp = precision.startswith("amp")
-
-            def step(model: torch.nn.Module = model, x: torch.Tensor = x, amp: bool = amp) -> None:
-                with torch.no_grad(), torch.autocast(dev.split(":")[0], torch.float16, enabled=amp):
-                    model(x)
-
-            t = timer(step, warmup=4, reps=25, max_s=1.0)
-            out.append({"model": name, "task": "inference", "batch": batch, "input": f"3x{size}x{size}",
-                        "precision": precision, "layout": layout, "samples_per_s": batch / t["median_s"], **t})
-            print(f"infer {name:26s} {precision:8s} {layout} {out[-1]['samples_per_s']:9.0f} img/s", flush=True)
-            del x, step
-        del model
+        try:
+            out += infer_model(name, dev, timer, batch, size)
+        except Exception as e:  # one model's failure keeps the others' measurements
+            out.append({"model": name, "error": f"{type(e).__name__}: {e}"[:300]})
+            print(f"infer {name}: {type(e).__name__}: {e}", flush=True)
         free(dev)
+    return out
+
+
+def infer_model(name: str, dev: str, timer: Timer, batch: int, size: int) -> list[dict[str, Any]]:
+    out = []
+    model = build_image(name).to(dev).eval()
+    for precision, layout in (("fp32", "nchw"), ("amp-fp16", "nchw"), ("amp-fp16", "nhwc")):
+        x = torch.randn(batch, 3, size, size, device=dev)
+        if layout == "nhwc":
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
+        amp = precision.startswith("amp")
+
+        def step(model: torch.nn.Module = model, x: torch.Tensor = x, amp: bool = amp) -> None:
+            with torch.no_grad(), torch.autocast(dev.split(":")[0], torch.float16, enabled=amp):
+                model(x)
+
+        t = timer(step, warmup=4, reps=25, max_s=1.0)
+        out.append({"model": name, "task": "inference", "batch": batch, "input": f"3x{size}x{size}",
+                    "precision": precision, "layout": layout, "samples_per_s": batch / t["median_s"], **t})
+        print(f"infer {name:26s} {precision:8s} {layout} {out[-1]['samples_per_s']:9.0f} img/s", flush=True)
+        del x, step
     return out
 
 
