@@ -36,7 +36,7 @@ import torch
 
 from ..dtypes import torch_dtype_of_rate
 from ..errors import FootprintError
-from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key
+from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key, last_level_cache_bytes
 from . import contention
 from .timer import CpuClock, CudaClock, measure
 
@@ -170,11 +170,14 @@ def _matvec_by_k(device: str, nbytes: int, reps: int, dtype: torch.dtype = torch
     out: dict[str, dict[str, list[list[float]]]] = {lay: {} for lay in layouts}
     elem = torch.empty((), dtype=dtype).element_size()
     count = max(2, nbytes // MATVEC_MATRIX_BYTES)
+    # the matrices are views of one buffer: one allocation the C library maps on its own and
+    # gives back to the system when freed (many matrices of 8 MiB each would stay in its heap,
+    # resident, after the calibration)
+    buffer = torch.empty(count * MATVEC_MATRIX_BYTES // elem, device=device, dtype=dtype).normal_()
     for k in MATVEC_K:
         n = max(MATVEC_MATRIX_BYTES // (elem * k), 1)
         for layout in layouts:
-            ws = [torch.randn(k, n, device=device).to(dtype) if layout == "n"
-                  else torch.randn(n, k, device=device).to(dtype).t() for _ in range(count)]
+            ws = [_matrix_view(buffer, i * k * n, k, n, layout) for i in range(count)]
             for rows in MATVEC_TABLE_ROWS:
                 x = torch.randn(rows, k, device=device).to(dtype)
 
@@ -185,7 +188,27 @@ def _matvec_by_k(device: str, nbytes: int, reps: int, dtype: torch.dtype = torch
                 rate = count * k * n * elem / _time(run, device, reps) / 1e9
                 out[layout].setdefault(str(rows), []).append([float(k), rate])
             del ws
+    del buffer
     return out
+
+
+def _matrix_view(buffer: torch.Tensor, start: int, k: int, n: int, layout: str) -> torch.Tensor:
+    """A (K, N) matrix over ``buffer`` from element ``start``: stored (K, N) in layout "n",
+    stored (N, K) and transposed in layout "t" (``nn.Linear``'s weight)."""
+    flat = buffer[start:start + k * n]
+    return flat.view(k, n) if layout == "n" else flat.view(n, k).t()
+
+
+STREAM_LLC_TIMES = 4  # what a streaming measurement reads: this many times the last-level cache
+STREAM_MAX_BYTES = 2**31  # and no more than this
+
+
+def stream_bytes(floor: int, llc: int) -> int:
+    """Bytes a streaming measurement (copy, weight matrices) reads: ``floor``, or
+    STREAM_LLC_TIMES the last-level cache ``llc`` where that is larger (STREAM_MAX_BYTES at
+    most). A server's last-level cache holds hundreds of MiB (260 MiB on a Xeon here): weights
+    streamed from it run about twice as fast as a model's from memory."""
+    return max(floor, min(STREAM_LLC_TIMES * llc, STREAM_MAX_BYTES))
 
 
 def _copy(device: str, nbytes: int, reps: int) -> float:
@@ -270,7 +293,7 @@ def calibrate(device: str = "cpu", quick: bool = False,
     if device == "cpu":
         # CPUs without native half-precision units run fp16/bf16 matmuls ~100x slower: small sizes
         sizes = {"fp32": 1024 if quick else 2048, "fp16": 256 if quick else 512, "bf16": 256 if quick else 512}
-        big, small = (64 if quick else 256) * 2**20, 4 * 2**20
+        big, small = stream_bytes((64 if quick else 256) * 2**20, last_level_cache_bytes()), 4 * 2**20
     else:
         sizes = {"fp32": 4096, "tf32": 8192, "fp16": 8192, "bf16": 8192}
         big, small = 2**30, 0
@@ -316,10 +339,10 @@ def calibrate(device: str = "cpu", quick: bool = False,
         step(f"one-row matmul over {big // 2**20} MiB")
         result["matvec_gbs"] = _stream_matvec(device, big, reps) / 1e9
         step("few-row products by layout, rows and reduction length")
-        result["matvec_gbs_by_k"] = _matvec_by_k(device, big // 2, max(3, reps - 2))
+        result["matvec_gbs_by_k"] = _matvec_by_k(device, big, max(3, reps - 2))
         if "bf16" in matmul:
             step("few-row bf16 products (nn.Linear's layout)")
-            result["matvec_bf16_gbs_by_k"] = _matvec_by_k(device, big // 2, max(3, reps - 2), torch.bfloat16,
+            result["matvec_bf16_gbs_by_k"] = _matvec_by_k(device, big, max(3, reps - 2), torch.bfloat16,
                                                           ("t",))
     step("small operator overhead")
     view_s = _view_overhead(device)
