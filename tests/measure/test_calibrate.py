@@ -38,6 +38,8 @@ def test_calibrate_saves_and_the_roofline_uses_it(home, capsys):
     assert 1 < res["matmul_tflops"]["fp32"] * 1e3 < 20_000  # GFLOP/s
     assert 0.5 < res["copy_gbs"] < 2_000
     assert 0 < res["op_overhead_us"] < 1_000
+    # stride-2 1x1 convolutions, five shapes at each of the two batch sizes
+    assert {b: len(t) for b, t in res["conv_fp32_strided_by_batch_k"].items()} == {"1": 5, "4": 5}
     cpu = tfp.hardware.get("cpu")
     assert cpu.calibrated is not None and cpu.bandwidth_gbs == round(res["copy_gbs"], 1)  # the row keeps 0.1 GB/s
     pred = tfp.predict("resnet18", "cpu")
@@ -77,7 +79,7 @@ def test_cli_predict_and_fit(home, capsys, tmp_path):
 
 
 def test_streaming_is_sized_by_the_last_level_cache():
-    from torch_footprint.measure.calibrate import stream_bytes
+    from torch_footprint.measure.streaming import stream_bytes
 
     mib = 2**20
     # this server's L3 lists 266240K = 260 MiB: 4 x 260 = 1040 MiB streamed, not the 64 MiB floor
@@ -94,8 +96,8 @@ def test_the_streamed_matrices_go_back_to_the_system():
     resident and be reused, and the peak-memory measurement would not see the new allocation."""
     import torch
 
-    from torch_footprint.measure.calibrate import _matvec_by_k
     from torch_footprint.measure.runner import RssSampler
+    from torch_footprint.measure.streaming import _matvec_by_k
 
     rates = _matvec_by_k("cpu", 256 * 2**20, 1)
     # 5 reduction lengths x 3 row counts per layout, each a positive rate
@@ -105,3 +107,20 @@ def test_the_streamed_matrices_go_back_to_the_system():
         x = torch.ones(50 * 2**20)  # 200 MiB, touched, then freed inside the block
         del x
     assert s.peak - s.base >= 190 * 2**20
+
+
+def test_weights_are_timed_cold_from_copies_cycled_in_turn():
+    import torch
+
+    from torch_footprint.measure.calibrate import COLD_WEIGHT_BYTES, _cold
+
+    # 1 MiB tensors: 16 MiB of them, 16 copies, each given once before the first comes again
+    made = []
+    weight = _cold(lambda: made.append(torch.empty(2**18)) or made[-1])
+    assert COLD_WEIGHT_BYTES == 16 * 2**20 and len(made) == 16
+    given = [weight() for _ in range(17)]
+    assert [id(t) for t in given[:16]] == [id(t) for t in made] and given[16] is made[0]
+    # a tensor larger than the budget still comes in two copies, alternating
+    made.clear()
+    weight = _cold(lambda: made.append(torch.empty(5 * 2**20)) or made[-1])
+    assert len(made) == 2 and weight() is made[0] and weight() is made[1] and weight() is made[0]

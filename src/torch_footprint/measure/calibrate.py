@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import datetime
 import functools
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ from ..dtypes import torch_dtype_of_rate
 from ..errors import FootprintError
 from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key, last_level_cache_bytes
 from . import contention
+from .streaming import _copy, _matvec_by_k, _stream_matvec, stream_bytes
 from .timer import CpuClock, CudaClock, measure
 
 # The per-operator figures are host time, which swings with the host's clock: two H100
@@ -85,20 +87,45 @@ def _conv(device: str, batch: int, reps: int) -> float:
 # (C_in, C_out, kernel, stride, groups, spatial): depthwise, stem, 1x1 and 3x3 of ResNet/MobileNet shapes
 _CONV_GRID = [(96, 96, 3, 1, 96, 56), (3, 64, 7, 2, 1, 112), (64, 256, 1, 1, 1, 56), (256, 64, 1, 1, 1, 56),
               (64, 64, 3, 1, 1, 56), (128, 128, 3, 1, 1, 28), (256, 256, 3, 1, 1, 14), (512, 512, 3, 1, 1, 7)]
+# 1x1 convolutions of stride 2 (ResNet's downsampling shortcuts, at their input sizes): on a CPU
+# at batch 1 they ran 2.5-3.5x slower than the stride-1 table's rate at their K (resnet18,
+# each operator timed: benchmarks/cpu_op_profile.py), a 3x3 one of stride 2 within 15%
+_STRIDED_GRID = [(64, 128, 1, 2, 1, 56), (128, 256, 1, 2, 1, 28), (256, 512, 1, 2, 1, 56),
+                 (512, 1024, 1, 2, 1, 28), (1024, 2048, 1, 2, 1, 14)]
 _MATMUL_K = [64, 256, 768, 3072]
+# a model's weights are each used once per call, so they are not in the core's own caches when
+# its next call of a layer comes; a timing loop over one weight tensor keeps it there. Weights
+# are timed from copies cycled in turn, this many bytes of them at least (beyond a server
+# core's 1-2 MiB L2): a 128 x 128 3x3 convolution at 28 x 28 ran 1.5x slower in resnet18 than
+# over one hot weight tensor
+COLD_WEIGHT_BYTES = 16 * 2**20
 
 
-def _conv_by_k(device: str, batch: int, reps: int) -> list[list[float]]:
-    """[K, TFLOP/s] for the convolutions of _CONV_GRID at ``batch``, sorted by K."""
+def _cold(make: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """A callable giving, in turn, copies of the tensor ``make`` makes: COLD_WEIGHT_BYTES of
+    them, two at least."""
+    first = make()
+    copies = [first] + [make() for _ in range(max(1, COLD_WEIGHT_BYTES // max(first.nbytes, 1)) - 1)]
+    if len(copies) < 2:
+        copies.append(make())
+    return functools.partial(next, itertools.cycle(copies))
+
+
+def _conv_by_k(device: str, batch: int, reps: int, grid: Sequence[tuple[int, ...]] = ()) -> list[list[float]]:
+    """[K, TFLOP/s] for the convolutions of ``grid`` (_CONV_GRID) at ``batch``, sorted by K,
+    their weights cold (:func:`_cold`)."""
     out = []
     with torch.no_grad():
-        for cin, cout, k, stride, groups, s in _CONV_GRID:
+        for cin, cout, k, stride, groups, s in grid or _CONV_GRID:
             x = torch.randn(batch, cin, s, s, device=device)
-            w = torch.randn(cout, cin // groups, k, k, device=device)
+            weight = _cold(functools.partial(torch.randn, cout, cin // groups, k, k, device=device))
             so = (s + 2 * (k // 2) - k) // stride + 1
             flops = 2 * batch * cout * (cin // groups) * k * k * so * so
-            t = _time(functools.partial(torch.nn.functional.conv2d, x, w, stride=stride, padding=k // 2,
-                                        groups=groups), device, reps)
+
+            def run(x: torch.Tensor = x, stride: int = stride, k: int = k, groups: int = groups) -> None:
+                torch.nn.functional.conv2d(x, weight(), stride=stride, padding=k // 2, groups=groups)
+
+            t = _time(run, device, reps)
             out.append([float(cin // groups * k * k), flops / t / 1e12])
     return sorted(out)
 
@@ -123,15 +150,24 @@ def _depthwise_by_k(device: str, batch: int, reps: int) -> list[list[float]]:
 MATMUL_ROWS = (1, 4, 16, 64)  # rows of the few-row matmuls timed on CPUs (512 is matmul_fp32_by_k's)
 
 
+def _random(shape: tuple[int, ...], device: str, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(*shape, device=device).to(dtype)
+
+
+def _matmul_of(a: torch.Tensor, b: Callable[[], torch.Tensor]) -> torch.Tensor:
+    return torch.matmul(a, b())
+
+
 def _matmul_by_k(device: str, m: int, reps: int, n: int | None = None,
                  dtype: torch.dtype = torch.float32) -> list[list[float]]:
-    """[K, TFLOP/s] for (m x K) @ (K x n) matmuls (n = m unless given)."""
+    """[K, TFLOP/s] for (m x K) @ (K x n) matmuls (n = m unless given), the right-hand (weight)
+    matrices cold (:func:`_cold`)."""
     n = m if n is None else n
     out = []
     for k in _MATMUL_K:
         a = torch.randn(m, k, device=device).to(dtype)
-        b = torch.randn(k, n, device=device).to(dtype)
-        t = _time(functools.partial(torch.matmul, a, b), device, reps)
+        b = _cold(functools.partial(_random, (k, n), device, dtype))
+        t = _time(functools.partial(_matmul_of, a, b), device, reps)
         out.append([float(k), 2 * m * n * k / t / 1e12])
     return out
 
@@ -141,82 +177,6 @@ def _matmul_by_rows(device: str, n: int, reps: int, rows: tuple[int, ...] = MATM
     """{M: [[K, TFLOP/s], ...]} for (M x K) @ (K x n) matmuls with few rows M: a decode step's
     and a short prompt's matmuls, which a CPU runs far below its square-matmul rate."""
     return {str(m): _matmul_by_k(device, m, reps, n, dtype) for m in rows}
-
-
-def _stream_matvec(device: str, nbytes: int, reps: int) -> float:
-    """Bytes per second a one-row matmul reads its matrix at, the matrix far larger than the
-    caches: a decode step's weights stream this way, often slower than a plain copy."""
-    k = 4096
-    w = torch.randn(k, nbytes // (4 * k), device=device)
-    x = torch.randn(1, k, device=device)
-    t = _time(lambda: x @ w, device, reps)
-    return w.numel() * 4 / t
-
-
-MATVEC_K = (512, 1024, 2048, 4096, 8192)  # reduction lengths of the few-row products timed on CPUs
-MATVEC_TABLE_ROWS = (1, 2, 4)  # their rows: a decode step's batch
-MATVEC_MATRIX_BYTES = 8 * 2**20  # each weight matrix: a decode step streams many of about this size
-
-
-def _matvec_by_k(device: str, nbytes: int, reps: int, dtype: torch.dtype = torch.float32,
-                 layouts: tuple[str, ...] = ("n", "t")) -> dict[str, dict[str, list[list[float]]]]:
-    """{layout: {rows: [[K, GB/s], ...]}}: the rate few-row products stream weight matrices at,
-    as a decode step does (many matrices of MATVEC_MATRIX_BYTES in turn, ``nbytes`` in all,
-    beyond the caches), by layout, rows and reduction length K. Layout "t" is ``x @ W.t()``
-    with W stored (N, K) as ``nn.Linear`` keeps its weight, "n" is ``x @ W`` with W stored
-    (K, N) (GPT-2's Conv1D). On this 2-core EPYC: one row 10.8 GB/s in "t" at K = 768 and
-    15.4 in "n", and 2 rows half that, 4 rows a third: the BLAS packs the matrix once rows
-    are more than one, so a decode step at batch 4 is far slower than at batch 1."""
-    out: dict[str, dict[str, list[list[float]]]] = {lay: {} for lay in layouts}
-    elem = torch.empty((), dtype=dtype).element_size()
-    count = max(2, nbytes // MATVEC_MATRIX_BYTES)
-    # the matrices are views of one buffer: one allocation the C library maps on its own and
-    # gives back to the system when freed (many matrices of 8 MiB each would stay in its heap,
-    # resident, after the calibration)
-    buffer = torch.empty(count * MATVEC_MATRIX_BYTES // elem, device=device, dtype=dtype).normal_()
-    for k in MATVEC_K:
-        n = max(MATVEC_MATRIX_BYTES // (elem * k), 1)
-        for layout in layouts:
-            ws = [_matrix_view(buffer, i * k * n, k, n, layout) for i in range(count)]
-            for rows in MATVEC_TABLE_ROWS:
-                x = torch.randn(rows, k, device=device).to(dtype)
-
-                def run(ws: list[torch.Tensor] = ws, x: torch.Tensor = x) -> None:
-                    for w in ws:
-                        x @ w
-
-                rate = count * k * n * elem / _time(run, device, reps) / 1e9
-                out[layout].setdefault(str(rows), []).append([float(k), rate])
-            del ws
-    del buffer
-    return out
-
-
-def _matrix_view(buffer: torch.Tensor, start: int, k: int, n: int, layout: str) -> torch.Tensor:
-    """A (K, N) matrix over ``buffer`` from element ``start``: stored (K, N) in layout "n",
-    stored (N, K) and transposed in layout "t" (``nn.Linear``'s weight)."""
-    flat = buffer[start:start + k * n]
-    return flat.view(k, n) if layout == "n" else flat.view(n, k).t()
-
-
-STREAM_LLC_TIMES = 4  # what a streaming measurement reads: this many times the last-level cache
-STREAM_MAX_BYTES = 2**31  # and no more than this
-
-
-def stream_bytes(floor: int, llc: int) -> int:
-    """Bytes a streaming measurement (copy, weight matrices) reads: ``floor``, or
-    STREAM_LLC_TIMES the last-level cache ``llc`` where that is larger (STREAM_MAX_BYTES at
-    most). A server's last-level cache holds hundreds of MiB (260 MiB on a Xeon here): weights
-    streamed from it run about twice as fast as a model's from memory."""
-    return max(floor, min(STREAM_LLC_TIMES * llc, STREAM_MAX_BYTES))
-
-
-def _copy(device: str, nbytes: int, reps: int) -> float:
-    src = torch.empty(nbytes // 4, device=device)
-    src.fill_(1.0)
-    dst = torch.empty_like(src)
-    t = _time(lambda: dst.copy_(src), device, reps)
-    return 2 * src.numel() * 4 / t
 
 
 def _view_overhead(device: str) -> float:
@@ -309,6 +269,8 @@ def calibrate(device: str = "cpu", quick: bool = False,
     # two batch sizes: on CPUs the rate of one shape moves with the size of its tensors
     conv_k = {str(b): _conv_by_k(device, b, reps if b == 1 else max(3, reps // 2))
               for b in ((1, 4 if quick else 16) if device == "cpu" else (1, 64))}
+    strided_k = {str(b): _conv_by_k(device, b, reps if b == 1 else max(3, reps // 2), _STRIDED_GRID)
+                 for b in ((1, 4 if quick else 16) if device == "cpu" else (1, 64))}
     dw_k = {str(b): _depthwise_by_k(device, b, reps if b == 1 else max(3, reps // 2))
             for b in ((1, 4 if quick else 16) if device == "cpu" else (1, 64))}
     matmul_k = _matmul_by_k(device, 512 if device == "cpu" else 8192, reps)
@@ -325,6 +287,7 @@ def calibrate(device: str = "cpu", quick: bool = False,
         "conv_tflops": conv,
         "copy_gbs": copy,
         "conv_fp32_by_batch_k": conv_k,
+        "conv_fp32_strided_by_batch_k": strided_k,
         "matmul_fp32_by_k": matmul_k,
         "matmul_fp32_by_rows_k": by_rows,
         "depthwise_fp32_by_batch_k": dw_k,
