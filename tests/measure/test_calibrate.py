@@ -108,19 +108,3 @@ def test_the_streamed_matrices_go_back_to_the_system():
         del x
     assert s.peak - s.base >= 190 * 2**20
 
-
-def test_weights_are_timed_cold_from_copies_cycled_in_turn():
-    import torch
-
-    from torch_footprint.measure.calibrate import COLD_WEIGHT_BYTES, _cold
-
-    # 1 MiB tensors: 16 MiB of them, 16 copies, each given once before the first comes again
-    made = []
-    weight = _cold(lambda: made.append(torch.empty(2**18)) or made[-1])
-    assert COLD_WEIGHT_BYTES == 16 * 2**20 and len(made) == 16
-    given = [weight() for _ in range(17)]
-    assert [id(t) for t in given[:16]] == [id(t) for t in made] and given[16] is made[0]
-    # a tensor larger than the budget still comes in two copies, alternating
-    made.clear()
-    weight = _cold(lambda: made.append(torch.empty(5 * 2**20)) or made[-1])
-    assert len(made) == 2 and weight() is made[0] and weight() is made[1] and weight() is made[0]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -93,39 +92,19 @@ _CONV_GRID = [(96, 96, 3, 1, 96, 56), (3, 64, 7, 2, 1, 112), (64, 256, 1, 1, 1, 
 _STRIDED_GRID = [(64, 128, 1, 2, 1, 56), (128, 256, 1, 2, 1, 28), (256, 512, 1, 2, 1, 56),
                  (512, 1024, 1, 2, 1, 28), (1024, 2048, 1, 2, 1, 14)]
 _MATMUL_K = [64, 256, 768, 3072]
-# a model's weights are each used once per call, so they are not in the core's own caches when
-# its next call of a layer comes; a timing loop over one weight tensor keeps it there. Weights
-# are timed from copies cycled in turn, this many bytes of them at least (beyond a server
-# core's 1-2 MiB L2): a 128 x 128 3x3 convolution at 28 x 28 ran 1.5x slower in resnet18 than
-# over one hot weight tensor
-COLD_WEIGHT_BYTES = 16 * 2**20
-
-
-def _cold(make: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
-    """A callable giving, in turn, copies of the tensor ``make`` makes: COLD_WEIGHT_BYTES of
-    them, two at least."""
-    first = make()
-    copies = [first] + [make() for _ in range(max(1, COLD_WEIGHT_BYTES // max(first.nbytes, 1)) - 1)]
-    if len(copies) < 2:
-        copies.append(make())
-    return functools.partial(next, itertools.cycle(copies))
 
 
 def _conv_by_k(device: str, batch: int, reps: int, grid: Sequence[tuple[int, ...]] = ()) -> list[list[float]]:
-    """[K, TFLOP/s] for the convolutions of ``grid`` (_CONV_GRID) at ``batch``, sorted by K,
-    their weights cold (:func:`_cold`)."""
+    """[K, TFLOP/s] for the convolutions of ``grid`` (_CONV_GRID) at ``batch``, sorted by K."""
     out = []
     with torch.no_grad():
         for cin, cout, k, stride, groups, s in grid or _CONV_GRID:
             x = torch.randn(batch, cin, s, s, device=device)
-            weight = _cold(functools.partial(torch.randn, cout, cin // groups, k, k, device=device))
+            w = torch.randn(cout, cin // groups, k, k, device=device)
             so = (s + 2 * (k // 2) - k) // stride + 1
             flops = 2 * batch * cout * (cin // groups) * k * k * so * so
-
-            def run(x: torch.Tensor = x, stride: int = stride, k: int = k, groups: int = groups) -> None:
-                torch.nn.functional.conv2d(x, weight(), stride=stride, padding=k // 2, groups=groups)
-
-            t = _time(run, device, reps)
+            t = _time(functools.partial(torch.nn.functional.conv2d, x, w, stride=stride, padding=k // 2,
+                                        groups=groups), device, reps)
             out.append([float(cin // groups * k * k), flops / t / 1e12])
     return sorted(out)
 
@@ -150,24 +129,15 @@ def _depthwise_by_k(device: str, batch: int, reps: int) -> list[list[float]]:
 MATMUL_ROWS = (1, 4, 16, 64)  # rows of the few-row matmuls timed on CPUs (512 is matmul_fp32_by_k's)
 
 
-def _random(shape: tuple[int, ...], device: str, dtype: torch.dtype) -> torch.Tensor:
-    return torch.randn(*shape, device=device).to(dtype)
-
-
-def _matmul_of(a: torch.Tensor, b: Callable[[], torch.Tensor]) -> torch.Tensor:
-    return torch.matmul(a, b())
-
-
 def _matmul_by_k(device: str, m: int, reps: int, n: int | None = None,
                  dtype: torch.dtype = torch.float32) -> list[list[float]]:
-    """[K, TFLOP/s] for (m x K) @ (K x n) matmuls (n = m unless given), the right-hand (weight)
-    matrices cold (:func:`_cold`)."""
+    """[K, TFLOP/s] for (m x K) @ (K x n) matmuls (n = m unless given)."""
     n = m if n is None else n
     out = []
     for k in _MATMUL_K:
         a = torch.randn(m, k, device=device).to(dtype)
-        b = _cold(functools.partial(_random, (k, n), device, dtype))
-        t = _time(functools.partial(_matmul_of, a, b), device, reps)
+        b = torch.randn(k, n, device=device).to(dtype)
+        t = _time(functools.partial(torch.matmul, a, b), device, reps)
         out.append([float(k), 2 * m * n * k / t / 1e12])
     return out
 
