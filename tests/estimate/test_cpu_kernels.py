@@ -76,6 +76,37 @@ def test_a_depthwise_convolution_runs_at_its_own_tables_rate() -> None:
     assert o.compute_s == pytest.approx(2 * 96 * 96 * 9 * 56 * 56 / 1e11)
 
 
+def test_a_strided_1x1_convolution_runs_at_the_strided_tables_rate() -> None:
+    # ResNet's shortcut: 1x1, 64 -> 128 channels, stride 2 on 1x64x56x56, batch 1: 28 x 28
+    # outputs, 2 x 128 x 64 x 784 FLOPs at the strided table's 25 GFLOP/s (K = 64), not the
+    # stride-1 table's 100 GFLOP/s
+    cpu = _cpu(conv_fp32_by_batch_k={"1": [[9, 0.1], [576, 0.1]]},
+               conv_fp32_strided_by_batch_k={"1": [[64, 0.025], [1024, 0.05]]})
+    flops = 2 * 128 * 64 * 28 * 28
+    for stride, spatial, rate in ((2, 56, 25e9), (1, 28, 1e11)):  # the same work at stride 1 on 28x28
+        conv = nn.Conv2d(64, 128, 1, stride=stride, bias=False)
+        [o] = [o for o in predict(tfp.profile(conv, f"1,64,{spatial},{spatial}").trace, cpu).ops
+               if o.kind == "matrix"]
+        assert o.compute_s == pytest.approx(flops / rate)
+    # a 3x3 convolution of stride 2 stays on the stride-1 table: 2 x 128 x 576 x 784 FLOPs at 100 GFLOP/s
+    conv = nn.Conv2d(64, 128, 3, stride=2, padding=1, bias=False)
+    [o] = [o for o in predict(tfp.profile(conv, "1,64,56,56").trace, cpu).ops if o.kind == "matrix"]
+    assert o.compute_s == pytest.approx(2 * 128 * 576 * 784 / 1e11)
+
+
+def test_downsampling_is_read_from_the_bytes_a_convolution_reads() -> None:
+    from torch_footprint.estimate.kernels.cpu import downsamples
+
+    # 1x1, 64 -> 128, no bias: reads 64 x 56 x 56 inputs and 128 x 64 weights, writes 28 x 28
+    # positions: 3136 input positions per channel over 784 output ones, 4 per output
+    problem = ("conv", 1, 64, 128, 0, 1, 1, "forward")
+    assert downsamples(problem, 4 * (64 * 56 * 56 + 128 * 64), (1, 128, 28, 28))
+    assert not downsamples(problem, 4 * (64 * 28 * 28 + 128 * 64), (1, 128, 28, 28))  # stride 1
+    assert not downsamples(("conv", 1, 64, 128, 0, 9, 1, "forward"), 4 * (64 * 56 * 56 + 128 * 64 * 9),
+                           (1, 128, 28, 28))  # 3x3: the stride-1 table holds
+    assert not downsamples(("gemm", 1, 64, 128, 64), 4 * 64 * 64, (64, 128))
+
+
 def test_a_pool_walks_its_window_at_the_calibrated_pooling_rate() -> None:
     # max pool 3x3 stride 2 on 1x24x112x112: 24 x 56 x 56 outputs of 9 window elements each =
     # 677,376 compares, at 2e8 window elements/s (calibrated) = 3.387 ms, not at the 1e11 vector rate

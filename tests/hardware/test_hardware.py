@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +185,17 @@ def test_link_fields_load_from_a_user_file(tmp_path):
     linked, plain = load_file(f)
     assert (linked.link_gbs, linked.link, linked.link_source) == (25.0, "RoCE 200 Gb/s", "https://example.com/nic.pdf")
     assert plain.link_gbs is None and plain.link_bandwidth is None
+
+
+def test_the_last_level_cache_is_read_as_linux_lists_it(tmp_path: Path) -> None:
+    # this machine's listing: L1d 48K, L1i 32K, L2 2048K, L3 266240K (260 MiB = 272,629,760 bytes)
+    from torch_footprint.hardware.local import last_level_cache_bytes
+
+    for i, size in enumerate(("48K", "32K", "2048K", "266240K")):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "size").write_text(size + "\n")
+    assert last_level_cache_bytes(tmp_path) == 260 * 2**20
+    (tmp_path / "index4").mkdir()
+    (tmp_path / "index4" / "size").write_text("1M\n")  # a smaller one, in MiB: the largest stays
+    assert last_level_cache_bytes(tmp_path) == 260 * 2**20
+    assert last_level_cache_bytes(tmp_path / "missing") == 0  # nothing listed: unknown

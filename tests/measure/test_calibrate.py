@@ -38,6 +38,8 @@ def test_calibrate_saves_and_the_roofline_uses_it(home, capsys):
     assert 1 < res["matmul_tflops"]["fp32"] * 1e3 < 20_000  # GFLOP/s
     assert 0.5 < res["copy_gbs"] < 2_000
     assert 0 < res["op_overhead_us"] < 1_000
+    # stride-2 1x1 convolutions, five shapes at each of the two batch sizes
+    assert {b: len(t) for b, t in res["conv_fp32_strided_by_batch_k"].items()} == {"1": 5, "4": 5}
     cpu = tfp.hardware.get("cpu")
     assert cpu.calibrated is not None and cpu.bandwidth_gbs == round(res["copy_gbs"], 1)  # the row keeps 0.1 GB/s
     pred = tfp.predict("resnet18", "cpu")
@@ -74,3 +76,35 @@ def test_cli_predict_and_fit(home, capsys, tmp_path):
     assert "Did you mean" in capsys.readouterr().err
     assert main(["fit", "resnet18", "--efficiency", "matrix"]) == 2
     assert "KIND=FRACTION" in capsys.readouterr().err
+
+
+def test_streaming_is_sized_by_the_last_level_cache():
+    from torch_footprint.measure.streaming import stream_bytes
+
+    mib = 2**20
+    # this server's L3 lists 266240K = 260 MiB: 4 x 260 = 1040 MiB streamed, not the 64 MiB floor
+    assert stream_bytes(64 * mib, 260 * mib) == 1040 * mib
+    assert stream_bytes(64 * mib, 0) == 64 * mib  # no cache listed: the floor
+    assert stream_bytes(256 * mib, 32 * mib) == 256 * mib  # a small cache: the floor still
+    assert stream_bytes(64 * mib, 1024 * mib) == 2048 * mib  # 4 GiB asked, 2 GiB at most
+
+
+@pytest.mark.slow
+def test_the_streamed_matrices_go_back_to_the_system():
+    """The few-row products stream 256 MiB of 8 MiB matrices (32 of them); afterwards an allocation of 200 MiB
+    must raise the resident set by 200 MiB: matrices freed into the C library's heap would stay
+    resident and be reused, and the peak-memory measurement would not see the new allocation."""
+    import torch
+
+    from torch_footprint.measure.runner import RssSampler
+    from torch_footprint.measure.streaming import _matvec_by_k
+
+    rates = _matvec_by_k("cpu", 256 * 2**20, 1)
+    # 5 reduction lengths x 3 row counts per layout, each a positive rate
+    assert [len(rates[lay][r]) for lay in ("n", "t") for r in ("1", "2", "4")] == [5] * 6
+    assert all(gbs > 0 for lay in rates.values() for table in lay.values() for _, gbs in table)
+    with RssSampler() as s:
+        x = torch.ones(50 * 2**20)  # 200 MiB, touched, then freed inside the block
+        del x
+    assert s.peak - s.base >= 190 * 2**20
+

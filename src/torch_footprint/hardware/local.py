@@ -93,6 +93,22 @@ def cpu_name() -> str:
     return _cpuinfo().get("model name") or platform.processor() or platform.machine() or "CPU"
 
 
+def last_level_cache_bytes(folder: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
+    """The CPU's largest cache in bytes, as Linux lists it (``folder``/index*/size, e.g.
+    "266240K"); 0 where it does not say."""
+    largest = 0
+    for index in folder.glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:].upper(), 1)
+        digits = text[:-1] if unit > 1 else text
+        if digits.isdigit():
+            largest = max(largest, int(digits) * unit)
+    return largest
+
+
 def cpu_threads() -> int:
     import torch
 

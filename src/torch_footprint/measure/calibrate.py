@@ -28,7 +28,7 @@ from __future__ import annotations
 import datetime
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +36,9 @@ import torch
 
 from ..dtypes import torch_dtype_of_rate
 from ..errors import FootprintError
-from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key
+from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key, last_level_cache_bytes
 from . import contention
+from .streaming import _copy, _matvec_by_k, _stream_matvec, stream_bytes
 from .timer import CpuClock, CudaClock, measure
 
 # The per-operator figures are host time, which swings with the host's clock: two H100
@@ -85,14 +86,19 @@ def _conv(device: str, batch: int, reps: int) -> float:
 # (C_in, C_out, kernel, stride, groups, spatial): depthwise, stem, 1x1 and 3x3 of ResNet/MobileNet shapes
 _CONV_GRID = [(96, 96, 3, 1, 96, 56), (3, 64, 7, 2, 1, 112), (64, 256, 1, 1, 1, 56), (256, 64, 1, 1, 1, 56),
               (64, 64, 3, 1, 1, 56), (128, 128, 3, 1, 1, 28), (256, 256, 3, 1, 1, 14), (512, 512, 3, 1, 1, 7)]
+# 1x1 convolutions of stride 2 (ResNet's downsampling shortcuts, at their input sizes): on a CPU
+# at batch 1 they ran 2.5-3.5x slower than the stride-1 table's rate at their K (resnet18,
+# each operator timed: benchmarks/cpu_op_profile.py), a 3x3 one of stride 2 within 15%
+_STRIDED_GRID = [(64, 128, 1, 2, 1, 56), (128, 256, 1, 2, 1, 28), (256, 512, 1, 2, 1, 56),
+                 (512, 1024, 1, 2, 1, 28), (1024, 2048, 1, 2, 1, 14)]
 _MATMUL_K = [64, 256, 768, 3072]
 
 
-def _conv_by_k(device: str, batch: int, reps: int) -> list[list[float]]:
-    """[K, TFLOP/s] for the convolutions of _CONV_GRID at ``batch``, sorted by K."""
+def _conv_by_k(device: str, batch: int, reps: int, grid: Sequence[tuple[int, ...]] = ()) -> list[list[float]]:
+    """[K, TFLOP/s] for the convolutions of ``grid`` (_CONV_GRID) at ``batch``, sorted by K."""
     out = []
     with torch.no_grad():
-        for cin, cout, k, stride, groups, s in _CONV_GRID:
+        for cin, cout, k, stride, groups, s in grid or _CONV_GRID:
             x = torch.randn(batch, cin, s, s, device=device)
             w = torch.randn(cout, cin // groups, k, k, device=device)
             so = (s + 2 * (k // 2) - k) // stride + 1
@@ -141,59 +147,6 @@ def _matmul_by_rows(device: str, n: int, reps: int, rows: tuple[int, ...] = MATM
     """{M: [[K, TFLOP/s], ...]} for (M x K) @ (K x n) matmuls with few rows M: a decode step's
     and a short prompt's matmuls, which a CPU runs far below its square-matmul rate."""
     return {str(m): _matmul_by_k(device, m, reps, n, dtype) for m in rows}
-
-
-def _stream_matvec(device: str, nbytes: int, reps: int) -> float:
-    """Bytes per second a one-row matmul reads its matrix at, the matrix far larger than the
-    caches: a decode step's weights stream this way, often slower than a plain copy."""
-    k = 4096
-    w = torch.randn(k, nbytes // (4 * k), device=device)
-    x = torch.randn(1, k, device=device)
-    t = _time(lambda: x @ w, device, reps)
-    return w.numel() * 4 / t
-
-
-MATVEC_K = (512, 1024, 2048, 4096, 8192)  # reduction lengths of the few-row products timed on CPUs
-MATVEC_TABLE_ROWS = (1, 2, 4)  # their rows: a decode step's batch
-MATVEC_MATRIX_BYTES = 8 * 2**20  # each weight matrix: a decode step streams many of about this size
-
-
-def _matvec_by_k(device: str, nbytes: int, reps: int, dtype: torch.dtype = torch.float32,
-                 layouts: tuple[str, ...] = ("n", "t")) -> dict[str, dict[str, list[list[float]]]]:
-    """{layout: {rows: [[K, GB/s], ...]}}: the rate few-row products stream weight matrices at,
-    as a decode step does (many matrices of MATVEC_MATRIX_BYTES in turn, ``nbytes`` in all,
-    beyond the caches), by layout, rows and reduction length K. Layout "t" is ``x @ W.t()``
-    with W stored (N, K) as ``nn.Linear`` keeps its weight, "n" is ``x @ W`` with W stored
-    (K, N) (GPT-2's Conv1D). On this 2-core EPYC: one row 10.8 GB/s in "t" at K = 768 and
-    15.4 in "n", and 2 rows half that, 4 rows a third: the BLAS packs the matrix once rows
-    are more than one, so a decode step at batch 4 is far slower than at batch 1."""
-    out: dict[str, dict[str, list[list[float]]]] = {lay: {} for lay in layouts}
-    elem = torch.empty((), dtype=dtype).element_size()
-    count = max(2, nbytes // MATVEC_MATRIX_BYTES)
-    for k in MATVEC_K:
-        n = max(MATVEC_MATRIX_BYTES // (elem * k), 1)
-        for layout in layouts:
-            ws = [torch.randn(k, n, device=device).to(dtype) if layout == "n"
-                  else torch.randn(n, k, device=device).to(dtype).t() for _ in range(count)]
-            for rows in MATVEC_TABLE_ROWS:
-                x = torch.randn(rows, k, device=device).to(dtype)
-
-                def run(ws: list[torch.Tensor] = ws, x: torch.Tensor = x) -> None:
-                    for w in ws:
-                        x @ w
-
-                rate = count * k * n * elem / _time(run, device, reps) / 1e9
-                out[layout].setdefault(str(rows), []).append([float(k), rate])
-            del ws
-    return out
-
-
-def _copy(device: str, nbytes: int, reps: int) -> float:
-    src = torch.empty(nbytes // 4, device=device)
-    src.fill_(1.0)
-    dst = torch.empty_like(src)
-    t = _time(lambda: dst.copy_(src), device, reps)
-    return 2 * src.numel() * 4 / t
 
 
 def _view_overhead(device: str) -> float:
@@ -270,7 +223,7 @@ def calibrate(device: str = "cpu", quick: bool = False,
     if device == "cpu":
         # CPUs without native half-precision units run fp16/bf16 matmuls ~100x slower: small sizes
         sizes = {"fp32": 1024 if quick else 2048, "fp16": 256 if quick else 512, "bf16": 256 if quick else 512}
-        big, small = (64 if quick else 256) * 2**20, 4 * 2**20
+        big, small = stream_bytes((64 if quick else 256) * 2**20, last_level_cache_bytes()), 4 * 2**20
     else:
         sizes = {"fp32": 4096, "tf32": 8192, "fp16": 8192, "bf16": 8192}
         big, small = 2**30, 0
@@ -286,6 +239,8 @@ def calibrate(device: str = "cpu", quick: bool = False,
     # two batch sizes: on CPUs the rate of one shape moves with the size of its tensors
     conv_k = {str(b): _conv_by_k(device, b, reps if b == 1 else max(3, reps // 2))
               for b in ((1, 4 if quick else 16) if device == "cpu" else (1, 64))}
+    strided_k = {str(b): _conv_by_k(device, b, reps if b == 1 else max(3, reps // 2), _STRIDED_GRID)
+                 for b in ((1, 4 if quick else 16) if device == "cpu" else (1, 64))}
     dw_k = {str(b): _depthwise_by_k(device, b, reps if b == 1 else max(3, reps // 2))
             for b in ((1, 4 if quick else 16) if device == "cpu" else (1, 64))}
     matmul_k = _matmul_by_k(device, 512 if device == "cpu" else 8192, reps)
@@ -302,6 +257,7 @@ def calibrate(device: str = "cpu", quick: bool = False,
         "conv_tflops": conv,
         "copy_gbs": copy,
         "conv_fp32_by_batch_k": conv_k,
+        "conv_fp32_strided_by_batch_k": strided_k,
         "matmul_fp32_by_k": matmul_k,
         "matmul_fp32_by_rows_k": by_rows,
         "depthwise_fp32_by_batch_k": dw_k,
@@ -316,10 +272,10 @@ def calibrate(device: str = "cpu", quick: bool = False,
         step(f"one-row matmul over {big // 2**20} MiB")
         result["matvec_gbs"] = _stream_matvec(device, big, reps) / 1e9
         step("few-row products by layout, rows and reduction length")
-        result["matvec_gbs_by_k"] = _matvec_by_k(device, big // 2, max(3, reps - 2))
+        result["matvec_gbs_by_k"] = _matvec_by_k(device, big, max(3, reps - 2))
         if "bf16" in matmul:
             step("few-row bf16 products (nn.Linear's layout)")
-            result["matvec_bf16_gbs_by_k"] = _matvec_by_k(device, big // 2, max(3, reps - 2), torch.bfloat16,
+            result["matvec_bf16_gbs_by_k"] = _matvec_by_k(device, big, max(3, reps - 2), torch.bfloat16,
                                                           ("t",))
     step("small operator overhead")
     view_s = _view_overhead(device)

@@ -19,6 +19,14 @@ elementwise pass reaches. ``calibrate`` times a 3 x 3 stride-2 max and average p
 1 x 32 x 112 x 112 tensor and keeps window elements per second for each (:func:`window_kind`
 says which operators use which).
 
+A 1x1 convolution of stride 2 (a ResNet's downsampling shortcut) runs far below the rate of
+a stride-1 one of the same reduction length K on a CPU: in resnet18 at batch 1 they took
+2.5-3.5x the stride-1 table's time, where its 3x3 stride-2 convolutions were within 15% of it
+(each operator timed on its own thread: benchmarks/cpu_op_profile.py; oneDNN gathers the
+strided input first). ``calibrate`` times ResNet's shortcut shapes into a table of their own,
+which :func:`downsamples` sends them to. Found on an AVX-512 Xeon through oneDNN; other CPUs
+calibrate the same shapes, but the split was only checked there.
+
 Measured, not fitted: nothing here is a constant tuned to models; the kinds are the
 operators' families, and every figure comes from the machine the prediction is for.
 """
@@ -116,3 +124,19 @@ def extra_costs(tiny_us: dict[str, float]) -> dict[str, float]:
         return {}
     floor = sum(base) / len(base)
     return {k: round(max(v - floor, 0.0), 3) for k, v in tiny_us.items()}
+
+
+def downsamples(problem: Sequence[Any], bytes_read: int, out_shape: Sequence[int], elem: int = 4) -> bool:
+    """Whether a forward 1x1 convolution reads several input positions per output position (a
+    stride above 1): its input's positions, from the bytes it reads less its weight's, over its
+    output's. ``problem``: ("conv", batch, C_in, C_out, _, kernel area, groups, pass)."""
+    if len(problem) < 8 or problem[0] != "conv" or problem[7] != "forward" or len(out_shape) < 3 \
+            or int(problem[5]) != 1:
+        return False
+    batch, cin, cout, area, groups = (int(problem[i]) for i in (1, 2, 3, 5, 6))
+    weight = cout * (cin // max(groups, 1)) * area + cout  # and a bias, if any (a few elements)
+    positions_out = 1
+    for d in out_shape[2:]:
+        positions_out *= int(d)
+    positions_in = (bytes_read // elem - weight) / max(batch * cin, 1)
+    return positions_in >= 2.5 * positions_out

@@ -27,6 +27,8 @@ class Ceilings:
     conv_by_k: dict[int, list[list[float]]] = field(default_factory=dict)
     # the same for depthwise convolutions (K = kernel area), a kernel of their own
     depthwise_by_k: dict[int, list[list[float]]] = field(default_factory=dict)
+    # the same for convolutions of stride 2 (estimate/kernels/cpu.py; empty: conv_by_k)
+    conv_strided_by_k: dict[int, list[list[float]]] = field(default_factory=dict)
     view_overhead: float = 0.0  # seconds per view operator (calibrated eager devices; 0: views are free)
     # calibrated matmul rates by dtype and rows M: {dtype: {M: [[K, FLOP/s], ...]}}
     matmul_by_rows: dict[str, dict[int, list[list[float]]]] = field(default_factory=dict)
@@ -58,10 +60,12 @@ class Ceilings:
             return self._by_size(tables, k, rows)
         return self.matvec_bandwidth or self.bandwidth
 
-    def conv_rate(self, k: float, batch: int, depthwise: bool = False) -> float:
+    def conv_rate(self, k: float, batch: int, depthwise: bool = False, strided: bool = False) -> float:
         """Calibrated convolution rate at reduction length ``k``, interpolated in log batch
-        (a depthwise convolution's from its own table, where measured)."""
-        return self._by_size(self.depthwise_by_k if depthwise and self.depthwise_by_k else self.conv_by_k, k, batch)
+        (a depthwise convolution's, a strided one's from its own table, where measured)."""
+        table = self.depthwise_by_k if depthwise and self.depthwise_by_k else \
+            self.conv_strided_by_k if strided and self.conv_strided_by_k else self.conv_by_k
+        return self._by_size(table, k, batch)
 
     def matmul_rate(self, k: float, rows: int, key: str = "fp32") -> float | None:
         """Calibrated ``key`` matmul rate at reduction length ``k`` and ``rows`` output rows,
@@ -74,7 +78,7 @@ class Ceilings:
         is timed faster, so a utilisation against it is at most 100%."""
         rates = [r for r in (self.matrix.get(key), self.conv.get(key)) if r]
         for tables in (self.matmul_by_rows.get(key, {}), self.conv_by_k if key == "fp32" else {},
-                       self.depthwise_by_k if key == "fp32" else {}):
+                       self.depthwise_by_k if key == "fp32" else {}, self.conv_strided_by_k if key == "fp32" else {}):
             rates += [r for table in tables.values() for _, r in table]
         return max(rates, default=0.0)
 

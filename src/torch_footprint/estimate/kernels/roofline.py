@@ -61,7 +61,7 @@ from ...hardware.db import Accelerator
 from ...trace.records import Trace
 from . import constants as fitted
 from .bandwidth import bandwidth_share
-from .cpu import extra_costs, op_kind, window_kind
+from .cpu import downsamples, extra_costs, op_kind, window_kind
 from .fusion import compiled_layout, fused_chains, host_s
 from .gpu import (
     LAYOUTS,
@@ -110,6 +110,7 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
                         source=f"calibrated {cal.get('when', '')}".strip(), efficiency={},
                         conv_by_k=_by_size(cal.get("conv_fp32_by_batch_k"), 1e12),
                         depthwise_by_k=_by_size(cal.get("depthwise_fp32_by_batch_k"), 1e12),
+                        conv_strided_by_k=_by_size(cal.get("conv_fp32_strided_by_batch_k"), 1e12),
                         matmul_by_rows=_matmul_tables(cal),
                         matvec_bandwidth=cal["matvec_gbs"] * 1e9 if cal.get("matvec_gbs") else None,
                         matvec_by_k={key: {lay: _by_size(by_rows, 1e9) for lay, by_rows in tables.items()
@@ -287,7 +288,10 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                 outs = sum(math.prod(s) for s in e.out_shapes) if e.out_shapes else 0
                 if outs and is_conv and key == "fp32" and c.conv_by_k:
                     batch = e.out_shapes[0][0] if e.out_shapes[0] else 1
-                    rate = c.conv_rate(e.macs / outs, max(1, batch), is_depthwise(e.problem))
+                    dw = is_depthwise(e.problem)
+                    strided = not dw and bool(c.conv_strided_by_k) and downsamples(e.problem, e.bytes_read,
+                                                                                   e.out_shapes[0])
+                    rate = c.conv_rate(e.macs / outs, max(1, batch), dw, strided)
                 elif outs and not is_conv and c.matmul_by_rows:
                     rows = outs // max(e.out_shapes[0][-1], 1) if e.out_shapes[0] else 1
                     rate = c.matmul_rate(e.macs / outs, max(1, rows), key) or rate
