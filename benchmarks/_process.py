@@ -14,10 +14,17 @@ ROOT = Path(__file__).resolve().parent.parent
 def timed_process(cmd: list[str]) -> tuple[float, float, str]:
     """Run ``cmd`` under a small wrapper process so that RUSAGE_CHILDREN covers that child
     alone: wall seconds, the child's peak RSS in MiB, and its output."""
+    wall, _, rss, out = timed_process_cpu(cmd)
+    return wall, rss, out
+
+
+def timed_process_cpu(cmd: list[str]) -> tuple[float, float, float, str]:
+    """As :func:`timed_process`, with the child's CPU seconds (user + system) as the second figure:
+    on a machine other processes load, the CPU time a process took moves far less than its wall time."""
     wrapper = [sys.executable, "-c",
                "import resource,subprocess,sys;r=subprocess.run(sys.argv[1:],capture_output=True,text=True);"
-               "sys.stdout.write(r.stdout+r.stderr);"
-               "print('MAXRSS_KIB',resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss);"
+               "sys.stdout.write(r.stdout+r.stderr);u=resource.getrusage(resource.RUSAGE_CHILDREN);"
+               "print('MAXRSS_KIB',u.ru_maxrss);print('CPU_S',u.ru_utime+u.ru_stime);"
                "sys.exit(r.returncode)", *cmd]
     t = time.perf_counter()
     proc = subprocess.run(wrapper, capture_output=True, text=True, cwd=ROOT)
@@ -25,7 +32,8 @@ def timed_process(cmd: list[str]) -> tuple[float, float, str]:
     if proc.returncode != 0:
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}")
     rss_kib = float(proc.stdout.rsplit("MAXRSS_KIB", 1)[1].split()[0])
-    return wall, rss_kib / 1024, proc.stdout
+    cpu = float(proc.stdout.rsplit("CPU_S", 1)[1].split()[0])
+    return wall, cpu, rss_kib / 1024, proc.stdout
 
 
 def compare(commands: dict[str, list[str]], reference: str, repeat: int) -> None:

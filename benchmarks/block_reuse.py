@@ -13,16 +13,19 @@ mode; with ``--train``, a training step: forward, backward and AdamW, train mode
 or ``--ac selective`` each repeated block checkpointed and with ``--precision bf16-mixed`` under
 autocast on fake tensors); the two traces compared record by record. Prints each model's calls
 recorded and replayed, both trace times, and the count of models whose traces are identical.
-``--only WORD``: the models whose name holds one of the words (comma-separated).
+``--only WORD``: the models whose name holds one of the words (comma-separated). ``exact --llm``:
+the serving trace of ``footprint llm`` (a prefill and two decode steps with the model's own
+cache), with and without reuse, for every language model config.
 
-``process``: the whole-process targets, each process against its floor, alternating: the
+``process``: the whole-process targets, each process against its floor, alternating, by CPU
+seconds (user + system: on a shared machine far steadier than wall time): the
 Llama-3-70B training step's profile against torch's FlopCounterMode on meta (which traces every
 layer), Llama-3.1-405B's against Llama-3.1-8B's, ``footprint llm`` on DeepSeek-V3 (every
 accelerator) against a process that only imports torch and transformers, and ``footprint profile
-resnet50`` against one that only imports torch and torchvision. Medians, their ratios and the
-ratio of each round.
+resnet50`` (and with ``--no-reuse``) against one that only imports torch and torchvision.
+Medians, their ratios and the ratio of each round.
 
-    python benchmarks/block_reuse.py [speed|exact|process] [--train] [--ac none|full|selective]
+    python benchmarks/block_reuse.py [speed|exact|process] [--train] [--ac none|full|selective] [--llm]
         [--precision fp32|bf16-mixed] [--only WORDS] [--repeat 3] [--tokens 2048]
 """
 
@@ -36,7 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from _process import compare, timed_process
+from _process import compare, timed_process_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tests" / "configs" / "llama3-70b"
@@ -90,11 +93,13 @@ PAIRS = (  # (what, command, floor, target ratio)
     ("Llama-3.1-405B fwd+bwd, 1x2048, CLI", "Llama-3.1-8B fwd+bwd, 1x2048, CLI", 1.2),
     ("footprint llm DeepSeek-V3", "import torch, transformers", 1.5),
     ("footprint profile resnet50", "import torch, torchvision", 1.05),
+    ("footprint profile resnet50 --no-reuse", "import torch, torchvision", None),
 )
 
 
 def process(repeat: int, tokens: int) -> None:
-    """Whole processes, alternating, each against its floor: the ratios the targets name."""
+    """Whole processes, alternating, each against its floor: the ratios the targets name, by the
+    processes' CPU seconds (user + system; their wall seconds are printed too)."""
     py = sys.executable
     cli = [py, "-m", "torch_footprint"]
     train = ["--input-ids", f"1,{tokens}", "--depth", "1", "--train"]
@@ -108,19 +113,21 @@ def process(repeat: int, tokens: int) -> None:
         PAIRS[2][1]: [py, "-c", "import torch, transformers"],
         PAIRS[3][0]: [*cli, "profile", "resnet50"],
         PAIRS[3][1]: [py, "-c", "import torch, torchvision"],
+        PAIRS[4][0]: [*cli, "profile", "resnet50", "--no-reuse"],
     }
-    walls: dict[str, list[float]] = {name: [] for name in commands}
+    cpus: dict[str, list[float]] = {name: [] for name in commands}
     for i in range(repeat):
         for name, cmd in commands.items():
-            wall, rss, _ = timed_process(cmd)
-            walls[name].append(wall)
-            print(f"run {i + 1} {name:40s} {wall:7.2f} s {rss:7.0f} MiB", flush=True)
+            wall, cpu, rss, _ = timed_process_cpu(cmd)
+            cpus[name].append(cpu)
+            print(f"run {i + 1} {name:40s} {cpu:7.2f} s CPU {wall:7.2f} s wall {rss:7.0f} MiB", flush=True)
     print(f"\n{'process':40s} {'against':36s} {'median':>8s} {'floor':>8s} {'ratio':>6s} {'target':>7s} "
-          "per-round ratios")
+          "per-round ratios (CPU seconds)")
     for name, floor, target in PAIRS:
-        a, b = statistics.median(walls[name]), statistics.median(walls[floor])
-        rounds = " ".join(f"{x / y:.2f}" for x, y in zip(walls[name], walls[floor]))
-        print(f"{name:40s} {floor:36s} {a:7.2f}s {b:7.2f}s {a / b:6.2f} {target:6.2f}x  {rounds}")
+        a, b = statistics.median(cpus[name]), statistics.median(cpus[floor])
+        rounds = " ".join(f"{x / y:.2f}" for x, y in zip(cpus[name], cpus[floor]))
+        goal = f"{target:6.2f}x" if target else "      -"
+        print(f"{name:40s} {floor:36s} {a:7.2f}s {b:7.2f}s {a / b:6.2f} {goal}  {rounds}")
 
 
 def _trace_times(config: Path, tokens: int, repeat: int) -> tuple[float, float]:
@@ -197,6 +204,53 @@ def exact(train: bool = False, ac: str = "none", precision: str = "fp32", only: 
         raise SystemExit(1)
 
 
+def exact_llm(only: str | None = None) -> None:
+    """The serving trace (a prefill of 32 tokens, two decode steps with the model's own cache) with
+    and without reuse, for every causal language model config: identical traces and cache layout."""
+    from torch_footprint.estimate.llm.trace import trace_serving
+    from torch_footprint.trace import reuse
+
+    counts: list[tuple[int, int]] = []
+    original = reuse.BlockReuse.remove
+
+    def remove(self: Any) -> None:  # the end of each traced run: its counts
+        counts.append((reuse.LAST.recorded, reuse.LAST.replayed))
+        original(self)
+
+    reuse.BlockReuse.remove = remove  # type: ignore[method-assign]
+    same = tried = 0
+    words = only.split(",") if only else None
+    print("serving traces (prefill 1x32, two decode steps; the model's cache): calls recorded/replayed per trace")
+    print(f"{'model':52s} {'events':>7s} {'prefill':>8s} {'decode':>8s} {'full s':>7s} {'reuse s':>7s}  identical")
+    for name, inputs in _models():
+        if inputs is None or (words and not any(w in name for w in words)):
+            continue
+        label = name if len(name) <= 52 else "..." + name[-49:]
+        try:
+            t0 = time.perf_counter()
+            full = trace_serving(name, batch=1, prompt=32, reuse=False)
+            t1 = time.perf_counter()
+            counts.clear()
+            fast = trace_serving(name, batch=1, prompt=32)
+            t2 = time.perf_counter()
+        except Exception as exc:  # noqa: BLE001 - not a causal LM with a cache, or not buildable here
+            print(f"{label:52s} skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
+            continue
+        tried += 1
+        pairs = zip((fast.prefill, *fast.decode), (full.prefill, *full.decode))
+        ok = (all(x.to_dict() == y.to_dict() for x, y in pairs)
+              and fast.layers == full.layers and fast.op_layer == full.op_layer and fast.notes == full.notes)
+        same += ok
+        pre, dec = (counts + [(0, 0)] * 2)[:2]
+        print(f"{label:52s} {len(full.prefill.events):7d} {pre[0]:3d}/{pre[1]:<4d} {dec[0]:3d}/{dec[1]:<4d} "
+              f"{t1 - t0:7.2f} {t2 - t1:7.2f}  {'yes' if ok else 'NO'}", flush=True)
+    reuse.BlockReuse.remove = original  # type: ignore[method-assign]
+    print(f"\n{same} of {tried} models: serving traces with and without reuse identical (every event, free, "
+          "module and tag of the prefill and both decode steps; the cache's layout)")
+    if same != tried:
+        raise SystemExit(1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", nargs="?", choices=("speed", "exact", "process"), default="speed")
@@ -207,10 +261,14 @@ def main() -> None:
                     help="exact --train: checkpoint each repeated block (the model's own switch where it has one)")
     ap.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32",
                     help="exact: fp32, or bf16-mixed (fp32 weights, the step under autocast, on fake tensors)")
+    ap.add_argument("--llm", action="store_true",
+                    help="exact: the serving trace (prefill and decode steps with the model's cache) instead")
     ap.add_argument("--only", help="exact: only the models whose name holds one of these comma-separated words")
     ap.add_argument("--debug", action="store_true", help="print the traceback of a model that is skipped")
     args = ap.parse_args()
-    if args.mode == "exact":
+    if args.mode == "exact" and args.llm:
+        exact_llm(args.only)
+    elif args.mode == "exact":
         exact(args.train, args.ac, args.precision, args.only)
     elif args.mode == "process":
         process(args.repeat, args.tokens)

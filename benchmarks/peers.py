@@ -6,7 +6,7 @@ tool takes. Tools: footprint (meta device), torch's FlopCounterMode on the meta 
 thop, fvcore, ptflops and torchinfo (the ``bench`` extra; they need real tensors, so the
 model is built for real and run once on the CPU).
 
-    python benchmarks/peers.py [--models resnet50,vit_b_16] [--skip-real]
+    python benchmarks/peers.py [--models resnet50,vit_b_16] [--skip-real] [--cpu-time]
 
 Time is the counting step alone (the model already built: on meta for footprint and
 FlopCounterMode, on CPU for the others), summed over the models each tool finished; the
@@ -122,7 +122,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", help="comma-separated subset (default: all 80)")
     ap.add_argument("--skip-real", action="store_true", help="only the meta-device tools")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time the counting by this process's CPU seconds, not wall (steadier on a shared machine)")
     args = ap.parse_args()
+    clock = time.process_time if args.cpu_time else time.perf_counter
     warnings.filterwarnings("ignore")
     torch.set_num_threads(max(1, torch.get_num_threads()))
     names = args.models.split(",") if args.models else torchvision.models.list_models(module=torchvision.models)
@@ -144,7 +147,7 @@ def main() -> None:
                 model = build_real(name) if tool in ("thop",) else real_model  # thop adds buffers
             else:
                 model = build(name)
-            t = time.perf_counter()
+            t = clock()
             try:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                     params, macs = count(model, size)
@@ -152,7 +155,7 @@ def main() -> None:
                 tallies[tool].crashed.append(f"{name} ({type(e).__name__})")
                 line.append(f"{tool}: crash")
                 continue
-            dt = time.perf_counter() - t
+            dt = clock() - t
             tally = tallies[tool]
             tally.seconds[name] = dt
             tally.params_ok += params == w.meta["num_params"]

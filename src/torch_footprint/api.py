@@ -70,7 +70,7 @@ VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
     "predict": {Workload: (*WORK, "channels_last", *HOW), Training: ALL, Parallel: ALL, Target: ESTIMATE},
     "fit": {Workload: (*WORK, *HOW), Training: ALL, Parallel: ALL, Target: (*ESTIMATE, "utilisation", "latency")},
     "report": {Workload: WORK, Training: ALL, Target: ("gpu", "hardware", "utilisation"), Sections: ALL},
-    "llm": {Workload: ("model", "batch", "trust_remote_code"), Serving: ALL, Parallel: ("gpus", "tp"),
+    "llm": {Workload: ("model", "batch", "trust_remote_code", "reuse"), Serving: ALL, Parallel: ("gpus", "tp"),
             Target: ("gpu", "hardware", "device", "efficiency", "price"), Simulation: ALL},
     "plan": {Workload: ("model", "precision", "weights", "trust_remote_code", "reuse"),
              Training: ("train", "optimizer", "ac"),

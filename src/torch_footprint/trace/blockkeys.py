@@ -5,6 +5,7 @@ runs, and a subclass that notes which attributes a forward reads; and what a rec
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,9 @@ def watching(cls: type, owner: Any) -> type:
         names = owner._watched.get(id(self))
         if names is not None and name in names:
             owner._reads.add((id(self), name))
+            if name == SLOT and owner.slot_reads is not None:  # where a cache's slot index is read
+                f = sys._getframe(1)
+                owner.slot_reads.append((f.f_code, f.f_lasti))
         return get(self, name)
 
     mine = {"__getattribute__": __getattribute__, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
@@ -143,7 +147,8 @@ class Recorded:
     module: nn.Module
     values: dict[tuple[str, str], Any]  # the attributes its forward read, as they were
     events: list[OpEvent] = field(default_factory=list)
-    frees: list[tuple[int, int, int]] = field(default_factory=list)  # (after - first event, uid - uid0, nbytes)
+    # (after - first event, uid - uid0 or the cache slot's attribute it was held as, nbytes)
+    frees: list[tuple[int, Any, int]] = field(default_factory=list)
     nuids: int = 0
     uid0: int = 0  # the last storage id before the call
     casts: list[int] = field(default_factory=list)  # storages made by casting a parameter (relative ids)
@@ -164,3 +169,33 @@ class Recorded:
     mode: Any = None  # the fake tensor mode its outputs were made in (None: meta tensors)
     own: bool = False  # the block checkpoints itself: its graph saved its inputs, and recomputes the rest
     cached: list[tuple[int, int]] = field(default_factory=list)  # autocast's cached casts no graph saved
+    cache: Any = None  # what it did to a key/value cache's slot (reuse_cache.CacheCall)
+
+
+SLOT = "layer_idx"  # the attribute a layer indexes a key/value cache with (reuse_cache.py)
+
+
+def equal_reads(done: Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
+    """Whether every attribute the recorded call read has the same value in this call's modules
+    (a cache's slot index apart, where the call was given a cache: keyed on its own)."""
+    mods = dict(subs)
+    for (rel, name), value in done.values.items():
+        if name == SLOT and done.cache is not None:
+            continue
+        d = mods[rel].__dict__
+        if name not in d or not same_value(d[name], value):
+            return False
+    return True
+
+
+def all_differ(done: Recorded, group: list[nn.Module]) -> bool:
+    """Whether an attribute the recorded call read has another value in every block of its
+    kind (a layer index, a drop-path rate growing with depth)."""
+    for rel, name in (v for v in done.values if done.cache is None or v[1] != SLOT):
+        try:
+            values = [g.get_submodule(rel).__dict__.get(name) for g in group]
+        except AttributeError:
+            continue
+        if all(not same_value(a, b) for i, a in enumerate(values) for b in values[i + 1:]):
+            return True
+    return False

@@ -23,8 +23,9 @@ strides and storage sizes (views of the call's own inputs where the recorded out
 A recorded call is used only if everything it did is accounted for: every event inside the
 block's own modules, every storage it freed made inside it, every storage it made and kept
 is one of its outputs (in a training step: or freed by its backward), its outputs are plain
-tensors or simple values, and it changed no attribute of its modules. Otherwise (a cache a
-block writes, a free the collector made in the middle) later calls run in full. Autocast's
+tensors or simple values, and it changed no attribute of its modules. Otherwise (a state a
+block keeps, a free the collector made in the middle) later calls run in full; a key/value
+cache object given to the block, whose slot it writes, is the exception of :mod:`.reuse_cache`. Autocast's
 casts of the block's weights that no graph saved are the exception: its cache holds them until
 it exits, and the replayed calls' are held as long. Replay covers meta tensors and the fake
 tensors of a mixed-precision step, inference and training steps (the backward, and a block
@@ -51,12 +52,13 @@ from .blockkeys import (
     INTERNAL,
     OutLeaf,
     Recorded,
+    all_differ,
     changed,
     copy_of,
+    equal_reads,
     is_container,
     kind_of,
     params_of,
-    same_value,
     simple,
     tensor_key,
     tensor_like,
@@ -66,6 +68,7 @@ from .blockkeys import (
 from .modules import ModuleStack
 from .recorder import Recorder
 from .records import MemFree, OpEvent
+from .reuse_cache import CacheCall, cache_key, is_cache, replayable, slot_key, slot_of, write_slot
 
 MAX_RECORDED = 3  # calls of one structure recorded (and checked) at most; later misses run as they are
 
@@ -111,6 +114,7 @@ class BlockReuse:
         self._reads: set[tuple[int, str]] = set()
         self._watched: dict[int, frozenset[str]] = {}
         self._wrappers: set[int] = set()  # the forward functions put on candidates (not attributes of theirs)
+        self.slot_reads: list[tuple[Any, int]] | None = None  # where a recorded call read its cache slot
         self.cached: list[torch.Tensor] = []  # replayed calls' casts autocast's cache would hold
         # candidates by what they are before any call (class, submodules, parameter shapes): one
         # alone of its kind can never be replayed, and is left as it is; so is a module without
@@ -192,8 +196,8 @@ class BlockReuse:
                     return None
                 key = x.untyped_storage()._cdata
                 parts.append((tensor_key(x), storages.setdefault(key, i), self.rec.param_index.get(key)))
-            elif simple(x):
-                parts.append((type(x), x))
+            elif simple(x) or is_cache(x):  # a cache: its slot keyed in call()
+                parts.append((type(x), x) if simple(x) else cache_key(x))
             else:
                 return None
         try:
@@ -218,45 +222,33 @@ class BlockReuse:
             own = train.checkpoints_itself(subs)
             if not own:
                 return original(*args, **kwargs)
-        key = (skey, inputs[0])
+        cache = next((x for x in inputs[1] if is_cache(x)), None)
+        slot = slot_of(subs) if cache is not None else None
+        ckey = None if cache is None or slot is None or grad else slot_key(cache, slot)
+        if cache is not None and ckey is None:
+            return original(*args, **kwargs)
+        key = (skey, inputs[0], ckey)
         for done in self.recorded.get(key, ()):
-            if done.usable and self._equal(done, subs):
+            if done.usable and equal_reads(done, subs):
+                if done.cache is not None and not replayable(done.cache, cache, slot, self.rec):  # type: ignore[arg-type]
+                    return original(*args, **kwargs)
                 what = train.role(self, done, mod) if grad else "replay"
                 if what != "replay":
                     return (train.last_call(self, done, subs, original, args, kwargs, inputs[1]) if what == "last"
                             else original(*args, **kwargs))
-                return self._replay(done, subs, inputs[1], grad)
-            if done.usable and self.tries.get(skey, 0) < MAX_RECORDED and self._all_differ(done, mod):
+                return self._replay(done, subs, inputs[1], grad, slot)
+            if (done.usable and self.tries.get(skey, 0) < MAX_RECORDED
+                    and all_differ(done, self.group_of.get(id(mod), []))):
                 self.tries[skey] = MAX_RECORDED  # no two calls will be equal: none is recorded again
         if self.tries.get(skey, 0) >= MAX_RECORDED:
             return original(*args, **kwargs)
         self.tries[skey] = self.tries.get(skey, 0) + 1
-        return self._record(mod, key, subs, original, args, kwargs, inputs[1], grad, own)
-
-    def _equal(self, done: Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
-        mods = dict(subs)
-        for (rel, name), value in done.values.items():
-            d = mods[rel].__dict__
-            if name not in d or not same_value(d[name], value):
-                return False
-        return True
-
-    def _all_differ(self, done: Recorded, mod: nn.Module) -> bool:
-        """Whether an attribute the recorded call read has another value in every block of its
-        kind (a layer index, a drop-path rate growing with depth)."""
-        group = self.group_of.get(id(mod), [])
-        for rel, name in done.values:
-            try:
-                values = [g.get_submodule(rel).__dict__.get(name) for g in group]
-            except AttributeError:
-                continue
-            if all(not same_value(a, b) for i, a in enumerate(values) for b in values[i + 1:]):
-                return True
-        return False
+        return self._record(mod, key, subs, original, args, kwargs, inputs[1], grad, own,
+                            CacheCall(cache, slot) if cache is not None and slot is not None else None)
 
     def _record(self, mod: nn.Module, key: Any, subs: list[tuple[str, nn.Module]], original: Callable[..., Any],
                 args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], grad: bool = False,
-                own: bool = False) -> Any:
+                own: bool = False, cc: CacheCall | None = None) -> Any:
         rec, stack = self.rec, self.stack
         unique = {id(m): (rel, m) for rel, m in reversed(subs)}  # the first name of each module
         before = {id(m): self._attrs(m) for _, m in unique.values()}
@@ -269,6 +261,9 @@ class BlockReuse:
         prev_log, stack.log = stack.log, log
         self.busy = True
         swapped = []
+        if cc is not None:
+            cc.start(rec)
+            self.slot_reads = cc.reads
         try:
             for i, (_, m) in unique.items():
                 sub = self._watcher(classes[i])
@@ -283,13 +278,17 @@ class BlockReuse:
                     m.__class__ = classes[id(m)]
             self.busy = False
             stack.log = prev_log
+            if cc is not None:
+                cc.stop()
+                self.slot_reads = None
         values = {(unique[i][0], name): before[i][name] for i, name in self._reads}
         done = Recorded(module=mod, values=values, nuids=rec._uid - uid0, uid0=uid0, log=log, skey=key[0], own=own,
                          paths=[stack.paths.get(id(m), "?") for _, m in subs],
                          attention=self.kernels.attention_since(noted) if self.kernels is not None else [])
         done.usable = (len(ckpt) == own and len(swapped) == len(unique)
                        and all(type(m) is classes[id(m)] for _, m in unique.values())
-                       and self._unchanged(unique, before, contents))
+                       and self._unchanged(unique, before, contents) and (cc is None or cc.accounted(rec, uid0)))
+        done.cache = cc
         if done.usable:
             done.casts = [u - uid0 for u in rec.param_casts[pc0:]]
             done.usable = self._capture(done, subs, ev0, fr0, uid0, out, leaves, grad)
@@ -328,12 +327,13 @@ class BlockReuse:
         own = {w for w in done.params if w is not None}
         if any(w not in own for e in events for w in e.weights):
             return False
+        old = done.cache.old_uids if done.cache is not None else {}  # a cache slot's tensors it replaced
         for f in rec.frees[fr0:]:
-            if not uid0 < f.storage <= rec._uid:
+            if not uid0 < f.storage <= rec._uid and f.storage not in old:
                 return False
-            done.frees.append((f.after - ev0, f.storage - uid0, f.nbytes))
+            done.frees.append((f.after - ev0, old.get(f.storage, f.storage - uid0), f.nbytes))
         # storages made here and still alive must be outputs
-        alive = {uid for uid, _ in rec.live.values() if uid > uid0}
+        alive = {uid for uid, _ in rec.live.values() if uid > uid0} - (done.cache.kept(rec) if done.cache else set())
         out_leaves, done.spec = tree_flatten(out)
         by_storage = {x.untyped_storage()._cdata: i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)}
         for x in out_leaves:
@@ -384,7 +384,8 @@ class BlockReuse:
         done.events = events
         return True
 
-    def _replay(self, done: Recorded, subs: list[tuple[str, nn.Module]], leaves: list[Any], grad: bool = False) -> Any:
+    def _replay(self, done: Recorded, subs: list[tuple[str, nn.Module]], leaves: list[Any], grad: bool = False,
+                slot: int | None = None) -> Any:
         rec, stack = self.rec, self.stack
         mine = [stack.paths.get(id(m), "?") for _, m in subs]
         paths = dict(zip(done.paths, mine))
@@ -401,7 +402,12 @@ class BlockReuse:
                               [[shift + u - old, n] for u, n in e.allocs] if e.allocs else [],
                               e.scratch, [weights[w] for w in e.weights] if e.weights else [], e.transposed,
                               e.problem))
-        rec.frees.extend(MemFree(after=base + a, storage=shift + u, nbytes=n) for a, u, n in done.frees)
+        made: dict[int, torch.Tensor] = {}
+        olds = (write_slot(done.cache, leaves, slot, rec, shift, made, done.mode, {u for _, u, _ in done.frees
+                                                                                  if isinstance(u, str)})
+                if done.cache is not None and slot is not None else {})
+        rec.frees.extend(MemFree(after=base + a, storage=shift + u if isinstance(u, int) else olds[u], nbytes=n)
+                         for a, u, n in done.frees)
         rec.param_casts.extend(shift + u for u in done.casts)
         rec._uid += done.nuids
         if done.cached:  # the casts autocast's cache holds until it exits (release_cached)
@@ -412,7 +418,6 @@ class BlockReuse:
                     self.cached.append(t)
         if self.kernels is not None and done.attention:
             self.kernels.add_attention(done.attention)
-        made: dict[int, torch.Tensor] = {}
 
         def make(kinds: tuple[str, ...]) -> list[Any]:
             outs: list[Any] = []

@@ -42,7 +42,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
-from .blockkeys import params_of, tensor_key, tensor_like
+from .blockkeys import equal_reads, params_of, tensor_key, tensor_like
 from .records import MemFree, OpEvent
 
 
@@ -413,7 +413,7 @@ def role(owner: Any, done: Any, mod: Any) -> str:
         done.matching = []
         for g in owner.group_of.get(id(mod), []):
             s = owner._structure(g) if paths.get(id(g), "?").rpartition(".")[0] == parent else None
-            if s is not None and s[0] == done.skey and owner._equal(done, s[1]):
+            if s is not None and s[0] == done.skey and equal_reads(done, s[1]):
                 done.matching.append(id(g))
     if id(mod) not in done.matching:
         return "full"

@@ -122,7 +122,7 @@ def _prepared(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simulat
         priced.sim = asked(s, sim, priced)
     dtype = activation_dtype(scheme)
     st = trace_serving(w.model, batch=1, prompt=prompt, dtype=dtype, trust_remote_code=w.trust_remote_code,
-                       on_step=progress, check_context=fit_lengths)
+                       on_step=progress, check_context=fit_lengths, reuse=w.reuse)
     if scheme is None:
         priced.weights = checkpoint_scheme(st.config)
     if priced.sim is not None:
@@ -131,7 +131,7 @@ def _prepared(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simulat
         priced.sim.pair_flops = pair_flops(st)
         if sim.speculative_model:  # the draft: its weights and cache per token, as traced
             d = trace_serving(sim.speculative_model, batch=1, prompt=min(priced.prompt, 128), dtype=dtype,
-                              trust_remote_code=w.trust_remote_code, on_step=progress)
+                              trust_remote_code=w.trust_remote_code, on_step=progress, reuse=w.reuse)
             priced.sim.draft = (sum(p.nbytes for p in d.prefill.params) + sum(b.nbytes for b in d.prefill.buffers),
                                 float(d.kv_bytes_per_token), d.name)
     return st, priced, fitted

@@ -311,7 +311,7 @@ class NoCache(FootprintError):
 
 
 def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta: list[dict[str, Any]],
-                 tensors: str, step: Callable[[str], None]
+                 tensors: str, step: Callable[[str], None], reuse: bool = True
                  ) -> tuple[Trace, tuple[Trace, Trace], Any, tuple[list[int], list[int]]]:
     """The prefill (no cache given: the model builds its own, as ``generate`` lets it, and
     returns it) and two decode steps with that cache; the cache's bytes after each decode step."""
@@ -338,7 +338,7 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
     hook = m.register_forward_hook(capture)
     try:
         step(f"tracing the prefill ({batch} x {prompt} tokens)")
-        pre = trace_model(m, make(prompt), name=name, inputs_meta=meta, tensors=tensors)
+        pre = trace_model(m, make(prompt), name=name, inputs_meta=meta, tensors=tensors, reuse=reuse)
         out = returned[-1] if returned else None
         cache = next((getattr(out, k) for k in CACHE_KWARGS if getattr(out, k, None) is not None), None)
         if cache is None or not hasattr(cache, "layers"):
@@ -347,9 +347,9 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
                           "return their cache (an encoder's language-model head does not; RecurrentGemma keeps its "
                           "state in its own modules)")
         step("tracing two decode steps")
-        d1 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors)
+        d1 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors, reuse=reuse)
         s1 = sizes()
-        d2 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors)
+        d2 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors, reuse=reuse)
         s2 = sizes()
     finally:
         hook.remove()
@@ -358,11 +358,13 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
 
 def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str | None = None,
                   trust_remote_code: bool = False, on_step: Callable[[str], None] | None = None,
-                  check_context: Callable[[int | None], int | None] | None = None) -> ServingTrace:
+                  check_context: Callable[[int | None], int | None] | None = None, reuse: bool = True
+                  ) -> ServingTrace:
     """Trace a prefill of ``batch`` x ``prompt`` tokens and two decode steps with the model's cache.
     ``check_context(max_context)`` runs once the model is built, before any trace (a prompt
     beyond learned position embeddings fails inside the model otherwise); where it returns a
-    number, that is the prompt traced (a default length fitted to the model's maximum)."""
+    number, that is the prompt traced (a default length fitted to the model's maximum). ``reuse``:
+    repeated layers replay a traced one's operators and cache writes where provably equal."""
     if batch < 1 or prompt < 1:
         raise FootprintError(f"batch and prompt must be at least 1, got batch {batch}, prompt {prompt}")
     step = on_step or (lambda _msg: None)
@@ -382,7 +384,8 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     try:
         with work.built.trace_context(), torch.no_grad():
             try:
-                pre, (d1, d2), cache, after = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "meta", step)
+                pre, (d1, d2), cache, after = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "meta", step,
+                                                           reuse)
                 how = None
             except FootprintError as e:
                 params = sum(p.numel() * p.element_size() for p in m.parameters())
@@ -391,7 +394,8 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
                     raise
                 # the forward reads tensor values (a padding mask it built of ones, a router): run it
                 how = f"{type(e.__cause__).__name__}: {str(e.__cause__).strip().splitlines()[0][:120]}"
-                pre, (d1, d2), cache, after = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "real", step)
+                pre, (d1, d2), cache, after = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "real", step,
+                                                           reuse)
     except NoCache:
         raise
     except FootprintError as e:
