@@ -11,6 +11,7 @@ import pytest
 
 from torch_footprint import api
 from torch_footprint.cli import main
+from torch_footprint.estimate.kernels.sdpa import sm_of
 from torch_footprint.estimate.plan import TraceCache
 from torch_footprint.estimate.price import price_layout
 from torch_footprint.hardware import find, load
@@ -41,9 +42,10 @@ LAYOUTS = [
 
 
 def test_one_cached_trace_prices_each_layout_as_fit_does(tmp_path: Path) -> None:
-    cache = TraceCache(Workload(str(LLAMA), {"input_ids": f"1,{SEQ}:int64"}, precision="bf16-mixed"),
-                       Training(train=True, optimizer="adamw"))
     acc = find(load(None), "h100-sxm")
+    # traced for the GPU as plan and fit trace it (its attention kernel, torch.optim's default there)
+    cache = TraceCache(Workload(str(LLAMA), {"input_ids": f"1,{SEQ}:int64"}, precision="bf16-mixed"),
+                       Training(train=True, optimizer="adamw"), cuda_sm=sm_of(acc))
     for kw, flags in LAYOUTS:
         p = Parallel(**kw)  # type: ignore[arg-type]
         priced = price_layout(cache.get(1, "full", p), acc, p)
@@ -132,9 +134,10 @@ def test_states_bound_is_below_every_priced_need() -> None:
     from torch_footprint.estimate.plan import layouts, states_bound
     from torch_footprint.sources import prepare
 
-    cache = TraceCache(Workload(str(LLAMA), {"input_ids": f"1,{SEQ}:int64"}, precision="bf16-mixed"),
-                       Training(train=True, optimizer="adamw"))
     acc = find(load(None), "h100-sxm")
+    # traced for the GPU as plan and fit trace it (its attention kernel, torch.optim's default there)
+    cache = TraceCache(Workload(str(LLAMA), {"input_ids": f"1,{SEQ}:int64"}, precision="bf16-mixed"),
+                       Training(train=True, optimizer="adamw"), cuda_sm=sm_of(acc))
     model = prepare(str(LLAMA), f"1,{SEQ}:int64").built.model
     seen = set()
     for p, mb in layouts(model, Parallel(gpus=8), 16, (1, 2)):
