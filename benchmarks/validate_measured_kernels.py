@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from fit_kernels import attention_rows, bandwidth_rows, errors, fit, gemm_rows, summary  # noqa: E402
 
 from torch_footprint.estimate.kernels import constants  # noqa: E402
-from torch_footprint.estimate.kernels.matrix import sdpa_kernel  # noqa: E402
+from torch_footprint.estimate.kernels.sdpa import sdpa_kernel  # noqa: E402
 from torch_footprint.hardware import list as all_rows  # noqa: E402
 from torch_footprint.hardware.local import find_local_gpu  # noqa: E402
 

@@ -47,7 +47,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         raise FootprintError("--vocab-parallel splits the vocabulary among tensor-parallel ranks: add --tp 2 or more")
     prec = precision_of(w)
     param_dtype, autocast = setups.precision(prec)
-    opt = setups.optimizer(t.optimizer, cuda=cuda_sm is not None) if t.train else None
+    cuda = cuda_sm is not None
+    opt = setups.optimizer(t.optimizer, cuda=cuda) if t.train else None
     work = prepare(w.model, w.inputs, weights=w.weights, trust_remote_code=w.trust_remote_code).at_batch(w.batch)
     built = work.built
     notes = [n for n in built.notes if not (w.batch and n.startswith("default input"))]
@@ -105,7 +106,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     try:
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero",
-                                        fuse_attention=_cuda_fuses(cuda_sm), loss=t.loss, cuda=cuda_sm is not None))
+                                        fuse_attention=_cuda_fuses(cuda_sm), loss=t.loss, cuda=cuda))
     finally:
         undo()
         unfuse()

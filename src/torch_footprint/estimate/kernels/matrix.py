@@ -40,7 +40,7 @@ from typing import Any
 
 from ...hardware.db import Accelerator
 from .constants import KernelConstants
-from .sdpa import sm_of
+from .sdpa import sdpa_kernel, sm_of
 
 # (rows, columns, rate) of the output tiles a GEMM library picks among: CUTLASS's and cuBLAS's
 # common tensor-core tiles; a smaller tile fills more units at a lower rate per unit
@@ -187,17 +187,6 @@ def exp_rate(acc: Accelerator) -> float:
     sm = sm_of(acc)
     lanes = 64 if sm is None or sm in FP32_LANES_64 else 128
     return acc.vector_peak * SFU_PER_SM / (2 * lanes)
-
-
-def sdpa_kernel(acc: Accelerator, key: str, head: int, head_v: int) -> str:
-    """The kernel ``F.scaled_dot_product_attention`` runs for a fused call on ``acc``: cuDNN's
-    attention where PyTorch prefers it (sdp_utils.cpp, check_prefer_cudnn_attention: compute
-    capability 9.0 or 10.0 with cuDNN 9.15 or newer, the releases since 2.9; fp16 or bf16, one
-    head size, a multiple of 8 up to 256), else FlashAttention-2 (the flash back end)."""
-    sm = sm_of(acc)
-    if sm in ((9, 0), (10, 0)) and key in ("fp16", "bf16") and head == head_v and head <= 256 and head % 8 == 0:
-        return "cudnn"
-    return "flash2"
 
 
 def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, head: int, head_v: int,

@@ -11,8 +11,9 @@ flash attention, memory-efficient attention and the math fallback whose checks p
                    fp16, fp32 (and bf16 from sm80); a mask and dropout allowed
     math           the rest: the scores materialised, softmax, dropout, a second matmul
 
-(Recent releases try cuDNN's attention first on sm90 and sm100 with cuDNN newer than 9.15; the
-order above is the default of the releases before.) The trace follows the CPU's kernels
+Recent releases try cuDNN's attention first on sm90 and sm100 with cuDNN 9.15 or newer; the
+order above is the default of the releases before. Which fused kernel a call runs decides its
+price (:func:`sdpa_kernel`), not what the trace records. The trace follows the CPU's kernels
 (:mod:`torch_footprint.trace.kernels`), which run dropout in training and a mask together with
 is_causal through the math path; for NVIDIA GPUs alone ``fit`` traces a call the CPU runs unfused
 for its dropout through the fused kernel where the choice here is fused, and says where the two
@@ -93,3 +94,14 @@ def cuda_backend(c: dict[str, Any], sm: tuple[int, int]) -> tuple[str, str]:
     if not no_eff:
         return "mem-efficient", f"not flash: {no_flash}"
     return "math", f"not flash: {no_flash}; not mem-efficient: {no_eff}"
+
+
+def sdpa_kernel(acc: Accelerator, key: str, head: int, head_v: int) -> str:
+    """The kernel ``F.scaled_dot_product_attention`` runs for a fused call on ``acc``: cuDNN's
+    attention where PyTorch prefers it (sdp_utils.cpp, check_prefer_cudnn_attention: compute
+    capability 9.0 or 10.0 with cuDNN 9.15 or newer, the releases since 2.9; fp16 or bf16, one
+    head size, a multiple of 8 up to 256), else FlashAttention-2 (the flash back end)."""
+    sm = sm_of(acc)
+    if sm in ((9, 0), (10, 0)) and key in ("fp16", "bf16") and head == head_v and head <= 256 and head % 8 == 0:
+        return "cudnn"
+    return "flash2"
