@@ -55,7 +55,7 @@ __all__ = ["VERBS", "bench", "calibrate", "check", "diff", "fit", "gpus", "llm",
 ModelLike = Any  # a name ("resnet50", "timm:...", "hf:...", a config folder, "file.py:factory") or an nn.Module
 InputsLike = Any  # a tensor, a shape spec ("1,3,224,224", "1,128:int64"), a sequence of those, a mapping by keyword
 ALL = None
-WORK = ("model", "inputs", "batch", "precision", "weights", "trust_remote_code", "reuse")
+WORK = ("model", "inputs", "batch", "precision", "weights", "attention", "trust_remote_code", "reuse")
 ESTIMATE = ("gpu", "hardware", "tf32", "efficiency")
 HOW = ("compile", "cuda_graphs")  # how the model runs: eager, compiled, replayed as a CUDA graph
 
@@ -72,8 +72,8 @@ VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
     "report": {Workload: WORK, Training: ALL, Target: ("gpu", "hardware", "utilisation"), Sections: ALL},
     "llm": {Workload: ("model", "batch", "trust_remote_code", "reuse"), Serving: ALL, Parallel: ("gpus", "tp"),
             Target: ("gpu", "hardware", "device", "efficiency", "price"), Simulation: ALL},
-    "plan": {Workload: ("model", "precision", "weights", "trust_remote_code", "reuse"),
-             Training: ("train", "optimizer", "ac"),
+    "plan": {Workload: ("model", "precision", "weights", "attention", "trust_remote_code", "reuse"),
+             Training: ("train", "optimizer", "ac", "fused_kernels"),
              Parallel: ("gpus", "tp", "sequence_parallel", "vocab_parallel", "async_tp", "framework",
                         "fsdp_param_dtype", "fsdp_reduce_dtype", "fp8", "network",
                         "network_gbps", "nics_per_node", "gpus_per_node"),

@@ -18,7 +18,7 @@ from ..sources import Workload as Prepared
 from ..sources import prepare
 from ..sources.inputs import InputSpec
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
-from .kernels.sdpa import cuda_backend
+from .kernels.sdpa import ATTENTION_KERNELS, cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.fused import fuse_like_megatron
 from .layouts.pipeline import check_layout
@@ -95,21 +95,28 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
             notes.append(f"sequence parallel: norms and residuals between the blocks hold 1/{p.tensor} of the "
                          "sequence; each split linear's input gathered, its output reduce-scattered")
     unfuse: Any = lambda: None  # noqa: E731
-    if p.framework == "megatron":
+    if p.framework == "megatron" or (t.fused_kernels and t.train):
         fused, unfuse = fuse_like_megatron(m)
+        whose = "Megatron-core's" if p.framework == "megatron" else "--fused-kernels:"
         if fused:
-            notes.append("Megatron-core's fused kernels: " + ", ".join(fused) + " keep what they keep for the backward")
+            notes.append(f"{whose} fused kernels: " + ", ".join(fused) + " keep their inputs for the backward")
     undo: Any = lambda: None  # noqa: E731
     if t.checkpointing:
         what, undo = setups.enable_checkpointing(m, selective=t.selective)
         notes.append("activation checkpointing: " + what)
+    attention, unattend = setups.use_attention(m, w.attention)
+    notes += [attention] if attention else []
+    fuse = _always if w.attention not in (None, "eager", "sdpa") else _cuda_fuses(cuda_sm)
     try:
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero",
-                                        fuse_attention=_cuda_fuses(cuda_sm), loss=t.loss, cuda=cuda))
+                                        fuse_attention=fuse, loss=t.loss, cuda=cuda))
     finally:
+        unattend()
         undo()
         unfuse()
+    if w.attention in ATTENTION_KERNELS:  # read by kernels.matrix: the fused kernel named, not PyTorch's choice
+        trace.settings["attention_kernel"] = w.attention
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
@@ -146,6 +153,11 @@ def _cuda_fuses(sm: tuple[int, int] | None) -> Any:
     if sm is None:
         return None
     return lambda call: cuda_backend(call, sm)[0] != "math"
+
+
+def _always(call: dict[str, Any]) -> bool:
+    """Every attention call fused (``--attention fused``: the framework's kernel, whatever the CPU's)."""
+    return True
 
 
 def _seq_share(x: Any, cp: int) -> Any:
@@ -224,5 +236,11 @@ def trace_forward(w: Workload, t: Training = Training(), device: str = "cpu") ->
                              f"instead of {w.precision} (autocast is priced by memory, predict and fit)")
     work = prepare(w.model, w.inputs, dtype=w.precision, weights=w.weights, trust_remote_code=w.trust_remote_code)
     work = work.at_batch(w.batch) if w.batch else work
-    trace = _trace(work, train=t.train, backward=t.train, device=device, tensors=w.tensors, reuse=w.reuse)
-    return trace, [*work.built.notes, *trace.notes]
+    attention, unattend = setups.use_attention(work.model, w.attention)
+    step = StepOptions(fuse_attention=_always) if w.attention not in (None, "eager", "sdpa") else None
+    try:
+        trace = _trace(work, train=t.train, backward=t.train, device=device, tensors=w.tensors, reuse=w.reuse,
+                       **({"step": step} if step else {}))
+    finally:
+        unattend()
+    return trace, [*work.built.notes, *([attention] if attention else []), *trace.notes]

@@ -61,6 +61,12 @@ class Training(Record):
     fp32_upcast false) or fused (one kernel that keeps the logits and writes their gradient: flash-attn's
     cross entropy, as llm-foundry and TinyLlama train)"""
 
+    fused_kernels: bool = opt(False)
+    """a Hugging Face language model's RMSNorms, SwiGLU MLPs and experts' gates as fused kernels that keep
+    their inputs for the backward and recompute the rest (Transformer Engine's, Liger's or compiled ones, as
+    NeMo AutoModel's "TE" kernels run them; always with --framework megatron), where the model's own code
+    keeps fp32 copies and every intermediate product"""
+
     STEP_OPTIMIZER: ClassVar[str] = "sgd"  # the optimizer of a step that is timed, unless one is named
 
     @property
@@ -80,6 +86,8 @@ class Training(Record):
             object.__setattr__(self, "checkpointing", True)
         if self.optimizer is not None and not self.train:
             raise FootprintError("--optimizer needs --train (an optimizer only runs in a training step)")
+        if self.fused_kernels and not self.train:
+            raise FootprintError("--fused-kernels only changes what a training step keeps: add --train")
         if self.checkpointing and not self.train:
             flag = f"--ac {self.ac}" if self.ac in ("full", "selective") else "--checkpointing"
             raise FootprintError(f"{flag} only changes training memory: add --train")

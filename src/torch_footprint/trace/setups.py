@@ -167,3 +167,57 @@ def _checkpointed(forward: Callable[..., Any], selective: bool, *args: Any, **kw
         return forward(*args, **kwargs)
     context = {"context_fn": selective_context} if selective else {}
     return checkpoint(forward, *args, use_reentrant=False, **context, **kwargs)
+
+
+FUSED_ATTENTION = "footprint_fused"  # the name the fused kernel is registered under in transformers
+
+
+def use_attention(model: nn.Module, kind: str | None) -> tuple[str | None, Callable[[], None]]:
+    """Run a Hugging Face model's attention as ``kind`` says (transformers' ``attn_implementation``):
+    what was done (None: nothing asked) and a function that puts the model's own back.
+
+    ``eager`` and ``sdpa`` are transformers' own, where the model supports them. ``fused`` (and a
+    fused kernel named: ``flash2``, ``flash3``, ``cudnn``, which the estimate prices) runs
+    every attention layer through ``scaled_dot_product_attention`` (transformers' SDPA path,
+    its masks included), whatever the model's code declares: one fused kernel, as training
+    frameworks run attention (FlashAttention, FlexAttention, cuDNN, Transformer Engine) where the
+    model's eager code would write the scores out. Attention sinks (gpt-oss) add one column to
+    each softmax; the fused path prices the softmax without it."""
+    if kind is None:
+        return None, lambda: None
+    setter = getattr(model, "set_attn_implementation", None)
+    config = getattr(model, "config", None)
+    if setter is None or config is None:
+        raise FootprintError(f"--attention {kind} sets a Hugging Face model's attention implementation: this model "
+                             "is not one (its attention runs as its code says)")
+    before = config._attn_implementation
+    fused = kind not in ("eager", "sdpa")
+    name = FUSED_ATTENTION if fused else kind
+    if fused:
+        _register_fused()
+    try:
+        setter(name)
+    except (ValueError, ImportError) as e:
+        raise FootprintError(f"--attention {kind}: {str(e).splitlines()[0]} (--attention fused runs any "
+                             "model's attention as one fused kernel)") from None
+    if config._attn_implementation != name:
+        raise FootprintError(f"--attention {kind}: {type(model).__name__} does not let its attention be chosen "
+                             "(transformers' AttentionInterface)")
+    what = (f"attention as one fused kernel ({'as PyTorch picks' if kind == 'fused' else kind}), not the model's "
+            f"{before}" if fused else f"attention through transformers' {kind} path (the model's default: {before})")
+    return what, lambda: setter(before)
+
+
+@functools.cache
+def _register_fused() -> None:
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    def fused(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+        kwargs.pop("s_aux", None)  # sinks: one extra logit per row, not a kernel of their own
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register(FUSED_ATTENTION, fused)
+    AttentionMaskInterface.register(FUSED_ATTENTION, sdpa_mask)

@@ -157,9 +157,10 @@ def is_depthwise(problem: Sequence[Any]) -> bool:
     return int(problem[2]) // g <= DEPTHWISE_CHANNELS and int(problem[3]) // g <= DEPTHWISE_CHANNELS
 
 
-def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants, key: str = "") -> float:
+def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants, key: str = "",
+                attention: str | None = None) -> float:
     """The share of the best rate a traced matrix problem reaches at dtype ``key`` (1.0 where
-    none is known)."""
+    none is known); ``attention``: the fused attention kernel the user named, if any."""
     if not problem:
         return 1.0
     kind = problem[0]
@@ -173,7 +174,7 @@ def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants, ke
     if kind == "attn":
         _, bh, lq, lk, e, ev, causal, backward = problem[:8]
         return attention_use(acc, key, int(bh), int(lq), int(lk), int(e), int(ev), bool(causal), bool(backward), c,
-                             sdpa_kernel(acc, key, int(e), int(ev)))
+                             sdpa_kernel(acc, key, int(e), int(ev), attention))
     return 1.0
 
 

@@ -258,6 +258,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     floor = k_const.kernel_floor_s if kernels else 0.0
     total_flops = 0
     uses: dict[tuple[Any, ...], float] = {}  # problem_use by problem and dtype: layers repeat their shapes
+    attention = trace.settings.get("attention_kernel")  # a fused attention kernel the user named
     casts = fp8_casts(trace, fp8) if fp8 and fp8 != "none" else {}
     for i, (e, dkey) in enumerate(zip(trace.events, _rate_keys(trace), strict=True)):
         nbytes = heads.get(i, e.bytes_read + e.bytes_written) if i not in folded else 0
@@ -312,7 +313,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                     problem = (*e.problem, key)
                     use = uses.get(problem)
                     if use is None:
-                        use = uses[problem] = problem_use(acc, e.problem, k_const, key)
+                        use = uses[problem] = problem_use(acc, e.problem, k_const, key, attention)
                     rate *= use
                 compute = e.matrix_flops / rate + max(vec, 0) / c.vector
                 flops_by_dtype[key] = flops_by_dtype.get(key, 0) + e.matrix_flops

@@ -1,5 +1,6 @@
-"""The fused kernels Megatron-core runs in a transformer layer where a Hugging Face decoder runs
-several operators, so that a traced step keeps for the backward what Megatron keeps.
+"""The fused kernels Megatron-core runs in a transformer layer (and Transformer Engine, Liger or
+torch.compile give other stacks) where a Hugging Face decoder runs several operators, so that a
+traced step keeps for the backward what those kernels keep.
 
 * RMSNorm: Transformer Engine's (``te.pytorch.RMSNorm``; Apex's ``FusedRMSNorm`` alike) saves
   its input and the per-token reciprocal of the root mean square, and recomputes the normalised
@@ -9,6 +10,11 @@ several operators, so that a traced step keeps for the backward what Megatron ke
 * SwiGLU: Megatron-core's ``bias_swiglu`` fusion saves the first linear's output (the gate and
   up halves) and recomputes SiLU in the backward; the unfused ``act_fn(gate) * up`` also saves
   SiLU's output, one more tensor of the MLP's width.
+* The experts' gate of a mixture of experts (transformers' ``_apply_gate``: SwiGLU, gpt-oss's
+  clamped sigmoid gate): one kernel over the grouped projection's output that keeps that input
+  and recomputes the rest in the backward, as Megatron-core's fused activations and NeMo
+  AutoModel's compiled ``quick_geglu`` do; the unfused code keeps each clamp, product and sigmoid,
+  several tensors of the experts' width per routed token.
 
 What these replace are the modules' forwards, on the traced copy of the model; the operators'
 arithmetic (FLOPs, bytes moved) is the same but for the recomputation in the backward."""
@@ -59,8 +65,30 @@ class _SwiGLU(torch.autograd.Function):
         return grad * up * sig * (1 + gate * (1 - sig)), grad * silu
 
 
+class _Recomputed(torch.autograd.Function):
+    """``fn(x)`` for an elementwise ``fn`` that keeps only ``x`` and recomputes the rest backward."""
+
+    @staticmethod
+    def forward(ctx: Any, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        ctx.fn = fn
+        ctx.save_for_backward(x)
+        return fn(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            again = x.detach().requires_grad_()
+            (grad_x,) = torch.autograd.grad(ctx.fn(again), again, grad)
+        return None, grad_x
+
+
 def _norm_forward(mod: nn.Module, eps: float) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda x: _RMSNorm.apply(x, mod.weight, eps)
+
+
+def _gate_forward(mod: nn.Module, gate: Callable[..., torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda x: _Recomputed.apply(lambda y: gate(mod, y), x)
 
 
 def _mlp_forward(mod: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -68,11 +96,17 @@ def _mlp_forward(mod: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def fuse_like_megatron(model: nn.Module) -> tuple[list[str], Callable[[], None]]:
-    """Give ``model``'s RMSNorms and SwiGLU MLPs Megatron-core's fused kernels (module docstring):
-    what was fused, and a function that puts the modules' own forwards back."""
+    """Give ``model``'s RMSNorms, SwiGLU MLPs and experts' gates the fused kernels of Megatron-core
+    (module docstring): what was fused, and a function that puts the modules' own forwards back."""
     changed: list[nn.Module] = []
-    norms = mlps = 0
+    norms = mlps = gates = 0
     for mod in model.modules():
+        gate = getattr(type(mod), "_apply_gate", None)
+        if callable(gate) and "_apply_gate" not in vars(mod):  # transformers' experts (use_experts_implementation)
+            mod._apply_gate = _gate_forward(mod, gate)
+            changed.append(mod)
+            gates += 1
+            continue
         eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
         weight = getattr(mod, "weight", None)
         if type(mod).__name__.endswith("RMSNorm") and isinstance(weight, nn.Parameter) and isinstance(eps, float):
@@ -87,7 +121,8 @@ def fuse_like_megatron(model: nn.Module) -> tuple[list[str], Callable[[], None]]
 
     def undo() -> None:
         for m in changed:
-            del m.forward
+            vars(m).pop("forward", None)
+            vars(m).pop("_apply_gate", None)
 
-    what = [f"{n} {kind}" for n, kind in ((norms, "RMSNorms"), (mlps, "SwiGLU MLPs")) if n]
+    what = [f"{n} {kind}" for n, kind in ((norms, "RMSNorms"), (mlps, "SwiGLU MLPs"), (gates, "experts' gates")) if n]
     return what, undo
