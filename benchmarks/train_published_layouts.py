@@ -172,6 +172,27 @@ def loss_of_row(r: dict[str, Any]) -> str:
     return "fused" if "llm-foundry" in framework or "tinyllama" in r["model"] else "fp32"
 
 
+def attention_of_row(r: dict[str, Any]) -> str:
+    """The fused attention kernel the row's stack ran (--attention): every stack here runs one, where the
+    Hugging Face code of some models (gpt-oss) writes out the scores. Transformer Engine's (cuDNN's fused
+    attention) under Megatron-core and NeMo, and where NeMo AutoModel's backend sets attn: te (its Qwen3
+    and gpt-oss-120b configs); FlashAttention-2's class elsewhere: torchtitan before PyTorch 2.9 (SDPA's
+    flash back end; the releases since prefer cuDNN on Hopper), llm-foundry's and fms-fsdp's flash-attn
+    and SDPA of 2023-2024, AutoModel's FlexAttention (attn: flex, the gpt-oss-20b config)."""
+    framework = str(r.get("framework") or "").lower()
+    if framework_of(r) == "megatron" or ("automodel" in framework and "FlexAttn" not in str(r.get("quote") or "")):
+        return "cudnn"
+    return "flash2"
+
+
+def fused_kernels_of(r: dict[str, Any]) -> bool:
+    """Whether the row's stack runs fused norms and gated activations (--fused-kernels): NeMo AutoModel
+    where its kernels column names TE (BackendConfig rms_norm: te, and its experts' activations compiled,
+    nemo_automodel/components/moe/experts.py); Megatron-core implies them on its own."""
+    framework = str(r.get("framework") or "").lower()
+    return "automodel" in framework and "| TE" in str(r.get("quote") or "")
+
+
 def tensor_parallel_extras(r: dict[str, Any]) -> dict[str, bool]:
     """How the row's framework runs tensor parallelism beyond the attention and MLP linears: torchtitan's
     plan always shards the norms by sequence (SequenceParallel) and the embedding and head by vocabulary
@@ -254,8 +275,9 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     kept = not before and (m > 1 or pp > 1)  # gradients accumulate over the micro-batches
     mode = "full" if ac.startswith("full") else "selective" if ac in PER_OP and not before else None
     t = Training(train=True, optimizer="adamw", ac=mode, grads="zero" if kept else "none",
-                 loss="fp32" if before else loss_of_row(r))
-    w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed")
+                 loss="fp32" if before else loss_of_row(r), fused_kernels=not before and fused_kernels_of(r))
+    w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed",
+                 attention=None if before else attention_of_row(r))
     acc = get(r["gpu"])
     trace, _ = trace_step(w, t, p, **({} if before else {"cuda_sm": sm_of(acc)}))  # CUDA's attention kernel
     # the context-parallel ranks hold the same weights: states shard over data x context ranks
