@@ -95,7 +95,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
             notes.append(f"sequence parallel: norms and residuals between the blocks hold 1/{p.tensor} of the "
                          "sequence; each split linear's input gathered, its output reduce-scattered")
     unfuse: Any = lambda: None  # noqa: E731
-    if p.framework == "megatron" or (t.fused_kernels and t.train):
+    if p.framework == "megatron" or t.fused_kernels:  # (a Training with fused_kernels is a training step)
         fused, unfuse = fuse_like_megatron(m)
         whose = "Megatron-core's" if p.framework == "megatron" else "--fused-kernels:"
         if fused:
@@ -106,7 +106,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         notes.append("activation checkpointing: " + what)
     attention, unattend = setups.use_attention(m, w.attention)
     notes += [attention] if attention else []
-    fuse = _always if w.attention not in (None, "eager", "sdpa") else _cuda_fuses(cuda_sm)
+    fuse = _always if setups.fuses_attention(w.attention) else _cuda_fuses(cuda_sm)
     try:
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero",
@@ -237,10 +237,10 @@ def trace_forward(w: Workload, t: Training = Training(), device: str = "cpu") ->
     work = prepare(w.model, w.inputs, dtype=w.precision, weights=w.weights, trust_remote_code=w.trust_remote_code)
     work = work.at_batch(w.batch) if w.batch else work
     attention, unattend = setups.use_attention(work.model, w.attention)
-    step = StepOptions(fuse_attention=_always) if w.attention not in (None, "eager", "sdpa") else None
+    step = StepOptions(fuse_attention=_always) if setups.fuses_attention(w.attention) else None
     try:
         trace = _trace(work, train=t.train, backward=t.train, device=device, tensors=w.tensors, reuse=w.reuse,
-                       **({"step": step} if step else {}))
+                       step=step)
     finally:
         unattend()
     return trace, [*work.built.notes, *([attention] if attention else []), *trace.notes]

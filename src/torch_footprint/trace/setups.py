@@ -172,6 +172,12 @@ def _checkpointed(forward: Callable[..., Any], selective: bool, *args: Any, **kw
 FUSED_ATTENTION = "footprint_fused"  # the name the fused kernel is registered under in transformers
 
 
+def fuses_attention(kind: str | None) -> bool:
+    """Whether ``--attention kind`` runs every attention layer as one fused kernel (``fused`` or a
+    kernel named), rather than transformers' own path or the model's choice."""
+    return kind is not None and kind not in ("eager", "sdpa")
+
+
 def use_attention(model: nn.Module, kind: str | None) -> tuple[str | None, Callable[[], None]]:
     """Run a Hugging Face model's attention as ``kind`` says (transformers' ``attn_implementation``):
     what was done (None: nothing asked) and a function that puts the model's own back.
@@ -191,7 +197,7 @@ def use_attention(model: nn.Module, kind: str | None) -> tuple[str | None, Calla
         raise FootprintError(f"--attention {kind} sets a Hugging Face model's attention implementation: this model "
                              "is not one (its attention runs as its code says)")
     before = config._attn_implementation
-    fused = kind not in ("eager", "sdpa")
+    fused = fuses_attention(kind)
     name = FUSED_ATTENTION if fused else kind
     if fused:
         _register_fused()
