@@ -19,6 +19,7 @@ from ..hardware import Accelerator, find, load
 from ..hardware.networks import network_for
 from ..quantities import parse_seconds
 from ..settings import Parallel, Target, Training, Workload
+from ..settings.training import FSDP_STRATEGIES
 from ..trace import Trace
 from .allocator import SOURCES as EXTRAS_SOURCES
 from .allocator import models_extras
@@ -267,7 +268,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
 
     def with_comm(tr: Trace, acc: Accelerator, pred: Prediction) -> StepTime | None:
         """One rank's training step with its communication (None: one rank, or no link figure)."""
-        if not t.train or (gpus == 1 and m == 1):
+        if not t.train or (gpus == 1 and m == 1 and p.sharding not in FSDP_STRATEGIES):
             return None
         step = layout_step(tr, acc, pred, p, net)
         if step is None:

@@ -8,8 +8,8 @@ it with torch's own machinery for the strategy, and runs the training step of
 
     ddp    torch.nn.parallel.DistributedDataParallel
     zero1  DistributedDataParallel + torch.distributed.optim.ZeroRedundancyOptimizer
-    zero2  torch.distributed.fsdp.fully_shard(reshard_after_forward=False) on every unit and the root
-    zero3  fully_shard (FSDP2) on every unit, then on the root
+    zero2  torch.distributed.fsdp.fully_shard(reshard_after_forward=False) on every unit, then on the root
+    zero3  fully_shard (FSDP2) on every unit, then on the root (with its default: kept gathered into the backward)
     fsdp
     tp     torch.distributed.tensor.parallel.parallelize_module with ColwiseParallel and
            RowwiseParallel on the linears of :func:`torch_footprint.estimate.layouts.tensor_parallel.tp_plan`
@@ -72,7 +72,7 @@ def _wrap(model: nn.Module, strategy: str, world: int, factory: Any, device: str
         mods = dict(model.named_modules())
         for path in fsdp_units(modules_of(model)):
             fully_shard(mods[path], mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh)  # the root as fully_shard's default keeps it: gathered into the backward
         return model, factory(list(model.parameters()))
     if strategy == "tp":
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module

@@ -31,6 +31,17 @@ def _right_transposed(func: Any, args: Any) -> bool:
     return isinstance(b, torch.Tensor) and b.dim() == 2 and b.stride(0) == 1 and b.shape[1] > 1
 
 
+def mutated(func: Any, args: Any, kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors an operator writes in place: its schema's arguments marked ``Tensor(a!)``
+    (``_foreach_mul_``'s ``self``: the whole list)."""
+    out: list[torch.Tensor] = []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            value = args[i] if i < len(args) else kwargs.get(a.name)
+            out += tensors_in(value)
+    return out
+
+
 def span_bytes(t: torch.Tensor) -> int:
     """Bytes a kernel touches for ``t``: its elements, or fewer where strides repeat (expand)."""
     n = t.numel()
@@ -164,6 +175,8 @@ class Recorder(TorchDispatchMode):
                         if w is not None and w not in weights:
                             weights.append(w)
             written = sum(span_bytes(t) for t in outs)
+            if not outs and func._schema.is_mutable:  # an in-place foreach op returns nothing: it wrote its lists
+                written = sum(span_bytes(t) for t in mutated(func, args, kwargs))
         allocs = []
         for t in outs:
             new = self.watch(t)

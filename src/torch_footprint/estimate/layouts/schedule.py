@@ -35,13 +35,16 @@ from ...hardware.db import Accelerator
 from ...hardware.networks import Network
 from ...settings import Parallel
 from ...trace import Trace
+from ..kernels import constants as fitted
+from ..kernels.bandwidth import transfer_s
 from ..kernels.prediction import Prediction
 from ..kernels.roofline import estimate_latency
 from .comm import Collective, Link, StepTime, activation_bytes, link_of, step_time
-from .cp_ep import context_parallel, expert_parallel
+from .cp_ep import context_parallel, expert_parallel, experts_away
 from .memo import once
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
 from .ranks import RankPrediction, phase_times
+from .sharding import fsdp_copy_bytes
 
 FSDP = ("zero2", "zero3", "fsdp")
 
@@ -345,6 +348,10 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
         return None
     reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
     step = _data_step(trace, pred, p, strategy, shard, replicas, link, tp_link, rep_link, reduce, acc, network)
+    if step is not None and strategy in FSDP and p.pp == 1:  # its copy kernels, each micro-batch
+        away = experts_away(trace) if p.ep > 1 else 0.0
+        copies = fsdp_copy_bytes(trace, strategy, shard, p.fsdp_param_dtype, reduce, away)
+        step.compute_s["FSDP copies"] = p.grad_accum * transfer_s(acc, copies, fitted.current())
     if step is not None and (p.cp > 1 or p.ep > 1):
         add_cp_ep(step, trace, pred, p, acc, network)
     return step
