@@ -285,50 +285,62 @@ def llm_train(dev: str, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
 
 
 def attention(dev: str, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
+    tokens, hidden = (256, 128) if smoke else (16384, 2048)
+    cases = [(tokens // seq, hidden // head_dim, head_dim, seq, causal) for head_dim in (64, 128)
+             for seq in ((64, 128) if smoke else (512, 1024, 2048, 4096, 8192, 16384)) for causal in (False, True)]
+    return attention_cases(dev, timer, cases)
+
+
+def attention_long(dev: str, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
+    """One sequence of 32k to 128k tokens, Llama-3-8B's 32 heads of 128 (as long-context training runs it)."""
+    seqs = (256, 512) if smoke else (32768, 65536, 131072)
+    return attention_cases(dev, timer, [(1, 4 if smoke else 32, 32 if smoke else 128, seq, True) for seq in seqs]
+                           + [(1, 4 if smoke else 32, 32 if smoke else 128, seqs[0], False)])
+
+
+def attention_cases(dev: str, timer: Timer, cases: list[tuple[int, int, int, int, bool]]) -> list[dict[str, Any]]:
+    """SDPA forward and forward+backward for each (batch, heads, head_dim, seq, causal), the flash
+    back end forced and PyTorch's own choice."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     F = torch.nn.functional
     dtype = torch.bfloat16 if dev.startswith("cuda") else torch.float32
-    tokens, hidden = (256, 128) if smoke else (16384, 2048)
     out = []
-    for head_dim in (64, 128):
-        for seq in (64, 128) if smoke else (512, 1024, 2048, 4096, 8192, 16384):
-            for causal in (False, True):
-                b, h = tokens // seq, hidden // head_dim
-                q, k, v = (torch.randn(b, h, seq, head_dim, device=dev, dtype=dtype, requires_grad=True)
-                           for _ in range(3))
-                g = torch.randn(b, h, seq, head_dim, device=dev, dtype=dtype)
-                for backend in ("flash", "default"):
-                    def fwd(q: torch.Tensor = q, k: torch.Tensor = k, v: torch.Tensor = v, c: bool = causal) -> Any:
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=c)
+    for b, h, head_dim, seq, causal in cases:
+        q, k, v = (torch.randn(b, h, seq, head_dim, device=dev, dtype=dtype, requires_grad=True)
+                   for _ in range(3))
+        g = torch.randn(b, h, seq, head_dim, device=dev, dtype=dtype)
+        for backend in ("flash", "default"):
+            def fwd(q: torch.Tensor = q, k: torch.Tensor = k, v: torch.Tensor = v, c: bool = causal) -> Any:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=c)
 
-                    def fwd_bwd(g: torch.Tensor = g, fwd: Callable[[], Any] = fwd, qkv: tuple = (q, k, v)) -> None:
-                        for t in qkv:  # new gradients each time: no accumulation kernels in the timing
-                            t.grad = None
-                        fwd().backward(g)
+            def fwd_bwd(g: torch.Tensor = g, fwd: Callable[[], Any] = fwd, qkv: tuple = (q, k, v)) -> None:
+                for t in qkv:  # new gradients each time: no accumulation kernels in the timing
+                    t.grad = None
+                fwd().backward(g)
 
-                    def ctx(backend: str = backend) -> Any:  # a fresh context manager for each use
-                        forced = backend == "flash" and dev.startswith("cuda")
-                        return sdpa_kernel([SDPBackend.FLASH_ATTENTION]) if forced else contextlib.nullcontext()
+            def ctx(backend: str = backend) -> Any:  # a fresh context manager for each use
+                forced = backend == "flash" and dev.startswith("cuda")
+                return sdpa_kernel([SDPBackend.FLASH_ATTENTION]) if forced else contextlib.nullcontext()
 
-                    try:
-                        with ctx(), torch.no_grad():
-                            tf = timer(fwd, warmup=2, reps=10, max_s=0.5)
-                        with ctx():
-                            tb = timer(fwd_bwd, warmup=2, reps=10, max_s=0.5)
-                    except RuntimeError as e:
-                        out.append({"head_dim": head_dim, "seq": seq, "causal": causal, "backend": backend,
-                                    "error": str(e)[:200]})
-                        continue
-                    flops = 4 * b * h * seq * seq * head_dim / (2 if causal else 1)
-                    out.append({"batch": b, "heads": h, "head_dim": head_dim, "seq": seq, "causal": causal,
-                                "backend": backend, "dtype": str(dtype), "fwd_s": tf["median_s"],
-                                "fwd_bwd_s": tb["median_s"], "fwd_tflops": flops / tf["median_s"] / 1e12,
-                                "bwd_tflops": 2.5 * flops / (tb["median_s"] - tf["median_s"]) / 1e12})
-                    print(f"attention d={head_dim} s={seq:5d} causal={causal!s:5s} {backend:7s} fwd "
-                          f"{out[-1]['fwd_tflops']:6.1f} TFLOP/s bwd {out[-1]['bwd_tflops']:6.1f}", flush=True)
-                del q, k, v, g
-                free(dev)
+            try:
+                with ctx(), torch.no_grad():
+                    tf = timer(fwd, warmup=2, reps=10, max_s=0.5)
+                with ctx():
+                    tb = timer(fwd_bwd, warmup=2, reps=10, max_s=0.5)
+            except RuntimeError as e:
+                out.append({"head_dim": head_dim, "seq": seq, "causal": causal, "backend": backend,
+                            "error": str(e)[:200]})
+                continue
+            flops = 4 * b * h * seq * seq * head_dim / (2 if causal else 1)
+            out.append({"batch": b, "heads": h, "head_dim": head_dim, "seq": seq, "causal": causal,
+                        "backend": backend, "dtype": str(dtype), "fwd_s": tf["median_s"],
+                        "fwd_bwd_s": tb["median_s"], "fwd_tflops": flops / tf["median_s"] / 1e12,
+                        "bwd_tflops": 2.5 * flops / (tb["median_s"] - tf["median_s"]) / 1e12})
+            print(f"attention d={head_dim} s={seq:5d} causal={causal!s:5s} {backend:7s} fwd "
+                  f"{out[-1]['fwd_tflops']:6.1f} TFLOP/s bwd {out[-1]['bwd_tflops']:6.1f}", flush=True)
+        del q, k, v, g
+        free(dev)
     return out
 
 
@@ -431,7 +443,7 @@ def compiled(dev: str, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
 
 SECTIONS: dict[str, Callable[[str, Timer, bool], list[dict[str, Any]]]] = {
     "train": train, "infer": infer, "attention": attention, "gemm": gemm, "llm_train": llm_train,
-    "memory": memory_ops, "compile": compiled}
+    "memory": memory_ops, "compile": compiled, "attention_long": attention_long}
 
 
 def environment(dev: str) -> dict[str, Any]:

@@ -51,7 +51,7 @@ def measured(paths: list[str]) -> dict[str, list[dict[str, Any]]]:
                 data["gemm"].append({"gpu": acc.id, "library": "cublasLt" if r["op"] == "scaled_mm" else "cublas",
                                      "dtype": DTYPES[r["dtype"]], "m": r["m"], "n": r["n"], "k": r["k"],
                                      "time_us": r["median_s"] * 1e6, "source": src})
-        for r in doc["sections"].get("attention", []):
+        for r in doc["sections"].get("attention", []) + doc["sections"].get("attention_long", []):
             if "fwd_s" not in r:
                 continue
             # the flash back end is FlashAttention-2; PyTorch's own choice is the kernel predict prices
