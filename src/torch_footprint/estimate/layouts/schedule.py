@@ -255,10 +255,16 @@ def _rank_figures(trace: Trace, peak: MemoryPeak, pp: int, vpp: int) -> tuple[An
     above = _transients_above(trace, highs, sm, acts)
     # a stage boundary's activation: what each receive (:func:`receive_buffers`) holds
     boundary = activation_bytes(trace, f"{sm.blocks}.{sm.per_chunk - 1}")
-    # the last stage keeps each micro-batch's output (the logits) until that micro-batch's backward:
-    # GPipe all m of them at once, 1F1B one (the transient counts one)
+    # the last stage keeps each micro-batch's output (the logits) and what its loss saved for the
+    # backward (the log-probabilities) until that micro-batch's backward: GPipe all m of them at
+    # once, 1F1B one (the transient counts one)
     outputs = set(trace.tags.get("output", []))
     out_bytes = sum(n for e in trace.events if e.phase == "forward" for uid, n in e.allocs if uid in outputs)
+    loss = [i for i, e in enumerate(trace.events) if e.phase == "loss"]
+    if loss:
+        freed = {f.storage: f.after for f in trace.frees}
+        out_bytes += sum(n for i in loss for uid, n in trace.events[i].allocs
+                         if freed.get(uid, len(trace.events)) > loss[-1])
     return sm, acts, params, total, grads, opt, above, boundary, out_bytes
 
 
