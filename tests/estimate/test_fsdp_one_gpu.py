@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -26,10 +27,20 @@ LLAMA3_8B = ROOT / "benchmarks" / "configs" / "meta-llama--Meta-Llama-3-8B" / "c
 GIB = 2**30
 
 
+def _recorded(model: torch.nn.Module, run: Any) -> Recorder:
+    """``run()`` under a recorder; the module stack's global hooks removed after it."""
+    stack = ModuleStack(model)
+    try:
+        with Recorder(stack) as rec:
+            run()
+    finally:
+        stack.remove()
+    return rec
+
+
 def test_an_in_place_foreach_op_writes_every_tensor_of_its_list():
     a, b = torch.zeros(100), torch.zeros(28, dtype=torch.float64)
-    with Recorder(ModuleStack(torch.nn.Identity())) as rec:
-        torch._foreach_mul_([a, b], 2.0)
+    rec = _recorded(torch.nn.Identity(), lambda: torch._foreach_mul_([a, b], 2.0))
     (e,) = [e for e in rec.events if "_foreach_mul_" in e.op]
     assert (e.bytes_read, e.bytes_written) == (400 + 224, 400 + 224)  # returns nothing, writes both
 
@@ -40,8 +51,7 @@ def _adamw_foreach_bytes_per_param() -> float:
     model(torch.randn(4, 64)).sum().backward()
     opt.step()  # the states exist: the step below is a steady one
     model(torch.randn(4, 64)).sum().backward()
-    with Recorder(ModuleStack(model)) as rec:
-        opt.step()
+    rec = _recorded(model, opt.step)
     numel = sum(p.numel() for p in model.parameters())
     # the step counters (one fp32 scalar per parameter, on the host) are not the per-element passes
     return sum(e.bytes_read + e.bytes_written for e in rec.events
