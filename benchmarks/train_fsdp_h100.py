@@ -23,6 +23,8 @@ config's layer count cut the same way. Compared:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import statistics
 import tempfile
@@ -53,26 +55,15 @@ def predict(case: dict[str, Any], tmp: Path) -> dict[str, float]:
         argv += ["--fsdp-param-dtype", "bf16", "--fsdp-reduce-dtype", "fp32"]
     if case["checkpointing"]:
         argv += ["--ac", "full"]
-    import contextlib
-    import io
-
     with contextlib.redirect_stdout(io.StringIO()):
         rc = footprint(["fit", *argv])
     if rc:
         raise SystemExit(f"footprint fit {' '.join(argv)} exited {rc}")
     fit = json.loads(out.read_text())
     states = fit["model_states_per_rank"]
-    row = fit["rows"][0]
     return {"peak": fit["peak_per_rank"]["peak_bytes"],
             "states": states["weights"] + states["gradients"] + states["optimizer"],
-            "step_s": latency_of(row)}
-
-
-def latency_of(fit: dict[str, Any]) -> float:
-    for key in ("latency_s", "time_s", "step_s"):
-        if key in fit:
-            return float(fit[key])
-    raise SystemExit(f"no latency in footprint fit's JSON: keys {sorted(fit)}")
+            "step_s": fit["rows"][0]["latency_s"]}
 
 
 def label(case: dict[str, Any]) -> str:
@@ -96,8 +87,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             p = predict(case, Path(tmp))
-            m = {"peak": case["max_allocated"], "states": case["allocated_steady"] - case["allocated_before"]
-                 + weights_of(case), "step_s": case["median_s"]}
+            # allocated after a step: weights, gradients and optimizer state
+            m = {"peak": case["max_allocated"], "states": case["allocated_steady"], "step_s": case["median_s"]}
             key = (case["config"], case["batch"], case["seq"], case["wrap"], case["checkpointing"],
                    case.get("optimizer", "adamw-foreach"), case["layers"])
             rows[key] = (m, p)
@@ -128,11 +119,6 @@ def main() -> None:
         if errs:
             print(f"{what}: median |error| {100 * statistics.median(errs):.1f}%, worst {100 * max(errs):.1f}% "
                   f"over {len(errs)}")
-
-
-def weights_of(case: dict[str, Any]) -> int:
-    """The fp32 weights: allocated before the optimizer existed (``allocated_before``)."""
-    return case["allocated_before"]
 
 
 if __name__ == "__main__":

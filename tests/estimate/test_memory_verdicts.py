@@ -14,7 +14,8 @@ import pytest
 from torch_footprint import api
 from torch_footprint.analysis.memory import replay
 from torch_footprint.estimate.allocator import NCCL_PER_COMMUNICATOR, communicators
-from torch_footprint.estimate.layouts.sharding import fsdp_moments, master_scale, rank_peak
+from torch_footprint.estimate.kernels.roofline import master_scale
+from torch_footprint.estimate.layouts.sharding import fsdp_moments, rank_peak
 from torch_footprint.estimate.workload import trace_step
 from torch_footprint.settings import Parallel, Training, Workload
 

@@ -123,7 +123,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None)
     if megatron is not None and t.train:  # the states Megatron keeps beside the traced ones (sharding.state_scales)
         trace.settings["megatron_scales"] = megatron_scales(megatron.itemsize, optimizer_moments(t.optimizer))
-    if low is not None:  # the sharded states are the wider dtype's (sharding.master_scale)
+    if low is not None:  # the sharded states are the wider dtype's (roofline.master_scale)
         trace.settings["fsdp_compute_dtype"] = name_of(low)
         trace.settings["fsdp_state_scale"] = param_dtype.itemsize / low.itemsize
         reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told

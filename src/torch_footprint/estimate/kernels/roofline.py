@@ -206,13 +206,13 @@ def fp8_casts(trace: Trace, recipe: str) -> dict[int, int]:
     return out
 
 
-def master_width(trace: Trace) -> float:
-    """How much wider than the traced parameters are those the optimizer steps: under FSDP2's
-    MixedPrecisionPolicy the trace runs in param_dtype (bf16) while each rank's shard, its
-    gradient and the optimizer state stay in the parameters' own dtype (fp32: 2), so the
-    optimizer's kernels move twice the traced bytes. Measured on an H100 (FSDP2 on one rank,
-    Llama-3-8B cut to 2 and 4 layers, AdamW foreach): 29 ns per parameter, about 87 bytes of
-    fp32 traffic, as its ten passes over fp32 tensors move."""
+def master_scale(trace: Trace) -> float:
+    """How much wider each rank's sharded parameters, gradients and optimizer state are than the
+    traced ones: under FSDP2's MixedPrecisionPolicy the trace runs in param_dtype (bf16) while
+    the shards stay in the parameters' own dtype (fp32: 2; 1 otherwise). The optimizer steps
+    those, so its kernels move that many times the traced bytes; measured on an H100 (FSDP2 on
+    one rank, Llama-3-8B cut to 2 and 4 layers, AdamW foreach): 29 ns per parameter, about 87
+    bytes of fp32 traffic, as its ten passes over fp32 tensors move."""
     return float(trace.settings.get("fsdp_state_scale", 1.0))
 
 
@@ -270,7 +270,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     uses: dict[tuple[Any, ...], float] = {}  # problem_use by problem and dtype: layers repeat their shapes
     attention = trace.settings.get("attention_kernel")  # a fused attention kernel the user named
     casts = fp8_casts(trace, fp8) if fp8 and fp8 != "none" else {}
-    wider = master_width(trace)
+    wider = master_scale(trace)
     for i, (e, dkey) in enumerate(zip(trace.events, _rate_keys(trace), strict=True)):
         nbytes = heads.get(i, e.bytes_read + e.bytes_written) if i not in folded else 0
         if e.phase == "optimizer":  # it steps the wider master copies, not the traced ones

@@ -38,8 +38,10 @@ from torch import nn
 
 from ...analysis.memory import MemoryPeak, Moment, replay
 from ...errors import FootprintError
+from ...settings.training import FSDP_STRATEGIES
 from ...trace import Trace
 from ...trace.records import ModuleInfo
+from ..kernels.roofline import master_scale
 from .memo import once
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
@@ -90,13 +92,6 @@ class ModelStates:
     @property
     def total(self) -> int:
         return self.weights + self.gradients + self.optimizer + self.buffers + self.extra
-
-
-def master_scale(trace: Trace) -> float:
-    """How much wider each rank's sharded parameters, gradients and optimizer state are than the
-    traced ones: under FSDP2's MixedPrecisionPolicy the trace runs in param_dtype (bf16) while
-    the shards stay in the parameters' own dtype (fp32: 2; 1 otherwise)."""
-    return float(trace.settings.get("fsdp_state_scale", 1.0))
 
 
 KINDS = ("weights", "gradients", "optimizer state")
@@ -159,7 +154,7 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
     The result keeps ``highs`` (live bytes at every op) for :func:`~.recommend.largest_fitting_batch`."""
     scales = state_scales(trace)
     bucket_view = gradient_buffer(trace, bucket_view)
-    fsdp = strategy in ("zero2", "zero3", "fsdp")  # FSDP2 gathers into storage of its own on one rank too
+    fsdp = strategy in FSDP_STRATEGIES  # FSDP2 gathers into storage of its own on one rank too
     if n == 1 and set(scales.values()) == {1.0} and not fsdp:
         return replay(trace, keep_timeline=True, steady=steady)
     f = {k: v * scales[k] for k, v in shard_factors(strategy, n).items()}
