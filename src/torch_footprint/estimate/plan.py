@@ -42,11 +42,10 @@ from ..hardware.networks import Network, network_for
 from ..hardware.prices import Price, hourly_price
 from ..settings import Parallel, Plan, Target, Training, Workload
 from ..sources import prepare
-from .kernels.roofline import master_scale
 from .kernels.sdpa import sm_of
 from .layouts.cp_ep import experts_away
 from .layouts.pipeline import check_layout, repeated_blocks
-from .layouts.sharding import model_states
+from .layouts.sharding import master_scale, model_states
 from .layouts.tensor_parallel import check_tp
 from .price import LayoutPrice, TracedStep, price_layout
 from .workload import at_batch, layout_training, trace_key, trace_step
