@@ -7,9 +7,10 @@ Checks (issues 3, 4 and 5): the timer on CUDA (events, synchronised); the batch 
 recovers from a real CUDA out-of-memory and memory returns to its baseline afterwards;
 the predicted peak (footprint memory, for cuda) against max_memory_allocated, reset
 before each step, for inference and a training step with SGD and AdamW: target 5%;
-`footprint calibrate --device cuda`, then the roofline latency (calibrated ceilings, and
-the datasheet row with default efficiencies) against the measured latency for resnet18,
-resnet50, mobilenet_v2 and vit_b_16 at batch 1 and 16: target 20% (median).
+`footprint calibrate --device cuda`, then the latency (per-kernel model over the calibrated
+plateaus and host costs, and over the datasheet row) against the measured latency of twelve
+torchvision models at batch 1 and 16, the four the datasheet's host cost was read from
+reported apart: target 20% (median).
 """
 
 from __future__ import annotations
@@ -52,8 +53,21 @@ def memory_check(name: str, build: Any, inputs: dict[str, Any], spec: Any, train
             "error": (pred - measured) / measured if measured else None}
 
 
-def roofline_check() -> dict[str, Any]:
-    """Predicted against measured latency on this GPU (issue 4)."""
+# the models HOST_OP_S (estimate/kernels/roofline.py) was read from; the others were not looked at
+SEEN = ("resnet18", "resnet50", "mobilenet_v2", "vit_b_16")
+NOT_SEEN = ("efficientnet_b0", "convnext_tiny", "densenet121", "regnet_y_400mf", "shufflenet_v2_x1_0",
+            "swin_t", "mobilenet_v3_large", "resnext50_32x4d")
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def roofline_check(models: tuple[str, ...] = SEEN + NOT_SEEN) -> dict[str, Any]:
+    """Predicted against measured latency on this GPU: after `footprint calibrate --device cuda`
+    and from the datasheet row, both through the per-kernel model."""
     from dataclasses import replace
 
     from torch_footprint.estimate.kernels.roofline import estimate_latency as predict
@@ -62,30 +76,38 @@ def roofline_check() -> dict[str, Any]:
     from torch_footprint.measure.calibrate import calibrate
 
     cal = calibrate("cuda")
+    print(f"calibration: per operator {cal['op_overhead_us']:.1f} us, per view {cal['view_overhead_us']:.1f} us, "
+          f"tiny calls (us) {cal.get('tiny_call_us')}, matmul TFLOP/s {cal['matmul_tflops']}, "
+          f"copy {cal['copy_gbs']:.0f} GB/s", flush=True)
     row = find_local_gpu(all_rows())
     out: dict[str, Any] = {"calibration": cal, "row": row.id if row else None, "cases": []}
     if row is None:
         print(f"{torch.cuda.get_device_name()} is not in the database: datasheet prediction skipped")
     base = row or tfp.hardware.get("h100-sxm")
     calibrated = replace(base, calibrated=cal)
-    for name in ("resnet18", "resnet50", "mobilenet_v2", "vit_b_16"):
+    for name in models:
         for b in (1, 16):
             trace = tfp.profile(name, f"{b},3,224,224").trace
             pc = predict(trace, calibrated)
             pd = predict(trace, row) if row else None
             m = tfp.bench(name, f"{b},3,224,224", device="cuda", min_reps=50, min_time=1.0).points[0].stats.median
-            case = {"model": name, "batch": b, "measured_s": m, "calibrated_s": pc.time_s,
+            case = {"model": name, "batch": b, "seen": name in SEEN, "measured_s": m, "calibrated_s": pc.time_s,
                     "calibrated_error": pc.time_s / m - 1, "datasheet_s": pd.time_s if pd else None,
                     "datasheet_error": pd.time_s / m - 1 if pd else None, "lower_bound_s": pc.lower_bound_s}
             out["cases"].append(case)
-            print(f"{name:14s} b={b:3d} measured {m * 1e3:8.3f} ms  calibrated {pc.time_s * 1e3:8.3f} ms "
+            print(f"{name:18s} b={b:3d} measured {m * 1e3:8.3f} ms  calibrated {pc.time_s * 1e3:8.3f} ms "
                   f"({case['calibrated_error']:+.1%})" + (f"  datasheet {pd.time_s * 1e3:8.3f} ms "
                                                           f"({case['datasheet_error']:+.1%})" if pd else ""),
                   flush=True)
-    errs = sorted(abs(c["calibrated_error"]) for c in out["cases"])
-    out["median_abs_error_calibrated"] = errs[len(errs) // 2] if len(errs) % 2 else \
-        (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2
-    print(f"median |error| (calibrated): {out['median_abs_error_calibrated']:.1%}  [target 20%]")
+    for label, seen in (("seen", True), ("not seen", False)):
+        group = [c for c in out["cases"] if c["seen"] == seen]
+        for kind in ("calibrated", "datasheet"):
+            errs = [abs(c[f"{kind}_error"]) for c in group if c[f"{kind}_error"] is not None]
+            if errs:
+                out[f"median_abs_error_{kind}_{label.replace(' ', '_')}"] = med = _median(errs)
+                print(f"median |error| {kind:10s} {label:8s} {len(errs):2d} cases: {med:.1%}, worst "
+                      f"{max(errs):.1%}  [target 20%]")
+    out["median_abs_error_calibrated"] = _median([abs(c["calibrated_error"]) for c in out["cases"]])
     return out
 
 

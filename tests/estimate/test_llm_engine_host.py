@@ -54,7 +54,7 @@ def test_the_rules_on_a_calibrated_cpu() -> None:
     # 1,024 FLOPs at packed_matrix x 50 GFLOP/s
     p = replace(profile("transformers"), host={"step_ops": 38.0, "sequence_ops": 1.5, "request_ops": 8.0,
                                                "packed_matrix": 0.5})
-    cpu = replace(get("h100-sxm"), calibrated={"op_overhead_us": 10.0, "matmul_tflops": {"fp32": 0.05}})
+    cpu = replace(get("h100-sxm"), kind="cpu", calibrated={"op_overhead_us": 10.0, "matmul_tflops": {"fp32": 0.05}})
     h = EngineHost.of(p, cpu, pair_flops=1024)
     assert h is not None
     assert h.op_s == pytest.approx(10e-6) and h.step_ops == 38.0

@@ -202,3 +202,38 @@ def test_few_row_products_stream_at_their_layouts_and_rows_calibrated_rate() -> 
     [mm] = [o for o in predict(trace, cpu).ops if o.kind == "matrix"]
     assert [e.transposed for e in trace.events if e.kind == "matrix"] == [False]
     assert mm.memory_s == pytest.approx(mm.bytes / 8e9, rel=1e-9)
+
+
+def test_a_calibrated_gpu_keeps_the_per_kernel_mechanisms_over_its_measured_plateaus() -> None:
+    # An H100 row calibrated with made-up round figures. The measured plateaus replace the
+    # datasheet's (bf16 matmuls at 500 TFLOP/s, copies at 2,000 GB/s); the mechanisms stay, so
+    # a small GEMM is slower than the plateau, by the same factor either way. The host's probe
+    # (12 us an operator) and tiny calls are not priced on a GPU: every operator keeps the
+    # datasheet's host figure; on a CPU the probe is the figure.
+    from dataclasses import replace
+
+    import torch
+
+    from torch_footprint.estimate.kernels import constants
+    from torch_footprint.estimate.kernels.roofline import HOST_OP_S
+    from torch_footprint.hardware.catalog import get
+
+    h100 = get("h100-sxm")
+    cal = {"matmul_tflops": {"bf16": 500.0, "fp32": 0.05}, "copy_gbs": 2000.0, "op_overhead_us": 12.0,
+           "view_overhead_us": 2.0, "tiny_call_us": {"convolution": 30.0, "matmul": 10.0, "elementwise": 8.0}}
+    gemm = tfp.profile(nn.Linear(256, 256, bias=False).to(torch.bfloat16), torch.ones(256, 256, dtype=torch.bfloat16))
+    measured, datasheet = predict(gemm.trace, replace(h100, calibrated=cal)), predict(gemm.trace, h100)
+    assert measured.ceilings.model == "kernels" and measured.ceilings.matrix["bf16"] == 500e12
+    assert measured.ceilings.bandwidth == 2000e9
+    floor = constants.current().kernel_floor_s
+    mm_c, mm_d = _only(measured, "aten.mm.default"), _only(datasheet, "aten.mm.default")
+    plateau = 2 * 256**3 / 500e12
+    assert mm_c.compute_s - floor > 1.5 * plateau  # 4 tiles of 128 x 128 on 132 SMs: one thin wave
+    assert (mm_c.compute_s - floor) / (mm_d.compute_s - floor) == pytest.approx(
+        datasheet.ceilings.matrix["bf16"] / 500e12)
+    conv = tfp.profile(nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()), "1,3,16,16").trace
+    pred = predict(conv, replace(h100, calibrated=cal))
+    assert _only(pred, "aten.convolution.default").overhead_s == HOST_OP_S
+    assert _only(pred, "aten.relu.default").overhead_s == HOST_OP_S
+    on_cpu = predict(conv, replace(h100, kind="cpu", calibrated=cal))
+    assert _only(on_cpu, "aten.relu.default").overhead_s == pytest.approx(12e-6)

@@ -194,7 +194,9 @@ def render_calibration(cal: Any, console: Console) -> None:
         cells.append(["copy bandwidth, 4 MiB (cache)", f"{res['cache_copy_gbs']:.1f} GB/s"])
     if "matvec_gbs" in res:
         cells.append(["one-row product streaming a large matrix", f"{res['matvec_gbs']:.1f} GB/s"])
-    cells.append(["per-operator overhead (eager model)", f"{res['op_overhead_us']:.2f} us"])
+    priced = res.get("op_overhead_priced_us")  # a GPU's: the probe shown, not priced
+    gpu_note = f" (shown; priced at {priced:.0f} us)" if priced is not None else ""
+    cells.append(["per-operator overhead (eager model)", f"{res['op_overhead_us']:.2f} us{gpu_note}"])
     if "view_overhead_us" in res:
         cells.append(["per view (eager dispatch, no kernel)", f"{res['view_overhead_us']:.2f} us"])
     if "link" in res:

@@ -13,6 +13,10 @@ tensor of 1 x 16 x 8 x 8, no arithmetic to speak of) and keeps, per kind, what i
 beyond the mean of a tiny linear's and a tiny ReLU's (the calls the generic figure was
 measured on). A prediction adds that to every operator of the kind.
 
+On a GPU the same calls are timed too (``tiny_kinds(device)``) and kept in the calibration,
+but not priced: added to the probe they made twelve models' latency worse on an H100 host
+(roofline._calibrated_gpu).
+
 Pooling is slower than its arithmetic on a CPU: each output element walks its window with
 index arithmetic and (for max) a branch per element, far below the vector rate that an
 elementwise pass reaches. ``calibrate`` times a 3 x 3 stride-2 max and average pool on a
@@ -89,19 +93,21 @@ def pooling_calls() -> dict[str, tuple[Callable[[], object], int]]:
     return {"max": (lambda: F.max_pool2d(x, 3, 2, 1), window), "avg": (lambda: F.avg_pool2d(x, 3, 2, 1), window)}
 
 
-def tiny_kinds() -> dict[str, Callable[[], object]]:
-    """One tiny functional call per kind (made on the CPU, run under inference mode)."""
+def tiny_kinds(device: str = "cpu") -> dict[str, Callable[[], object]]:
+    """One tiny functional call per kind (its tensors made on ``device``, run under inference
+    mode). On a GPU the same calls measure each kind's host cost: a convolution's cuDNN plan
+    lookup, a batch norm's descriptors, beyond a launch."""
     import torch
     import torch.nn.functional as F  # noqa: N812
 
-    x = torch.randn(1, 16, 8, 8)
-    w3 = torch.randn(16, 16, 3, 3)
-    wd = torch.randn(16, 1, 3, 3)
-    a = torch.randn(1, 16)
-    lin = torch.randn(16, 16)
-    b = torch.randn(16)
-    ones = torch.ones(16)
-    rows = torch.randn(1, 8, 16)
+    x = torch.randn(1, 16, 8, 8, device=device)
+    w3 = torch.randn(16, 16, 3, 3, device=device)
+    wd = torch.randn(16, 1, 3, 3, device=device)
+    a = torch.randn(1, 16, device=device)
+    lin = torch.randn(16, 16, device=device)
+    b = torch.randn(16, device=device)
+    ones = torch.ones(16, device=device)
+    rows = torch.randn(1, 8, 16, device=device)
     return {
         "convolution": lambda: F.conv2d(x, w3, padding=1),
         "depthwise": lambda: F.conv2d(x, wd, padding=1, groups=16),

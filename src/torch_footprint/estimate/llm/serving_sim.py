@@ -37,7 +37,7 @@ from ...errors import FootprintError
 from ...hardware.db import Accelerator
 from ...hardware.engines import EngineProfile, profile
 from ...hardware.prices import hourly_price
-from ..kernels.roofline import HOST_OP_S
+from ..kernels.roofline import host_operator_s
 from .requests import parse_rates, stream, timed
 from .result import EngineCache
 from .simulate import Outcome, Sent, StepCost, Tricks, run, summary
@@ -105,13 +105,13 @@ class EngineHost:
 
     @classmethod
     def of(cls, p: EngineProfile, acc: Accelerator, pair_flops: float) -> EngineHost | None:
-        """``p``'s host rules on ``acc`` (its calibration's operator time and fp32 matrix rate
-        where ``footprint calibrate`` measured them); None where the profile states none."""
+        """``p``'s host rules on ``acc`` (its calibration's operator time on a CPU and fp32 matrix
+        rate where ``footprint calibrate`` measured them); None where the profile states none."""
         h = p.host
         if not h and p.attention != "packed":
             return None
         cal = acc.calibrated or {}
-        op_s = cal["op_overhead_us"] * 1e-6 if cal.get("op_overhead_us") else HOST_OP_S
+        op_s = host_operator_s(acc)
         matrix = ((cal.get("matmul_tflops") or {}).get("fp32") or acc.tflops.get("fp32") or 0.0) * 1e12
         share = h.get("packed_matrix", 0.0)
         pair_s = pair_flops / (share * matrix) if p.attention == "packed" and share and matrix else 0.0
