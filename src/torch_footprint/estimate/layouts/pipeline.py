@@ -142,7 +142,9 @@ def _stage_map(trace: Trace, p: int, v: int) -> StageMap:
         return int(head) // per if head.isdigit() else None
 
     last = chunks - 1
-    own = [block_chunk(e.module) if e.phase in ("forward", "backward") else None for e in trace.events]
+    chunk_of: dict[str, int | None] = {}  # by module path: a model has far fewer than events
+    own = [(chunk_of[e.module] if e.module in chunk_of else chunk_of.setdefault(e.module, block_chunk(e.module)))
+           if e.phase in ("forward", "backward") else None for e in trace.events]
     span = {}
     for phase in ("forward", "backward"):
         idx = [i for i, e in enumerate(trace.events) if e.phase == phase and own[i] is not None]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import replace
+from itertools import accumulate
 from typing import Any
 
 from ...analysis.memory import MemoryPeak
@@ -59,10 +60,11 @@ def rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[
 def _rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[Any]]:
     p = sm.p
     times = [0.0] * p
+    rank_of = [sm.rank(c) for c in range(p * sm.v)]
     for o in pred.ops:
         c = sm.events[o.index] if o.index < len(sm.events) else -1
         if c >= 0:
-            times[sm.rank(c)] += o.time_s
+            times[rank_of[c]] += o.time_s
     params = [0] * p
     for q in trace.params:
         params[sm.rank(sm.chunk_of_module(q.module))] += q.nbytes
@@ -219,17 +221,15 @@ def _others_by_event(trace: Trace, sm: StageMap) -> tuple[list[int], list[int]]:
         gone = freed.get(uid, n)
         if end < gone < n:
             released[gone + 1] += next((b for e in trace.events[: end + 1] for u, b in e.allocs if u == uid), 0)
-    live = {k: 0 for k in change}
-    kept = 0
+    live = {k: list(accumulate(v)) for k, v in change.items()}  # live bytes by kind at each event
+    kept = list(accumulate(released))
+    saved, output = live["saved"], live["output"]
+    rank_of = [sm.rank(c) for c in range(sm.p * sm.v)]
     ranks, others = [-1] * n, [0] * n
-    for i, e in enumerate(trace.events):
-        for k in live:
-            live[k] += change[k][i]
-        kept += released[i]
-        c = sm.events[i] if i < len(sm.events) else -1
+    for i, (c, e) in enumerate(zip(sm.events, trace.events)):
         if c >= 0 and e.phase != "optimizer":
-            r = ranks[i] = sm.rank(c)
-            others[i] = live["saved"] - live[r] + (live["output"] if r != last else -kept)
+            r = ranks[i] = rank_of[c]
+            others[i] = saved[i] - live[r][i] + (output[i] if r != last else -kept[i])
     return ranks, others
 
 
