@@ -95,3 +95,27 @@ def test_the_optimizer_steps_the_fp32_shards_and_fsdp_copies_its_parameters(llam
     blocks = sum(p.numel for p in trace.params if ".layers." in p.module)
     expected = blocks * 2 * 10 + (numel - blocks) * 10 + numel * 6
     assert fsdp_copy_bytes(trace, "fsdp", 1, "bf16", "fp32") == pytest.approx(expected, rel=1e-6)
+
+
+def test_each_pipeline_rank_copies_its_own_stages_parameters(llama_two_blocks):
+    # FSDP2 under two pipeline ranks, one block each, two micro-batches: each rank's copy kernels
+    # move its own parameters' bytes, per micro-batch (it gathers each micro-batch). Rank 0 holds
+    # block 0 and the embedding (outside every unit), rank 1 block 1, the final norm and the head;
+    # per parameter as above: a block's 2 x 10 + 6, the root's 10 + 6.
+    from torch_footprint.estimate.kernels import constants
+    from torch_footprint.estimate.kernels.bandwidth import transfer_s
+    from torch_footprint.estimate.layouts.schedule import layout_step
+
+    trace = llama_two_blocks
+    acc = get("h100-sxm")
+
+    def numel(*words: str) -> int:
+        return sum(p.numel for p in trace.params if any(w in p.module for w in words))
+
+    ranks = [numel(".layers.0.") * 26 + numel("embed_tokens") * 16,
+             numel(".layers.1.") * 26 + numel("model.norm", "lm_head") * 16]
+    p = Parallel(gpus=2, pp=2, grad_accum=2, strategy="fsdp", fsdp_param_dtype="bf16", fsdp_reduce_dtype="fp32")
+    step = layout_step(trace, acc, estimate_latency(trace, acc), p, None)
+    assert step is not None
+    assert step.compute_s["FSDP copies"] == pytest.approx(2 * transfer_s(acc, max(ranks), constants.current()),
+                                                          rel=1e-6)

@@ -354,9 +354,14 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
         return None
     reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
     step = _data_step(trace, pred, p, strategy, shard, replicas, link, tp_link, rep_link, reduce, acc, network)
-    if step is not None and strategy in FSDP and p.pp == 1:  # its copy kernels, each micro-batch
+    if step is not None and strategy in FSDP:  # its copy kernels, each micro-batch (as it gathers)
         away = experts_away(trace) if p.ep > 1 else 0.0
-        copies = fsdp_copy_bytes(trace, strategy, shard, p.fsdp_param_dtype, reduce, away)
+        if p.pp == 1:
+            mine = [trace]
+        else:  # each pipeline rank copies its own stages' parameters: the most-loaded rank's
+            sm = stage_map(trace, p.pp, p.vpp)
+            mine = [_rank_trace(trace, sm, r) for r in range(p.pp)]
+        copies = max(fsdp_copy_bytes(t, strategy, shard, p.fsdp_param_dtype, reduce, away) for t in mine)
         step.compute_s["FSDP copies"] = p.grad_accum * transfer_s(acc, copies, fitted.current())
     if step is not None and (p.cp > 1 or p.ep > 1):
         add_cp_ep(step, trace, pred, p, acc, network)
