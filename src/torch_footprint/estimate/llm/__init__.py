@@ -122,7 +122,7 @@ def _prepared(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simulat
         priced.sim = asked(s, sim, priced)
     dtype = activation_dtype(scheme)
     st = trace_serving(w.model, batch=1, prompt=prompt, dtype=dtype, trust_remote_code=w.trust_remote_code,
-                       on_step=progress, check_context=fit_lengths, reuse=w.reuse)
+                       on_step=progress, check_context=fit_lengths, reuse=w.reuse, attention=w.attention)
     if scheme is None:
         priced.weights = checkpoint_scheme(st.config)
     if priced.sim is not None:

@@ -45,7 +45,10 @@ from ...errors import FootprintError
 from ...sources import prepare
 from ...trace import trace_model
 from ...trace.records import OpEvent, Trace
+from ...trace.setups import fuses_attention, use_attention
+from ...trace.step import StepOptions
 from ...trace.tracer import REAL_FALLBACK_LIMIT, meta_specific
+from ..kernels.sdpa import ATTENTION_KERNELS
 from ..layouts.pipeline import EXPERT_COUNT_KEYS
 from .cache import CacheLayer, Latent, cache_layers, latents, storage_bytes
 from .experts import group_experts
@@ -311,7 +314,7 @@ class NoCache(FootprintError):
 
 
 def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta: list[dict[str, Any]],
-                 tensors: str, step: Callable[[str], None], reuse: bool = True
+                 tensors: str, step: Callable[[str], None], reuse: bool = True, options: StepOptions | None = None
                  ) -> tuple[Trace, tuple[Trace, Trace], Any, tuple[list[int], list[int]]]:
     """The prefill (no cache given: the model builds its own, as ``generate`` lets it, and
     returns it) and two decode steps with that cache; the cache's bytes after each decode step."""
@@ -338,7 +341,7 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
     hook = m.register_forward_hook(capture)
     try:
         step(f"tracing the prefill ({batch} x {prompt} tokens)")
-        pre = trace_model(m, make(prompt), name=name, inputs_meta=meta, tensors=tensors, reuse=reuse)
+        pre = trace_model(m, make(prompt), name=name, inputs_meta=meta, tensors=tensors, reuse=reuse, step=options)
         out = returned[-1] if returned else None
         cache = next((getattr(out, k) for k in CACHE_KWARGS if getattr(out, k, None) is not None), None)
         if cache is None or not hasattr(cache, "layers"):
@@ -347,9 +350,9 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
                           "return their cache (an encoder's language-model head does not; RecurrentGemma keeps its "
                           "state in its own modules)")
         step("tracing two decode steps")
-        d1 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors, reuse=reuse)
+        d1 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors, reuse=reuse, step=options)
         s1 = sizes()
-        d2 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors, reuse=reuse)
+        d2 = trace_model(m, make(1), name=name, inputs_meta=one, tensors=tensors, reuse=reuse, step=options)
         s2 = sizes()
     finally:
         hook.remove()
@@ -358,13 +361,16 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
 
 def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str | None = None,
                   trust_remote_code: bool = False, on_step: Callable[[str], None] | None = None,
-                  check_context: Callable[[int | None], int | None] | None = None, reuse: bool = True
-                  ) -> ServingTrace:
+                  check_context: Callable[[int | None], int | None] | None = None, reuse: bool = True,
+                  attention: str | None = None) -> ServingTrace:
     """Trace a prefill of ``batch`` x ``prompt`` tokens and two decode steps with the model's cache.
     ``check_context(max_context)`` runs once the model is built, before any trace (a prompt
     beyond learned position embeddings fails inside the model otherwise); where it returns a
     number, that is the prompt traced (a default length fitted to the model's maximum). ``reuse``:
-    repeated layers replay a traced one's operators and cache writes where provably equal."""
+    repeated layers replay a traced one's operators and cache writes where provably equal.
+    ``attention`` (``--attention``): the model's attention run as transformers'
+    ``attn_implementation`` says, or every layer as one fused kernel (a kernel named is priced
+    as that kernel: FlashAttention-2 or -3, cuDNN's), as engines run it."""
     if batch < 1 or prompt < 1:
         raise FootprintError(f"batch and prompt must be at least 1, got batch {batch}, prompt {prompt}")
     step = on_step or (lambda _msg: None)
@@ -381,11 +387,13 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     was_training = m.training
     m.eval()
     grouped = group_experts(m)
+    chosen, unattend = use_attention(m, attention)
+    options = StepOptions(fuse_attention=lambda _call: True) if fuses_attention(attention) else None
     try:
         with work.built.trace_context(), torch.no_grad():
             try:
                 pre, (d1, d2), cache, after = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "meta", step,
-                                                           reuse)
+                                                           reuse, options)
                 how = None
             except FootprintError as e:
                 params = sum(p.numel() * p.element_size() for p in m.parameters())
@@ -395,15 +403,19 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
                 # the forward reads tensor values (a padding mask it built of ones, a router): run it
                 how = f"{type(e.__cause__).__name__}: {str(e.__cause__).strip().splitlines()[0][:120]}"
                 pre, (d1, d2), cache, after = _trace_steps(m, kw, work.built.name, batch, prompt, meta, "real", step,
-                                                           reuse)
+                                                           reuse, options)
     except NoCache:
         raise
     except FootprintError as e:
         raise FootprintError(f"tracing {work.built.name} as a language model failed: {e}") from e
     finally:
+        unattend()
         m.train(was_training)
         for module in grouped:
             del module.forward
+    if attention in ATTENTION_KERNELS:  # read by kernels.matrix: the fused kernel named
+        for t in (pre, d1, d2):
+            t.settings["attention_kernel"] = attention
     if [e.op for e in d1.events] != [e.op for e in d2.events]:
         raise FootprintError(f"{work.built.name}: two decode steps ran different operators; the cache "
                              "line cannot be drawn (a model whose decode path changes with the length)")
@@ -412,7 +424,7 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     layers = cache_layers(cache, after, batch, prompt, latent, elem)
     with work.built.trace_context(), torch.no_grad():
         window_notes = _check_windows(m, kw, layers, batch, real=how is not None)
-    notes = [n for n in work.built.notes if not n.startswith("default input")]
+    notes = [n for n in work.built.notes if not n.startswith("default input")] + ([chosen] if chosen else [])
     if how is not None:
         notes.append(f"traced on real CPU tensors with random weights: on meta tensors the forward read a "
                      f"tensor's value ({how})")
