@@ -95,8 +95,14 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
             notes.append(f"sequence parallel: norms and residuals between the blocks hold 1/{p.tensor} of the "
                          "sequence; each split linear's input gathered, its output reduce-scattered")
     unfuse: Any = lambda: None  # noqa: E731
+    fused_paths: list[str] = []
     if p.framework == "megatron" or t.fused_kernels:  # (a Training with fused_kernels is a training step)
+        def patched() -> set[str]:
+            return {name for name, mod in m.named_modules() if "forward" in vars(mod) or "_apply_gate" in vars(mod)}
+
+        before = patched()
         fused, unfuse = fuse_like_megatron(m)
+        fused_paths = sorted(patched() - before)  # the modules now running fused kernels
         whose = "Megatron-core's" if p.framework == "megatron" else "--fused-kernels:"
         if fused:
             notes.append(f"{whose} fused kernels: " + ", ".join(fused) + " keep their inputs for the backward")
@@ -117,6 +123,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         unfuse()
     if w.attention in ATTENTION_KERNELS:  # read by kernels.matrix: the fused kernel named, not PyTorch's choice
         trace.settings["attention_kernel"] = w.attention
+    if fused_paths:  # read by kernels.roofline: each module's elementwise chains priced as one kernel
+        trace.settings["fused_modules"] = fused_paths
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep

@@ -39,7 +39,7 @@ fuse as they would in inference.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ...hardware.db import Accelerator
 from ...trace.records import OpEvent
@@ -50,10 +50,11 @@ FUSIBLE_KINDS = ("vector",)  # elementwise, normalisation, reductions, pooling (
 PASS_THROUGH_KINDS = ("view",)  # no kernel: a chain runs on through a reshape or a transpose
 
 
-def fused_chains(events: Sequence[OpEvent]) -> tuple[dict[int, int], set[int]]:
+def fused_chains(events: Sequence[OpEvent], kinds: tuple[str, ...] = FUSIBLE_KINDS
+                 ) -> tuple[dict[int, int], set[int]]:
     """The chains Inductor fuses: the bytes each chain's first operator moves for the whole
     chain (event index -> bytes), and the indices of the operators folded into it (no kernel
-    of their own)."""
+    of their own). ``kinds``: the kinds of operator a chain takes in."""
     heads: dict[int, int] = {}
     folded: set[int] = set()
     chain: list[int] = []
@@ -72,13 +73,38 @@ def fused_chains(events: Sequence[OpEvent]) -> tuple[dict[int, int], set[int]]:
         empty = e.kind == "data" and not (e.bytes_read or e.bytes_written)  # an allocation: no kernel
         if e.kind in PASS_THROUGH_KINDS or empty:
             continue
-        if e.kind in FUSIBLE_KINDS and (not chain or events[chain[-1]].phase == e.phase):
+        if e.kind in kinds and (not chain or events[chain[-1]].phase == e.phase):
             chain.append(i)
             continue
         close()
-        if e.kind in FUSIBLE_KINDS:
+        if e.kind in kinds:
             chain.append(i)
     close()
+    return heads, folded
+
+
+def module_chains(events: Sequence[OpEvent], modules: Collection[str]) -> tuple[dict[int, int], set[int]]:
+    """:func:`fused_chains` within each call of ``modules`` (its forward's operators, and its
+    backward's, as the trace attributes them): the kernels a fused module runs as one pass, as
+    Megatron-core's and Transformer Engine's RMSNorm and SwiGLU do (estimate/layouts/fused.py),
+    where every other operator keeps its own kernel. Inside such a module the dtype casts and
+    copies (``data`` operators: an RMSNorm's fp32 upcast and its cast back) are the kernel's own
+    loads and stores, so they join the chain too."""
+    heads: dict[int, int] = {}
+    folded: set[int] = set()
+    i, n = 0, len(events)
+    while i < n:
+        e = events[i]
+        if e.module not in modules:
+            i += 1
+            continue
+        j = i + 1
+        while j < n and events[j].module == e.module and events[j].phase == e.phase:
+            j += 1
+        h, f = fused_chains(events[i:j], (*FUSIBLE_KINDS, "data"))
+        heads.update({i + k: v for k, v in h.items()})
+        folded.update(i + k for k in f)
+        i = j
     return heads, folded
 
 

@@ -62,7 +62,7 @@ from ...trace.records import Trace
 from . import constants as fitted
 from .bandwidth import bandwidth_share
 from .cpu import downsamples, extra_costs, op_kind, window_kind
-from .fusion import compiled_layout, fused_chains, host_s
+from .fusion import compiled_layout, fused_chains, host_s, module_chains
 from .gpu import (
     LAYOUTS,
     batch_norm_layout_factor,
@@ -286,6 +286,11 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         layout = compiled_layout(acc, layout)
         notes.append(f"torch.compile: {len(heads)} fused kernels in place of {len(heads) + len(folded)} elementwise "
                      "and normalisation operators" + (", convolutions in channels-last" if layout == "nhwc" else ""))
+    elif trace.settings.get("fused_modules"):  # Megatron-core's or --fused-kernels' modules (layouts.fused)
+        heads, folded = module_chains(trace.events, set(trace.settings["fused_modules"]))
+        if heads:
+            notes.append(f"fused kernels: {len(heads)} in place of {len(heads) + len(folded)} elementwise and "
+                         "normalisation operators of the fused norms and activations")
     missing: set[str] = set()
     ops: list[OpTime] = []
     flops_by_dtype: dict[str, int] = {}

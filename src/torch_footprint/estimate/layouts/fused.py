@@ -126,3 +126,4 @@ def fuse_like_megatron(model: nn.Module) -> tuple[list[str], Callable[[], None]]
 
     what = [f"{n} {kind}" for n, kind in ((norms, "RMSNorms"), (mlps, "SwiGLU MLPs"), (gates, "experts' gates")) if n]
     return what, undo
+
