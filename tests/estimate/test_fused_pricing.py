@@ -24,12 +24,14 @@ def _op(op: str, module: str, kind: str, read: int, written: int, phase: str = "
 def test_a_fused_modules_casts_and_elementwise_run_as_one_pass() -> None:
     # an RMSNorm's forward on N bf16 values: the upcast (reads 2N, writes 4N), the scaling (4N in,
     # 4N out), the cast back (4N in, 2N out): one kernel reading 2N and writing 2N. The same ops
-    # in a module that is not fused keep their kernels; a matmul inside a fused module ends a chain.
+    # in a module that is not fused keep their kernels; a matmul or a gather (an experts module's
+    # token permutation) inside a fused module ends a chain.
     n = 1000
     events = [_op("aten._to_copy", "norm", "data", 2 * n, 4 * n), _op("aten.mul", "norm", "vector", 4 * n, 4 * n),
               _op("aten._to_copy", "norm", "data", 4 * n, 2 * n),
               _op("aten.mul", "other", "vector", 4 * n, 4 * n), _op("aten.add", "other", "vector", 4 * n, 4 * n),
               _op("aten.silu", "mlp", "vector", 4 * n, 4 * n), _op("aten.mm", "mlp", "matrix", 8 * n, 4 * n),
+              _op("aten.mul", "mlp", "vector", 4 * n, 4 * n), _op("aten.index_select", "mlp", "data", 4 * n, 4 * n),
               _op("aten.mul", "mlp", "vector", 4 * n, 4 * n)]
     heads, folded = module_chains(events, {"norm", "mlp"})
     assert heads == {0: 4 * n} and folded == {1, 2}

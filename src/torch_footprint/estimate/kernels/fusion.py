@@ -50,11 +50,10 @@ FUSIBLE_KINDS = ("vector",)  # elementwise, normalisation, reductions, pooling (
 PASS_THROUGH_KINDS = ("view",)  # no kernel: a chain runs on through a reshape or a transpose
 
 
-def fused_chains(events: Sequence[OpEvent], kinds: tuple[str, ...] = FUSIBLE_KINDS
-                 ) -> tuple[dict[int, int], set[int]]:
+def fused_chains(events: Sequence[OpEvent], casts: bool = False) -> tuple[dict[int, int], set[int]]:
     """The chains Inductor fuses: the bytes each chain's first operator moves for the whole
     chain (event index -> bytes), and the indices of the operators folded into it (no kernel
-    of their own). ``kinds``: the kinds of operator a chain takes in."""
+    of their own). ``casts``: dtype casts (``_to_copy``) join a chain too."""
     heads: dict[int, int] = {}
     folded: set[int] = set()
     chain: list[int] = []
@@ -73,11 +72,12 @@ def fused_chains(events: Sequence[OpEvent], kinds: tuple[str, ...] = FUSIBLE_KIN
         empty = e.kind == "data" and not (e.bytes_read or e.bytes_written)  # an allocation: no kernel
         if e.kind in PASS_THROUGH_KINDS or empty:
             continue
-        if e.kind in kinds and (not chain or events[chain[-1]].phase == e.phase):
+        joins = e.kind in FUSIBLE_KINDS or (casts and e.op.startswith("aten._to_copy"))
+        if joins and (not chain or events[chain[-1]].phase == e.phase):
             chain.append(i)
             continue
         close()
-        if e.kind in kinds:
+        if joins:
             chain.append(i)
     close()
     return heads, folded
@@ -87,9 +87,10 @@ def module_chains(events: Sequence[OpEvent], modules: Collection[str]) -> tuple[
     """:func:`fused_chains` within each call of ``modules`` (its forward's operators, and its
     backward's, as the trace attributes them): the kernels a fused module runs as one pass, as
     Megatron-core's and Transformer Engine's RMSNorm and SwiGLU do (estimate/layouts/fused.py),
-    where every other operator keeps its own kernel. Inside such a module the dtype casts and
-    copies (``data`` operators: an RMSNorm's fp32 upcast and its cast back) are the kernel's own
-    loads and stores, so they join the chain too."""
+    where every other operator keeps its own kernel. Inside such a module the dtype casts (an
+    RMSNorm's fp32 upcast and its cast back) are the kernel's own loads and stores, so they join
+    the chain too; gathers, scatters and other copies (an experts module's token permutation)
+    keep their kernels."""
     heads: dict[int, int] = {}
     folded: set[int] = set()
     i, n = 0, len(events)
@@ -101,7 +102,7 @@ def module_chains(events: Sequence[OpEvent], modules: Collection[str]) -> tuple[
         j = i + 1
         while j < n and events[j].module == e.module and events[j].phase == e.phase:
             j += 1
-        h, f = fused_chains(events[i:j], (*FUSIBLE_KINDS, "data"))
+        h, f = fused_chains(events[i:j], casts=True)
         heads.update({i + k: v for k, v in h.items()})
         folded.update(i + k for k in f)
         i = j
