@@ -27,6 +27,7 @@ Rows printed as TFLOP/s (the sources' own FLOP formulas) are counted, not compar
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import statistics
@@ -234,6 +235,7 @@ def network_of(r: dict[str, Any]) -> str:
 
 
 def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
+    from torch_footprint.errors import FootprintError
     from torch_footprint.estimate.allocator import communicators
     from torch_footprint.estimate.kernels.roofline import estimate_latency
     from torch_footprint.estimate.kernels.sdpa import sm_of
@@ -279,7 +281,17 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed",
                  attention=None if before else attention_of_row(r))
     acc = get(r["gpu"])
-    trace, _ = trace_step(w, t, p, **({} if before else {"cuda_sm": sm_of(acc)}))  # CUDA's attention kernel
+    try:
+        trace, _ = trace_step(w, t, p, **({} if before else {"cuda_sm": sm_of(acc)}))  # CUDA's attention kernel
+    except FootprintError as e:
+        if before or "do not divide" not in str(e):
+            raise
+        # blocks the stages do not divide evenly: torchtitan's split (its 2024 generate_split_points and
+        # its 2025 generate_llm_fqn_per_model_part agree on Llama-3.1-405B's 126 layers over 8 stages:
+        # 15, 16 x 6, 15), and Megatron-LM's account_for_embedding_in_pipeline_split and
+        # account_for_loss_in_pipeline_split (the embedding and the loss one layer each)
+        p = dataclasses.replace(p, pp_first_stage_less_layers=1, pp_last_stage_less_layers=1)
+        trace, _ = trace_step(w, t, p, cuda_sm=sm_of(acc))
     # the context-parallel ranks hold the same weights: states shard over data x context ranks
     shard = p.data if before else (p.shard_group * p.cp if strategy == "fsdp" else p.data * p.cp)
     replicas = p.data * p.cp // shard

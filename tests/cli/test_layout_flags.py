@@ -20,6 +20,11 @@ FIT = ["fit", LLAMA, "--input-ids", "2,32", "--train", "--gpu", "h100-sxm"]
 BAD = [
     # the model's own shape: 2 blocks, 4 experts
     ([*FIT, "--gpus", "3", "--pp", "3"], "--pp 3 = 3 stages do not divide the model's 2 blocks (model.layers)"),
+    ([*FIT, "--gpus", "2", "--pp", "2", "--pp-first-stage-less-layers", "4"],
+     "torchtitan's split of 2 blocks (model.layers) with the embedding as 4 and the head as 1 leaves a stage empty"),
+    ([*FIT, "--pp-last-stage-less-layers", "1"], "--pp-last-stage-less-layers splits a pipeline: add --pp 2 or more"),
+    ([*FIT, "--gpus", "2", "--pp", "2", "--pp-first-stage-less-layers", "-1"],
+     "--pp-first-stage-less-layers must be at least 0, got -1"),
     ([*FIT, "--gpus", "4", "--pp", "2", "--vpp", "2"], "--pp 2 x --vpp 2 = 4 stages do not divide the model's 2"),
     (["fit", MOE, "--input-ids", "2,32", "--train", "--gpu", "h100-sxm", "--gpus", "3", "--ep", "3"],
      "--ep 3 does not divide the model's 4 experts per layer"),

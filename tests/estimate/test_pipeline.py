@@ -11,10 +11,10 @@ import pytest
 
 from torch_footprint import api
 from torch_footprint.analysis.memory import replay
-from torch_footprint.estimate.layouts.pipeline import bubble_fraction, in_flight, stage_map
+from torch_footprint.estimate.layouts.pipeline import bubble_fraction, in_flight, split_blocks, stage_map
 from torch_footprint.estimate.layouts.schedule import schedule_peak
 from torch_footprint.estimate.workload import trace_step
-from torch_footprint.settings import Training, Workload
+from torch_footprint.settings import Parallel, Training, Workload
 
 LLAMA = Path(__file__).resolve().parents[1] / "configs" / "llama-tiny"
 IDS = {"input_ids": "2,64:int64"}
@@ -229,3 +229,30 @@ def test_a_tied_head_gets_its_own_weight_on_the_last_stage():
     # rank 1's states: its own parameters and the copy, with their gradients and Adam's two moments
     mine = sum(q.nbytes for q in t.params if q.module.startswith(("transformer.h.1", "transformer.ln_f")))
     assert figures[1]["states"] == pytest.approx(states * (mine + 512_000) / weights, abs=1)
+
+
+def test_torchtitans_split_weighs_the_embedding_and_the_head():
+    # torchtitan's generate_llm_fqn_per_model_part, worked by hand: Llama-3.1-405B's 126 layers over
+    # 8 stages with the embedding and the head as one layer each: 128 effective, 16 a stage, so the
+    # first and last stages hold 15 layers; 32 layers over 8: 34 effective, 4 a stage and 2 over for
+    # the first two stages: 5 - 1 = 4, 5, then 4s, and 4 - 1 = 3 on the last
+    assert split_blocks(126, 8, (1, 1)) == [15, 16, 16, 16, 16, 16, 16, 15]
+    assert split_blocks(32, 8, (1, 1)) == [4, 5, 4, 4, 4, 4, 4, 3]
+    assert split_blocks(80, 8) == [10] * 8  # even (Megatron-LM's): must divide
+    with pytest.raises(Exception, match="do not divide the model's 126 blocks"):
+        split_blocks(126, 8)
+    with pytest.raises(Exception, match="leaves a stage empty or over-weighted"):
+        split_blocks(2, 2, (4, 1))  # 7 effective, 3 a stage: the embedding alone outweighs a stage
+
+
+def test_an_uneven_split_puts_each_block_on_its_stage(tmp_path: Path):
+    # 3 layers over 2 stages, torchtitan's weights 1 and 1: 5 effective, 2 a stage, one over for the
+    # first: layers 0 and 1 with the embedding, layer 2 with the norm and the head
+    config = json.loads((LLAMA / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, num_hidden_layers=3)))
+    p = Parallel(gpus=2, pp=2, pp_first_stage_less_layers=1, pp_last_stage_less_layers=1)
+    t = trace_step(Workload(str(tmp_path), IDS), Training(train=True, optimizer="adamw", grads="zero"), p)[0]
+    sm = stage_map(t, 2)
+    assert [sm.chunk_of_module(f"model.layers.{i}") for i in range(3)] == [0, 0, 1]
+    per = [sum(q.numel for q in t.params if sm.rank(sm.chunk_of_module(q.module)) == r) for r in (0, 1)]
+    assert per == [128_000 + 2 * LAYER, LAYER + 128 + 128_000]

@@ -123,6 +123,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         unfuse()
     if w.attention in ATTENTION_KERNELS:  # read by kernels.matrix: the fused kernel named, not PyTorch's choice
         trace.settings["attention_kernel"] = w.attention
+    if p.stage_weights is not None:  # read by layouts.pipeline: torchtitan's split of the blocks
+        trace.settings["stage_weights"] = list(p.stage_weights)
     if fused_paths:  # read by kernels.roofline: each module's elementwise chains priced as one kernel
         trace.settings["fused_modules"] = fused_paths
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm

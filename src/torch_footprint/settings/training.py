@@ -123,6 +123,14 @@ class Parallel(Record):
                                                what="pipeline schedule")
     """1f1b, interleaved-1f1b or gpipe (torchtitan's 1F1B, Interleaved1F1B, GPipe; default: 1f1b, or
     interleaved-1f1b with --vpp 2 or more)"""
+    pp_first_stage_less_layers: int | None = opt(metavar="N",
+                                                 aliases=("--pipeline-parallel-first-stage-less-layers",))
+    """with --pp: split the blocks as torchtitan does (generate_llm_fqn_per_model_part), the embedding counted as N
+    blocks on the first stage and the norm and head as --pp-last-stage-less-layers on the last, the rest spread
+    evenly, earlier stages taking one more where they do not divide (torchtitan's default: 1 and 1; default here:
+    an even split, which must divide the blocks)"""
+    pp_last_stage_less_layers: int | None = opt(metavar="N", aliases=("--pipeline-parallel-last-stage-less-layers",))
+    """with --pp: the norm and head counted as N blocks on the last stage (see --pp-first-stage-less-layers)"""
     grad_accum: int = opt(1, metavar="N", aliases=("--gradient-accumulation-steps",))
     """micro-batches of --batch per optimizer step on each data-parallel rank (with --pp, the pipeline's
     micro-batches)"""
@@ -198,7 +206,20 @@ class Parallel(Record):
                                  f"{self.cp} = {self.data * self.cp} (--gpus / (--tp x --pp))")
         self._check_fsdp()
 
+    @property
+    def stage_weights(self) -> tuple[int, int] | None:
+        """torchtitan's split (:func:`~torch_footprint.estimate.layouts.pipeline.split_blocks`): the
+        first and last stages' non-block weights, or None for an even split."""
+        first, last = self.pp_first_stage_less_layers, self.pp_last_stage_less_layers
+        return None if first is None and last is None else (1 if first is None else first, 1 if last is None else last)
+
     def _check_pipeline(self) -> None:
+        for name in ("pp_first_stage_less_layers", "pp_last_stage_less_layers"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise FootprintError(f"--{name.replace('_', '-')} must be at least 0, got {value}")
+            if value is not None and self.pp == 1:
+                raise FootprintError(f"--{name.replace('_', '-')} splits a pipeline: add --pp 2 or more")
         if self.pp_schedule is not None and self.pp == 1:
             raise FootprintError(f"--pp-schedule {self.pp_schedule} schedules a pipeline: add --pp 2 or more")
         if self.vpp > 1 and self.pp == 1:

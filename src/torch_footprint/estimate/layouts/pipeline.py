@@ -41,22 +41,50 @@ def expert_count(model: nn.Module) -> int | None:
 
 def check_layout(model: nn.Module, p: Parallel) -> None:
     """Refuse a layout the model cannot take: ``--pp`` x ``--vpp`` stages that do not divide its
-    repeated blocks (torchtitan and Megatron-LM split them evenly), ``--ep`` that does not divide
-    its experts."""
+    repeated blocks (an even split, as Megatron-LM's) or that torchtitan's split cannot make
+    (:func:`split_blocks`), ``--ep`` that does not divide its experts."""
     if p.pp > 1:
         path, n = repeated_blocks(model)
         stages = p.pp * p.vpp
         what = f"--pp {p.pp}" + (f" x --vpp {p.vpp}" if p.vpp > 1 else "")
         if not n:
             raise FootprintError(f"{what}: found no run of repeated blocks to split into pipeline stages")
-        if n % stages:
-            raise FootprintError(f"{what} = {stages} stages do not divide the model's {n} blocks ({path})")
+        split_blocks(n, stages, p.stage_weights, f"{what} = {stages} stages", path)
     if p.ep > 1:
         experts = expert_count(model)
         if experts is None:
             raise FootprintError(f"--ep {p.ep} splits the experts of mixture-of-experts layers: this model has none")
         if experts % p.ep:
             raise FootprintError(f"--ep {p.ep} does not divide the model's {experts} experts per layer")
+
+
+def split_blocks(n: int, stages: int, weights: tuple[int, int] | None = None, what: str = "",
+                 path: str = "") -> list[int]:
+    """Blocks per pipeline stage. ``weights`` None: an even split (Megatron-LM's), which must
+    divide ``n``. Else torchtitan's (torchtitan/distributed/pipeline_parallel.py,
+    generate_llm_fqn_per_model_part): the embedding counts as ``weights[0]`` blocks on the first
+    stage and the final norm and head as ``weights[1]`` on the last; the ``n + w0 + w1``
+    effective blocks are spread evenly, the first ``(n + w0 + w1) mod stages`` stages taking one
+    more; each stage needs at least one effective block and neither weight may exceed the even
+    share."""
+    where = f" ({path})" if path else ""
+    if weights is None:
+        if n % stages:
+            raise FootprintError(f"{what or f'{stages} stages'} do not divide the model's {n} blocks{where}; "
+                                 "--pp-first-stage-less-layers and --pp-last-stage-less-layers split them unevenly "
+                                 "as torchtitan does")
+        return [n // stages] * stages
+    first, last = weights
+    effective = n + first + last
+    each, extra = divmod(effective, stages)
+    if each == 0 or first > each or last > each:
+        raise FootprintError(f"{what or f'{stages} stages'}: torchtitan's split of {n} blocks{where} with the "
+                             f"embedding as {first} and the head as {last} leaves a stage empty or over-weighted "
+                             f"({effective} effective blocks, {each} a stage)")
+    sizes = [each + (s < extra) for s in range(stages)]
+    sizes[0] -= first
+    sizes[-1] -= last  # the sizes now add up to n
+    return sizes
 
 
 # --------------------------------------------------------------------------- pipeline schedules
@@ -108,7 +136,7 @@ class StageMap:
     p: int
     v: int
     blocks: str
-    per_chunk: int
+    per_chunk: int  # blocks in the first chunk (at least 1): its last one's output crosses to the next stage
     events: list[int]  # chunk of each event; -1: the optimizer step (shared by parameter)
     modules: dict[str, int]
 
@@ -130,16 +158,18 @@ def stage_map(trace: Trace, p: int, v: int = 1) -> StageMap:
 def _stage_map(trace: Trace, p: int, v: int) -> StageMap:
     path, n = blocks_of_trace(trace)
     chunks = p * v
-    if not n or n % chunks:
-        raise FootprintError(f"--pp {p} x --vpp {v} = {chunks} stages do not divide the model's {n} blocks")
-    per = n // chunks
+    if not n:
+        raise FootprintError(f"--pp {p} x --vpp {v} = {chunks} stages: found no run of repeated blocks")
+    weights = trace.settings.get("stage_weights")
+    sizes = split_blocks(n, chunks, tuple(weights) if weights else None, f"--pp {p} x --vpp {v} = {chunks} stages")
+    chunk_of_block = [c for c, k in enumerate(sizes) for _ in range(k)]
     pre = path + "."
 
     def block_chunk(module: str) -> int | None:
         if not module.startswith(pre):
             return None
         head = module[len(pre):].split(".", 1)[0]
-        return int(head) // per if head.isdigit() else None
+        return chunk_of_block[int(head)] if head.isdigit() and int(head) < n else None
 
     last = chunks - 1
     chunk_of: dict[str, int | None] = {}  # by module path: a model has far fewer than events
@@ -171,5 +201,5 @@ def _stage_map(trace: Trace, p: int, v: int) -> StageMap:
         c = block_chunk(mod.path)
         if c is not None:
             modules[mod.path] = c
-    return StageMap(p, v, path, per, events, modules)
+    return StageMap(p, v, path, max(sizes[0], 1), events, modules)
 
