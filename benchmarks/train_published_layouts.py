@@ -100,6 +100,10 @@ def _accum(r: dict[str, Any]) -> int:
     if r.get("grad_accum"):
         return int(r["grad_accum"])
     dp, micro, glob = _dp(r), r.get("micro_batch"), r.get("global_batch")
+    if not micro and (r.get("pp") or 1) > 1 and "torchtitan" in str(r.get("framework") or "").lower():
+        # torchtitan's pipeline_parallel_microbatches defaults to the pipeline degree
+        # (build_pipeline_schedule, 2024): the local batch split into that many micro-batches
+        return int(r["pp"])
     if not (dp and micro and glob):
         return 1
     return max(1, round(glob / (micro * dp)))
@@ -257,7 +261,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
 
     n, tp, pp, vpp = r["n_gpus"], r.get("tp") or 1, r.get("pp") or 1, r.get("vpp") or 1
     dp, m = _dp(r), _accum(r)
-    micro = r.get("micro_batch") or max(1, (r.get("global_batch") or dp) // dp)
+    micro = r.get("micro_batch") or max(1, (r.get("global_batch") or dp) // dp // (m if pp > 1 else 1))
     strategy = {"full_shard": "fsdp", "hybrid_shard": "fsdp", "shard_grad_op": "zero2"}.get(
         r.get("fsdp") or "", "zero1" if r.get("zero_stage") == 1 else "ddp")
     per_node = r.get("gpus_per_node") or 8

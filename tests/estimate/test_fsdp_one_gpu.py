@@ -7,6 +7,7 @@ hand from torch/optim/adamw.py's ``_multi_tensor_adamw`` and the operators' sche
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,8 @@ def test_the_optimizer_steps_the_fp32_shards_and_fsdp_copies_its_parameters(llam
 
 def test_each_pipeline_rank_copies_its_own_stages_parameters(llama_two_blocks):
     # FSDP2 under two pipeline ranks, one block each, two micro-batches: each rank's copy kernels
-    # move its own parameters' bytes, per micro-batch (it gathers each micro-batch). Rank 0 holds
+    # move its own parameters' bytes, once a step (a pipeline stage gathers once and reduce-scatters
+    # after the last micro-batch, as torch.distributed.pipelining runs FSDP2). Rank 0 holds
     # block 0 and the embedding (outside every unit), rank 1 block 1, the final norm and the head;
     # per parameter as above: a block's 2 x 10 + 6, the root's 10 + 6.
     from torch_footprint.estimate.kernels import constants
@@ -117,5 +119,15 @@ def test_each_pipeline_rank_copies_its_own_stages_parameters(llama_two_blocks):
     p = Parallel(gpus=2, pp=2, grad_accum=2, strategy="fsdp", fsdp_param_dtype="bf16", fsdp_reduce_dtype="fp32")
     step = layout_step(trace, acc, estimate_latency(trace, acc), p, None)
     assert step is not None
-    assert step.compute_s["FSDP copies"] == pytest.approx(2 * transfer_s(acc, max(ranks), constants.current()),
+    assert step.compute_s["FSDP copies"] == pytest.approx(transfer_s(acc, max(ranks), constants.current()),
                                                           rel=1e-6)
+    # over two data-parallel ranks: the gathers and reduce-scatters of eight micro-batches are those of one
+    four = dataclasses.replace(p, gpus=4)
+    pred = estimate_latency(trace, acc)
+
+    def fsdp_calls(accum: int) -> list[tuple[str, int, int]]:
+        step = layout_step(trace, acc, pred, dataclasses.replace(four, grad_accum=accum), None)
+        assert step is not None
+        return [(c.op, c.calls, c.nbytes) for c in step.collectives if c.op in ("all-gather", "reduce-scatter")]
+
+    assert fsdp_calls(8) == fsdp_calls(1) != []

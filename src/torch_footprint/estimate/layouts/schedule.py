@@ -121,7 +121,10 @@ def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, s
             one = {k: (v * share if k == "optimizer" else v * t / total) for k, v in phases.items()}
         dp = step_time(tr, one, strategy, shard, link, 1, **kw)
         tps = step_time(tr, one, "ddp", 1, link, tp, **kw)
-        again = m if strategy in FSDP else 1  # FSDP gathers and reduce-scatters every micro-batch
+        # FSDP gathers and reduce-scatters every micro-batch; in a pipeline once a step:
+        # torch.distributed.pipelining's stages hold off FSDP2's resharding and gradient sync until
+        # the last micro-batch's backward, and torchtitan does not reshard after the forward there
+        again = m if strategy in FSDP and pp == 1 else 1
         tail = dp.compute_s.get("optimizer", 0.0) + again * dp.exposed_s + m * tps.exposed_s
         if tail > worst_tail:
             worst_tail = tail
@@ -362,7 +365,8 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
             sm = stage_map(trace, p.pp, p.vpp)
             mine = [_rank_trace(trace, sm, r) for r in range(p.pp)]
         copies = max(fsdp_copy_bytes(t, strategy, shard, p.fsdp_param_dtype, reduce, away) for t in mine)
-        step.compute_s["FSDP copies"] = p.grad_accum * transfer_s(acc, copies, fitted.current())
+        again = p.grad_accum if p.pp == 1 else 1  # a pipeline gathers and reduces once a step (schedule_step)
+        step.compute_s["FSDP copies"] = again * transfer_s(acc, copies, fitted.current())
     if step is not None and (p.cp > 1 or p.ep > 1):
         add_cp_ep(step, trace, pred, p, acc, network)
     return step
