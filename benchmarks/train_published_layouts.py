@@ -318,7 +318,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         need_bytes = peak.peak_bytes
         if pp > 1:
             persistent = replay(trace).persistent
-            whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy),
+            whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy, pipelined=True),
                                  gradient_buffer(trace, p.bucket_view), state_scales(trace))
             staged, figures = schedule_peak(trace, peak, whole.total, pp=pp, vpp=vpp, microbatches=m,
                                             schedule=p.schedule, framework=p.framework)

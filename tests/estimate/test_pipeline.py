@@ -256,3 +256,15 @@ def test_an_uneven_split_puts_each_block_on_its_stage(tmp_path: Path):
     assert [sm.chunk_of_module(f"model.layers.{i}") for i in range(3)] == [0, 0, 1]
     per = [sum(q.numel for q in t.params if sm.rank(sm.chunk_of_module(q.module)) == r) for r in (0, 1)]
     assert per == [128_000 + 2 * LAYER, LAYER + 128 + 128_000]
+
+
+def test_a_pipelines_fsdp_keeps_its_parameters_gathered_and_gradients_whole():
+    # FSDP2 in a pipeline holds every parameter gathered and its gradient unsharded through the step:
+    # 2 x 4 bytes x (2 layers + the final norm + the embedding and the head, 1000 x 128 each) in fp32;
+    # outside a pipeline, two units and the root's own parameters (the embedding, the norm and the head)
+    from torch_footprint.estimate.layouts.sharding import gather_bytes
+
+    t = _trace()
+    numel = 2 * LAYER + 128 + 2 * 128_000
+    assert gather_bytes(t, "fsdp", pipelined=True) == 2 * 4 * numel
+    assert gather_bytes(t, "fsdp") == 4 * numel

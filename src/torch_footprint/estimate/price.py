@@ -64,7 +64,7 @@ def rank_states(trace: Trace, peak: MemoryPeak, p: Parallel,
     only where ``peak`` (a sharded replay's, or master weights in another dtype) does not have them."""
     shard, scale = p.state_shards, state_scales(trace)
     kept = peak.persistent if shard == 1 and set(scale.values()) == {1.0} else persistent()
-    whole = model_states(kept, p.sharding, shard, gather_bytes(trace, p.sharding),
+    whole = model_states(kept, p.sharding, shard, gather_bytes(trace, p.sharding, p.pp > 1),
                          gradient_buffer(trace, p.bucket_view), scale)
     return whole, layout_states(trace, whole, p.sharding)
 
