@@ -249,6 +249,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         gather_bytes,
         gradient_buffer,
         model_states,
+        pipeline_gathered,
         state_scales,
         step_peak,
     )
@@ -318,10 +319,11 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
         need_bytes = peak.peak_bytes
         if pp > 1:
             persistent = replay(trace).persistent
-            whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy, pipelined=True),
+            whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy),
                                  gradient_buffer(trace, p.bucket_view), state_scales(trace))
             staged, figures = schedule_peak(trace, peak, whole.total, pp=pp, vpp=vpp, microbatches=m,
-                                            schedule=p.schedule, framework=p.framework)
+                                            schedule=p.schedule, framework=p.framework,
+                                            kept=pipeline_gathered(trace, strategy))
             need_bytes = without_experts(staged, figures, whole.total,
                                          layout_states(trace, whole, strategy).total).peak_bytes
         step = layout_step(trace, acc, pred, p, net)  # as fit times it: collectives, schedule, CP, EP

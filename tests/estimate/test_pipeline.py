@@ -260,11 +260,14 @@ def test_an_uneven_split_puts_each_block_on_its_stage(tmp_path: Path):
 
 def test_a_pipelines_fsdp_keeps_its_parameters_gathered_and_gradients_whole():
     # FSDP2 in a pipeline holds every parameter gathered and its gradient unsharded through the step:
-    # 2 x 4 bytes x (2 layers + the final norm + the embedding and the head, 1000 x 128 each) in fp32;
-    # outside a pipeline, two units and the root's own parameters (the embedding, the norm and the head)
-    from torch_footprint.estimate.layouts.sharding import gather_bytes
+    # 2 x 4 bytes x (2 layers + the final norm + the embedding and the head, 1000 x 128 each) in fp32,
+    # each pipeline rank its share: rank 0 the embedding and layer 0, rank 1 layer 1, the norm, the head
+    from torch_footprint.estimate.layouts.sharding import pipeline_gathered, step_peak
 
     t = _trace()
     numel = 2 * LAYER + 128 + 2 * 128_000
-    assert gather_bytes(t, "fsdp", pipelined=True) == 2 * 4 * numel
-    assert gather_bytes(t, "fsdp") == 4 * numel
+    assert pipeline_gathered(t, "fsdp") == 2 * 4 * numel and pipeline_gathered(t, "zero1") == 0
+    peak = step_peak(t, "fsdp", 2)
+    _, figures = schedule_peak(t, peak, 0, pp=2, vpp=1, microbatches=2, schedule="1f1b",
+                               kept=pipeline_gathered(t, "fsdp"))
+    assert [f["gathered"] for f in figures] == [8 * (128_000 + LAYER), 8 * (LAYER + 128 + 128_000)]

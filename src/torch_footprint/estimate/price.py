@@ -35,7 +35,15 @@ from .kernels.roofline import Prediction, estimate_latency
 from .layouts.comm import StepTime
 from .layouts.cp_ep import layout_memory, layout_states, without_experts
 from .layouts.schedule import layout_step, schedule_peak
-from .layouts.sharding import ModelStates, gather_bytes, gradient_buffer, model_states, state_scales, step_peak
+from .layouts.sharding import (
+    ModelStates,
+    gather_bytes,
+    gradient_buffer,
+    model_states,
+    pipeline_gathered,
+    state_scales,
+    step_peak,
+)
 from .memory import allocation_count
 
 
@@ -64,7 +72,7 @@ def rank_states(trace: Trace, peak: MemoryPeak, p: Parallel,
     only where ``peak`` (a sharded replay's, or master weights in another dtype) does not have them."""
     shard, scale = p.state_shards, state_scales(trace)
     kept = peak.persistent if shard == 1 and set(scale.values()) == {1.0} else persistent()
-    whole = model_states(kept, p.sharding, shard, gather_bytes(trace, p.sharding, p.pp > 1),
+    whole = model_states(kept, p.sharding, shard, gather_bytes(trace, p.sharding),
                          gradient_buffer(trace, p.bucket_view), scale)
     return whole, layout_states(trace, whole, p.sharding)
 
@@ -134,7 +142,7 @@ def price_layout(traced: TracedStep, acc: Accelerator, p: Parallel, target: Targ
     if p.pp > 1:
         staged, stages = schedule_peak(trace, peak, whole.total if whole else 0, pp=p.pp, vpp=p.vpp,
                                        microbatches=p.grad_accum, schedule=p.schedule,
-                                       framework=p.framework)
+                                       framework=p.framework, kept=pipeline_gathered(trace, p.sharding))
         peak = without_experts(staged, stages, whole.total if whole else 0, states.total if states else 0)
     fixed = sum(layout_extras(acc, traced.allocations, t.train, p).values())
     need = needed(acc, peak.peak_bytes + fixed, target.utilisation)

@@ -29,7 +29,7 @@ from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime
 from .layouts.cp_ep import layout_memory, without_experts
 from .layouts.schedule import layout_step, schedule_peak
-from .layouts.sharding import ModelStates, step_peak
+from .layouts.sharding import ModelStates, pipeline_gathered, step_peak
 from .memory import allocation_count
 from .price import layout_extras, needed, rank_states
 from .workload import at_batch, first_batch, layout_training, precision_of, trace_step
@@ -222,7 +222,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
         # (split from the replay's live bytes with the states it holds, the experts of other
         # expert-parallel ranks then taken out of the rank's share)
         staged = {b: schedule_peak(tr, peaks[b], whole.total if whole else 0, pp=pp, vpp=p.vpp, microbatches=m,
-                                   schedule=p.schedule, framework=p.framework) for b, tr in traces.items()}
+                                   schedule=p.schedule, framework=p.framework,
+                                   kept=pipeline_gathered(tr, strategy)) for b, tr in traces.items()}
         peaks = {b: without_experts(x[0], x[1], whole.total if whole else 0, states.total if states else 0)
                  for b, x in staged.items()}
         notes.append(f"pipeline ranks of {p.schedule} at batch {b1}: " + ", ".join(

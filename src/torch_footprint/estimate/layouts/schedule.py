@@ -297,10 +297,12 @@ def receive_buffers(framework: str, pp: int, vpp: int, rank: int, microbatches: 
 
 
 def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: int, microbatches: int,
-                  schedule: str, framework: str = "torch") -> tuple[MemoryPeak, list[dict[str, Any]]]:
+                  schedule: str, framework: str = "torch", kept: int = 0) -> tuple[MemoryPeak, list[dict[str, Any]]]:
     """The largest pipeline rank's peak (module docstring): ``peak`` is one micro-batch's peak
     of the whole model on a rank of the data-parallel layout, ``states`` its model states;
-    ``framework`` the runtime whose receive buffers it holds (:func:`receive_buffers`)."""
+    ``framework`` the runtime whose receive buffers it holds (:func:`receive_buffers`); ``kept``
+    what the whole model keeps beyond ``states`` through a pipelined step, each rank its share
+    (FSDP2's gathered parameters and whole gradients: :func:`~.sharding.pipeline_gathered`)."""
     # what does not depend on the states or the micro-batches: worked out once per peak and split
     sm, acts, params, total, grads, opt, above, boundary, out_bytes = once(
         peak, ("pipeline ranks", id(trace), pp, vpp), lambda: _rank_figures(trace, peak, pp, vpp))
@@ -316,7 +318,7 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
         buffers = receive_buffers(framework, pp, vpp, r, microbatches, held, boundary) if pp > 1 else 0
         if r == sm.rank(chunks - 1):
             transient += more_outputs
-        moment = states * share + held * acts[r] + transient
+        moment = (states + (kept if pp > 1 else 0)) * share + held * acts[r] + transient
         if pp > 1 and held >= max(2, microbatches):
             # every forward of the step runs before this rank's first backward (GPipe; 1F1B with no more
             # micro-batches than ranks ahead): the gradients, set to None at the step's start, do not exist
@@ -324,7 +326,8 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
             # micro-batch: the traced step as it is)
             moment = max(moment - grads * share, moment - acts[r])
         need = math.ceil(max(moment + buffers, opt * share + buffers))
-        figures.append({"rank": r, "states": math.ceil(states * params[r] / total), "in_flight": held,
+        figures.append({"rank": r, "states": math.ceil(states * share), "in_flight": held,
+                        "gathered": math.ceil((kept if pp > 1 else 0) * share),
                         "activations": math.ceil(held * acts[r]), "transient": transient, "receive buffers": buffers,
                         "need": need})
         if need > best:
@@ -332,6 +335,8 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
     f = figures[at]
     return MemoryPeak(peak_bytes=best, baseline_bytes=f["states"], event=-1, phase="pipeline", module=f"rank {at}",
                       op="", breakdown={"model states": f["states"], "activations in flight": f["activations"],
+                                        **({"parameters gathered, gradients whole (FSDP in a pipeline)":
+                                            f["gathered"]} if f["gathered"] else {}),
                                         "largest transient": f["transient"],
                                         "stage receive buffers": f["receive buffers"]},
                       persistent={k: math.ceil(v * params[at] / total) for k, v in peak.persistent.items()}), figures

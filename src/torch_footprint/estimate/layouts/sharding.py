@@ -70,17 +70,23 @@ def root_bytes(trace: Trace) -> int:
     return max(0, sum(p.nbytes for p in trace.params) - sum(wrap_units(trace).values()))
 
 
-def gather_bytes(trace: Trace, strategy: str = "zero3", pipelined: bool = False) -> int:
+def gather_bytes(trace: Trace, strategy: str = "zero3") -> int:
     """What FSDP2 holds gathered while the forward and backward run: the two largest wrapped
-    units and the root's own parameters (zero3, fsdp), or all of them (zero2). In a pipeline
-    (``pipelined``) all of them and their gradients unsharded, through the step: torchtitan does
-    not reshard after the forward there, and torch.distributed.pipelining's stages hold off
-    resharding after the backward and the gradients' reduce-scatter until the last micro-batch
-    (the gradients counted at the traced dtype's width)."""
-    if strategy == "zero2" or pipelined:
-        grads = sum(p.nbytes for p in trace.params if p.trainable) if pipelined else 0
-        return sum(p.nbytes for p in trace.params) + grads
+    units and the root's own parameters (zero3, fsdp), or all of them (zero2)."""
+    if strategy == "zero2":
+        return sum(p.nbytes for p in trace.params)
     return sum(sorted(wrap_units(trace).values(), reverse=True)[:2]) + root_bytes(trace)
+
+
+def pipeline_gathered(trace: Trace, strategy: str) -> int:
+    """What FSDP2 in a pipeline keeps beyond its shards through the step, whole model: every
+    parameter gathered and its gradient unsharded. torchtitan does not reshard after the forward
+    there, and torch.distributed.pipelining's stages hold off resharding after the backward and
+    the gradients' reduce-scatter until the last micro-batch (the gradients counted at the traced
+    dtype's width). 0 for the other strategies."""
+    if strategy not in FSDP_STRATEGIES:
+        return 0
+    return sum(p.nbytes for p in trace.params) + sum(p.nbytes for p in trace.params if p.trainable)
 
 
 @dataclass
