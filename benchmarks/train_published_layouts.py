@@ -289,12 +289,18 @@ def predict(r: dict[str, Any], folder: Path, before: bool) -> dict[str, Any]:
     try:
         trace, _ = trace_step(w, t, p, **({} if before else {"cuda_sm": sm_of(acc)}))  # CUDA's attention kernel
     except FootprintError as e:
-        if before or "do not divide" not in str(e):
+        blocks = re.search(r"the model's (\d+) blocks", str(e))
+        if before or not blocks:
             raise
         # blocks the stages do not divide evenly: torchtitan's split (its 2024 generate_split_points and
         # its 2025 generate_llm_fqn_per_model_part agree on Llama-3.1-405B's 126 layers over 8 stages:
-        # 15, 16 x 6, 15), and Megatron-LM's account_for_embedding_in_pipeline_split and
-        # account_for_loss_in_pipeline_split (the embedding and the loss one layer each)
+        # 15, 16 x 6, 15); under Megatron-core, account_for_embedding_in_pipeline_split and
+        # account_for_loss_in_pipeline_split (the embedding and the loss one layer each), which need
+        # the layers and those two to divide evenly (a custom pipeline layout otherwise: not expressed)
+        megatron_even = (int(blocks[1]) + 2) % (pp * vpp) == 0
+        if not ("torchtitan" in str(r.get("framework") or "").lower() or
+                (framework_of(r) == "megatron" and megatron_even)):
+            raise
         p = dataclasses.replace(p, pp_first_stage_less_layers=1, pp_last_stage_less_layers=1)
         trace, _ = trace_step(w, t, p, cuda_sm=sm_of(acc))
     # the context-parallel ranks hold the same weights: states shard over data x context ranks
