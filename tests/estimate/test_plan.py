@@ -131,6 +131,7 @@ def test_ctrl_c_keeps_the_best_found_so_far() -> None:
 def test_states_bound_is_below_every_priced_need() -> None:
     # the bound (each parameter's weight, gradient and optimizer shard, over the pipeline degree) is
     # what the rank holds at the end of its backward: never more than the priced need
+    from torch_footprint.estimate.layouts.sharding import pipeline_gathered
     from torch_footprint.estimate.plan import layouts, states_bound
     from torch_footprint.sources import prepare
 
@@ -144,6 +145,9 @@ def test_states_bound_is_below_every_priced_need() -> None:
         need = price_layout(cache.get(mb, "none", p), acc, p).need
         bound = states_bound(cache.get(mb, "none", p), p)
         assert bound is not None and 0 <= bound <= need, p
+        if p.sharding == "fsdp" and p.pp > 1:  # its stage gathered and its gradients whole all step
+            kept = pipeline_gathered(cache.get(mb, "none", p).trace, "fsdp")
+            assert bound >= kept // p.pp - 2**20 > 0, p
         seen.add((p.sharding, p.pp, p.vpp))
     # every sharding, with and without a pipeline (2 layers: no virtual stages; 8 ranks in one node:
     # no HSDP)

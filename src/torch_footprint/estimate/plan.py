@@ -21,11 +21,12 @@ priced only for the layouts that did not fit under a lighter one and whose time 
 
 A layout whose model states alone exceed the accelerator's memory is not priced: at the end of
 every step's backward each of its parameters' weight, gradient and optimizer state (the rank's
-shard of each) is alive at once, and the fullest pipeline rank holds at least the mean of the
-ranks' shares, so that sum over the pipeline degree is a lower bound on what the layout needs
-(:func:`states_bound`). It is exact (a bound, not an estimate) and independent of the micro-batch
-and the checkpointing, so such a layout counts as evaluated under every checkpointing mode, and a
-trace key whose every layout is ruled out so is not traced. Expert-parallel layouts are always
+shard of each; with FSDP in a pipeline its stage gathered and its gradients whole too) is alive
+at once, and the fullest pipeline rank holds at least the mean of the ranks' shares, so that sum
+over the pipeline degree is a lower bound on what the layout needs (:func:`states_bound`). It is
+exact (a bound, not an estimate) and independent of the micro-batch and the checkpointing, so such
+a layout counts as evaluated under every checkpointing mode, and a trace key whose every layout is
+ruled out so is not traced. Expert-parallel layouts are always
 priced (the experts other ranks hold come out of the states in ways a bound would have to follow)."""
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from ..sources import prepare
 from .kernels.sdpa import sm_of
 from .layouts.cp_ep import experts_away
 from .layouts.pipeline import check_layout, repeated_blocks
-from .layouts.sharding import master_scale, model_states
+from .layouts.sharding import master_scale, model_states, pipeline_gathered
 from .layouts.tensor_parallel import check_tp
 from .price import LayoutPrice, TracedStep, price_layout
 from .workload import at_batch, layout_training, trace_key, trace_step
@@ -78,10 +79,8 @@ class PlanRow:
     def parts(self) -> dict[str, float]:
         """Why it is as fast as it is: the bubble's and exposed communication's shares of the step,
         and the memory left per rank."""
-        step = self.price.step
-        total = self.price.time_s
-        bubble = step.compute_s.get("pipeline bubble", 0.0) if step else 0.0
-        exposed = step.exposed_s if step else 0.0
+        step, total = self.price.step, self.price.time_s
+        bubble, exposed = (step.compute_s.get("pipeline bubble", 0.0), step.exposed_s) if step else (0.0, 0.0)
         return {"step_s": total, "bubble_s": bubble, "exposed_comm_s": exposed,
                 "bubble_share": bubble / total if total else 0.0, "exposed_share": exposed / total if total else 0.0,
                 "headroom_bytes": float(self.price.capacity - self.price.need)}
@@ -175,7 +174,8 @@ def states_bound(traced: TracedStep, p: Parallel) -> int | None:
     if p.ep > 1 or not traced.training.train or experts_away(trace):
         return None
     whole = model_states(traced.persistent(), p.sharding, p.state_shards, 0, p.bucket_view, master_scale(trace))
-    return max(0, (whole.weights + whole.gradients + whole.optimizer) // p.pp - STATES_SLACK)
+    kept = pipeline_gathered(trace, p.sharding) if p.pp > 1 else 0
+    return max(0, (whole.weights + whole.gradients + whole.optimizer + kept) // p.pp - STATES_SLACK)
 
 
 def _divisors(n: int) -> list[int]:

@@ -318,7 +318,10 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
         buffers = receive_buffers(framework, pp, vpp, r, microbatches, held, boundary) if pp > 1 else 0
         if r == sm.rank(chunks - 1):
             transient += more_outputs
-        moment = (states + (kept if pp > 1 else 0)) * share + held * acts[r] + transient
+        held_states = (states + (kept if pp > 1 else 0)) * share
+        # never below its states: a transient can come out negative where the replay's high lacks
+        # state the steady step holds (the optimizer's moments in a first step's forward)
+        moment = max(held_states + held * acts[r] + transient, held_states)
         if pp > 1 and held >= max(2, microbatches):
             # every forward of the step runs before this rank's first backward (GPipe; 1F1B with no more
             # micro-batches than ranks ahead): the gradients, set to None at the step's start, do not exist
