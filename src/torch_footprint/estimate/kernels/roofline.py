@@ -168,7 +168,7 @@ def _calibrated_gpu(acc: Accelerator, cal: Mapping[str, Any], eff: Mapping[str, 
     measured = {k: v * 1e12 for k, v in (cal.get("matmul_tflops") or {}).items()}
     matrix = {k: peak * matrix_share(acc, k, c) for k in acc.tflops if (peak := acc.peak(k)) is not None}
     matrix.update(measured)
-    bandwidth = cal["copy_gbs"] * 1e9 if cal.get("copy_gbs") else acc.bandwidth * bandwidth_share(acc, c)
+    bandwidth = cal["copy_gbs"] * 1e9 if cal.get("copy_gbs") else (acc.bandwidth or 0.0) * bandwidth_share(acc, c)
     return Ceilings(matrix=matrix, conv=dict(matrix), vector=acc.vector_peak * eff["vector"], bandwidth=bandwidth,
                     overhead=HOST_OP_S if overhead_s is None else overhead_s,
                     source=f"calibrated {cal.get('when', '')}".strip() + ", per-kernel model", efficiency={},
