@@ -170,6 +170,12 @@ def _always(call: dict[str, Any]) -> bool:
     return True
 
 
+def fused_attention_step(kind: str | None) -> StepOptions | None:
+    """The step options ``--attention kind`` asks for: every attention call traced as one fused
+    kernel where ``kind`` is ``fused`` or a kernel named (None: the model's own choice)."""
+    return StepOptions(fuse_attention=_always) if setups.fuses_attention(kind) else None
+
+
 def _seq_share(x: Any, cp: int) -> Any:
     """An input's share on one context-parallel rank (its second dimension split)."""
     if isinstance(x, InputSpec) and x.value is None:
@@ -247,7 +253,7 @@ def trace_forward(w: Workload, t: Training = Training(), device: str = "cpu") ->
     work = prepare(w.model, w.inputs, dtype=w.precision, weights=w.weights, trust_remote_code=w.trust_remote_code)
     work = work.at_batch(w.batch) if w.batch else work
     attention, unattend = setups.use_attention(work.model, w.attention)
-    step = StepOptions(fuse_attention=_always) if setups.fuses_attention(w.attention) else None
+    step = fused_attention_step(w.attention)
     try:
         trace = _trace(work, train=t.train, backward=t.train, device=device, tensors=w.tensors, reuse=w.reuse,
                        step=step)

@@ -126,4 +126,3 @@ def fuse_like_megatron(model: nn.Module) -> tuple[list[str], Callable[[], None]]
 
     what = [f"{n} {kind}" for n, kind in ((norms, "RMSNorms"), (mlps, "SwiGLU MLPs"), (gates, "experts' gates")) if n]
     return what, undo
-

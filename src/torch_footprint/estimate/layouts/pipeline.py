@@ -143,6 +143,11 @@ class StageMap:
     def rank(self, chunk: int) -> int:
         return chunk % self.p
 
+    @property
+    def ranks(self) -> list[int]:
+        """The pipeline rank of each chunk, by chunk."""
+        return [c % self.p for c in range(self.p * self.v)]
+
     def chunk_of_module(self, module: str) -> int:
         return self.modules.get(module, 0)
 

@@ -50,6 +50,14 @@ from .sharding import fsdp_copy_bytes
 FSDP = ("zero2", "zero3", "fsdp")
 
 
+def fsdp_rounds(strategy: str, pp: int, microbatches: int) -> int:
+    """How often a step's FSDP gathers, reduce-scatters and their copies run: every micro-batch,
+    but once a step in a pipeline (torch.distributed.pipelining's stages hold off FSDP2's
+    resharding and gradient sync until the last micro-batch's backward, and torchtitan does not
+    reshard after the forward there); once for the other strategies."""
+    return microbatches if strategy in FSDP and pp == 1 else 1
+
+
 def rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[Any]]:
     """Per pipeline rank: forward, loss and backward seconds of one micro-batch, its share of
     the parameter bytes, and one micro-batch's saved activations (bytes) by the modules that
@@ -60,7 +68,7 @@ def rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[
 def _rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[Any]]:
     p = sm.p
     times = [0.0] * p
-    rank_of = [sm.rank(c) for c in range(p * sm.v)]
+    rank_of = sm.ranks
     for o in pred.ops:
         c = sm.events[o.index] if o.index < len(sm.events) else -1
         if c >= 0:
@@ -121,10 +129,7 @@ def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, s
             one = {k: (v * share if k == "optimizer" else v * t / total) for k, v in phases.items()}
         dp = step_time(tr, one, strategy, shard, link, 1, **kw)
         tps = step_time(tr, one, "ddp", 1, link, tp, **kw)
-        # FSDP gathers and reduce-scatters every micro-batch; in a pipeline once a step:
-        # torch.distributed.pipelining's stages hold off FSDP2's resharding and gradient sync until
-        # the last micro-batch's backward, and torchtitan does not reshard after the forward there
-        again = m if strategy in FSDP and pp == 1 else 1
+        again = fsdp_rounds(strategy, pp, m)
         tail = dp.compute_s.get("optimizer", 0.0) + again * dp.exposed_s + m * tps.exposed_s
         if tail > worst_tail:
             worst_tail = tail
@@ -227,7 +232,7 @@ def _others_by_event(trace: Trace, sm: StageMap) -> tuple[list[int], list[int]]:
     live = {k: list(accumulate(v)) for k, v in change.items()}  # live bytes by kind at each event
     kept = list(accumulate(released))
     saved, output = live["saved"], live["output"]
-    rank_of = [sm.rank(c) for c in range(sm.p * sm.v)]
+    rank_of = sm.ranks
     ranks, others = [-1] * n, [0] * n
     for i, (c, e) in enumerate(zip(sm.events, trace.events)):
         if c >= 0 and e.phase != "optimizer":
@@ -311,6 +316,7 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
     more_outputs = (microbatches - 1) * out_bytes if schedule == "gpipe" else 0
     best, at = -1, 0
     figures = []
+    kept = kept if pp > 1 else 0
     for r in range(pp):
         held = in_flight(schedule, pp, r, microbatches, vpp)
         share = params[r] / total
@@ -318,7 +324,7 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
         buffers = receive_buffers(framework, pp, vpp, r, microbatches, held, boundary) if pp > 1 else 0
         if r == sm.rank(chunks - 1):
             transient += more_outputs
-        held_states = (states + (kept if pp > 1 else 0)) * share
+        held_states = (states + kept) * share
         # never below its states: a transient can come out negative where the replay's high lacks
         # state the steady step holds (the optimizer's moments in a first step's forward)
         moment = max(held_states + held * acts[r] + transient, held_states)
@@ -330,7 +336,7 @@ def schedule_peak(trace: Trace, peak: MemoryPeak, states: int, *, pp: int, vpp: 
             moment = max(moment - grads * share, moment - acts[r])
         need = math.ceil(max(moment + buffers, opt * share + buffers))
         figures.append({"rank": r, "states": math.ceil(states * share), "in_flight": held,
-                        "gathered": math.ceil((kept if pp > 1 else 0) * share),
+                        "gathered": math.ceil(kept * share),
                         "activations": math.ceil(held * acts[r]), "transient": transient, "receive buffers": buffers,
                         "need": need})
         if need > best:
@@ -373,8 +379,8 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
             sm = stage_map(trace, p.pp, p.vpp)
             mine = [_rank_trace(trace, sm, r) for r in range(p.pp)]
         copies = max(fsdp_copy_bytes(t, strategy, shard, p.fsdp_param_dtype, reduce, away) for t in mine)
-        again = p.grad_accum if p.pp == 1 else 1  # a pipeline gathers and reduces once a step (schedule_step)
-        step.compute_s["FSDP copies"] = again * transfer_s(acc, copies, fitted.current())
+        step.compute_s["FSDP copies"] = fsdp_rounds(strategy, p.pp, p.grad_accum) * transfer_s(acc, copies,
+                                                                                             fitted.current())
     if step is not None and (p.cp > 1 or p.ep > 1):
         add_cp_ep(step, trace, pred, p, acc, network)
     return step

@@ -45,11 +45,12 @@ from ...errors import FootprintError
 from ...sources import prepare
 from ...trace import trace_model
 from ...trace.records import OpEvent, Trace
-from ...trace.setups import fuses_attention, use_attention
+from ...trace.setups import use_attention
 from ...trace.step import StepOptions
 from ...trace.tracer import REAL_FALLBACK_LIMIT, meta_specific
 from ..kernels.sdpa import ATTENTION_KERNELS
 from ..layouts.pipeline import EXPERT_COUNT_KEYS
+from ..workload import fused_attention_step
 from .cache import CacheLayer, Latent, cache_layers, latents, storage_bytes
 from .experts import group_experts
 
@@ -388,7 +389,7 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     m.eval()
     grouped = group_experts(m)
     chosen, unattend = use_attention(m, attention)
-    options = StepOptions(fuse_attention=lambda _call: True) if fuses_attention(attention) else None
+    options = fused_attention_step(attention)
     try:
         with work.built.trace_context(), torch.no_grad():
             try:
