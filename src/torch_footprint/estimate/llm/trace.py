@@ -388,8 +388,7 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     was_training = m.training
     m.eval()
     grouped = group_experts(m)
-    chosen, unattend = use_attention(m, attention)
-    options = fused_attention_step(attention)
+    (chosen, unattend), options = use_attention(m, attention), fused_attention_step(attention)
     try:
         with work.built.trace_context(), torch.no_grad():
             try:
