@@ -24,6 +24,7 @@ from torch import nn
 
 from ..dtypes import name_of
 from ..errors import FootprintError
+from . import optimizer_memo
 from .kernels import NESTED_NOTE, CpuKernels, dense_encoders
 from .modules import ModuleStack, module_infos
 from .recorder import Recorder
@@ -307,6 +308,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     own_weights = False
     pre: list[list[Any]] = []
     blocks: BlockReuse | None = None
+    finish: Callable[[], None] | None = None  # keeps a recorded optimizer step (:mod:`.optimizer_memo`)
     run_device = "meta" if tensors == "meta" else device
     mode: Any = _fake_mode() if tensors == "fake" else contextlib.nullcontext()
     kernels: Any = (CpuKernels(reroute=tensors == "meta", host_tensor=rec.host_tensor, fuse=step.fuse_attention)
@@ -347,6 +349,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
                         new = rec.watch(t) if isinstance(t, torch.Tensor) else None
                         if new is not None:
                             pre.append([new[0], new[1], "optimizer state"])
+                finish = (optimizer_memo.install(opt, step.optimizer, model, rec, tensors, hooks.tags["optimizer"])
+                          if reuse and opt is not None and tensors != "real" else None)
                 blocks = (BlockReuse(model, stack, rec, kernels if isinstance(kernels, CpuKernels) else None,
                                      training=backward)
                           if reusable(stack, reuse=reuse, tensors=tensors, backward=backward, step=step) else None)
@@ -377,6 +381,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
         restore()
         if state is not None:  # the next attempt, and the caller, find the model as it was
             state.restore()
+    if finish is not None:
+        finish()
     settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training,
                 "optimizer": getattr(step.optimizer, "label", None) if step.optimizer is not None else None,
                 "autocast": name_of(step.autocast) if step.autocast is not None else None,
