@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from ...errors import FootprintError
@@ -167,44 +168,62 @@ def _stage_map(trace: Trace, p: int, v: int) -> StageMap:
         raise FootprintError(f"--pp {p} x --vpp {v} = {chunks} stages: found no run of repeated blocks")
     weights = trace.settings.get("stage_weights")
     sizes = split_blocks(n, chunks, tuple(weights) if weights else None, f"--pp {p} x --vpp {v} = {chunks} stages")
-    chunk_of_block = [c for c, k in enumerate(sizes) for _ in range(k)]
+    chunk_of_block = torch.tensor([c for c, k in enumerate(sizes) for _ in range(k)], dtype=torch.int64)
     pre = path + "."
 
     def block_chunk(module: str) -> int | None:
         if not module.startswith(pre):
             return None
         head = module[len(pre):].split(".", 1)[0]
-        return chunk_of_block[int(head)] if head.isdigit() and int(head) < n else None
+        return int(chunk_of_block[int(head)]) if head.isdigit() and int(head) < n else None
 
+    block, phase, first = once(trace, ("event blocks", path, n), lambda: _event_blocks(trace, pre, n))
     last = chunks - 1
-    chunk_of: dict[str, int | None] = {}  # by module path: a model has far fewer than events
-    own = [(chunk_of[e.module] if e.module in chunk_of else chunk_of.setdefault(e.module, block_chunk(e.module)))
-           if e.phase in ("forward", "backward") else None for e in trace.events]
-    span = {}
-    for phase in ("forward", "backward"):
-        idx = [i for i, e in enumerate(trace.events) if e.phase == phase and own[i] is not None]
-        span[phase] = (idx[0], idx[-1]) if idx else (len(trace.events), -1)
-    events: list[int] = []
-    prev = 0
-    for i, e in enumerate(trace.events):
-        c = own[i]
-        if e.phase == "optimizer":
-            c = -1
-        elif c is None and e.phase in span:
-            lo, hi = span[e.phase]
-            ends = (0, last) if e.phase == "forward" else (last, 0)
-            c = ends[0] if i < lo else ends[1] if i > hi else prev
-        elif c is None:  # the loss
-            c = last
-        events.append(c)
-        prev = c if c >= 0 else prev
-    modules: dict[str, int] = {}
-    for i, e in enumerate(trace.events):
-        if e.phase == "forward" and e.module not in modules:
-            modules[e.module] = events[i]
+    # each event's chunk: its block's in the forward and backward; before the phase's first block
+    # op the embeddings' end (forward: the first chunk; backward: the last), after its last one
+    # the other end; between two, the chunk of the op before; the loss the last chunk's; the
+    # optimizer step none (-1)
+    fill = torch.full_like(block, -2)
+    mine = block >= 0
+    fill[mine] = chunk_of_block[block[mine]]
+    for code, ends in ((0, (0, last)), (1, (last, 0))):
+        at = (phase == code).nonzero().flatten()
+        own = at[mine[at]]
+        lo, hi = (int(own[0]), int(own[-1])) if own.numel() else (len(block), -1)
+        fill[at[(at < lo) & ~mine[at]]] = ends[0]
+        fill[at[(at > hi) & ~mine[at]]] = ends[1]
+    fill[phase == 3] = last
+    fill[phase == 2] = -1
+    known = fill >= 0  # the others (-2) take the chunk of the last event before them with one (0 before any)
+    since = torch.where(known, torch.arange(len(fill)), -1).cummax(0).values
+    prev = torch.cat([torch.zeros(1, dtype=torch.int64), fill.clamp(min=0)])[since + 1]
+    events: list[int] = torch.where(fill == -2, prev, fill).tolist()
+    modules: dict[str, int] = {m: events[i] for m, i in first.items()}
     for mod in trace.modules:
         c = block_chunk(mod.path)
         if c is not None:
             modules[mod.path] = c
     return StageMap(p, v, path, max(sizes[0], 1), events, modules)
+
+
+def _event_blocks(trace: Trace, pre: str, n: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, int]]:
+    """Per event: the index of the block (``pre`` + index) its module is in (-1: none, or not the
+    forward or backward) and its phase (0 forward, 1 backward, 2 the optimizer step, 3 the
+    loss and others); and each module's first forward event."""
+    index: dict[str, int] = {}
+
+    def of(module: str) -> int:
+        if module not in index:
+            head = module[len(pre):].split(".", 1)[0] if module.startswith(pre) else ""
+            index[module] = int(head) if head.isdigit() and int(head) < n else -1
+        return index[module]
+
+    codes = {"forward": 0, "backward": 1, "optimizer": 2}
+    phase = [codes.get(e.phase, 3) for e in trace.events]
+    block = [of(e.module) if c < 2 else -1 for e, c in zip(trace.events, phase)]
+    first: dict[str, int] = {}
+    for i, e in enumerate(trace.events):
+        if e.phase == "forward" and e.module not in first:
+            first[e.module] = i
+    return torch.tensor(block, dtype=torch.int64), torch.tensor(phase, dtype=torch.int8), first
 

@@ -28,8 +28,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import replace
-from itertools import accumulate
 from typing import Any
+
+import torch
 
 from ...analysis.memory import MemoryPeak
 from ...hardware.db import Accelerator
@@ -46,6 +47,7 @@ from .memo import once
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
 from .ranks import RankPrediction, phase_times
 from .sharding import fsdp_copy_bytes
+from .stage_memory import event_chunks, transients_above
 
 FSDP = ("zero2", "zero3", "fsdp")
 
@@ -67,12 +69,12 @@ def rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[
 
 def _rank_shares(trace: Trace, pred: Prediction, sm: StageMap) -> dict[str, list[Any]]:
     p = sm.p
-    times = [0.0] * p
-    rank_of = sm.ranks
-    for o in pred.ops:
-        c = sm.events[o.index] if o.index < len(sm.events) else -1
-        if c >= 0:
-            times[rank_of[c]] += o.time_s
+    index, seconds = once(pred, "op events and times", lambda: (
+        torch.tensor([o.index for o in pred.ops], dtype=torch.int64),
+        torch.tensor([o.time_s for o in pred.ops], dtype=torch.float64)))
+    chunk = event_chunks(trace, sm)[index.clamp(max=len(sm.events))]  # -1: the step, or past the events
+    mine = chunk >= 0
+    times = torch.zeros(p, dtype=torch.float64).index_add_(0, chunk[mine] % p, seconds[mine]).tolist()
     params = [0] * p
     for q in trace.params:
         params[sm.rank(sm.chunk_of_module(q.module))] += q.nbytes
@@ -180,71 +182,10 @@ def tied_head_bytes(trace: Trace, sm: StageMap) -> int:
     return 0
 
 
-def _transients_above(trace: Trace, highs: list[int], sm: StageMap, acts: list[int]) -> list[int | None]:
-    """Per pipeline rank, what its own operators (forward, loss, backward) hold at their worst
-    beyond its micro-batch's saved activations at their fullest (``acts``), the model states
-    still counted (the caller takes them out; None for a rank with no operator): the logits and
-    their gradient on the last rank, an operator's outputs and scratch on each. At each event of
-    the whole model's replay of one micro-batch (``highs``: live bytes at its high point), the
-    saved activations alive then (storages the forward made that outlive it, from birth to free)
-    are counted for the rank whose chunk made them only; the model's output (the logits) for the
-    last rank only, which a one-rank step keeps through the whole backward and a pipeline's other
-    ranks never see. One rank: the replay's peak less its activations."""
-    ranks, others = once(trace, ("pipeline others", sm.p, sm.v), lambda: _others_by_event(trace, sm))
-    out: list[int | None] = [None] * sm.p
-    for i in range(min(len(ranks), len(highs))):
-        r = ranks[i]
-        if r >= 0:
-            v = highs[i] - others[i] - acts[r]
-            x = out[r]
-            if x is None or v > x:
-                out[r] = v
-    return out
-
-
-def _others_by_event(trace: Trace, sm: StageMap) -> tuple[list[int], list[int]]:
-    """At each event of the trace: the pipeline rank whose operator it is (-1: none, or the
-    optimizer step) and the live bytes at it that belong to other ranks (saved activations other
-    ranks' chunks made, and the model's output where the rank is not the last)."""
-    fwd = [i for i, e in enumerate(trace.events) if e.phase == "forward"]
-    end = fwd[-1] if fwd else -1
-    freed = {f.storage: f.after for f in trace.frees}
-    outputs = set(trace.tags.get("output", []))
-    n = len(trace.events)
-    last = sm.rank(sm.p * sm.v - 1)
-    # live bytes by kind at each event: saved by each rank, and the output
-    change: dict[Any, list[int]] = {k: [0] * (n + 1) for k in [*range(sm.p), "saved", "output"]}
-    for i in fwd:
-        for uid, nbytes in trace.events[i].allocs:
-            gone = freed.get(uid, n)
-            kinds = ["output"] if uid in outputs else ["saved", sm.rank(max(sm.events[i], 0))] if gone > end else []
-            for k in kinds:
-                change[k][i] += nbytes
-                change[k][min(gone, n - 1) + 1] -= nbytes  # freed after event ``gone``
-    # a one-rank step lets the output go once the loss is taken; a pipeline's last stage keeps it
-    # (its forward cache) until that micro-batch's backward through the stage ends: counted there
-    # as a negative share of the others' (one stage: the step as traced)
-    released = [0] * (n + 1)
-    for uid in outputs if sm.p * sm.v > 1 else ():
-        gone = freed.get(uid, n)
-        if end < gone < n:
-            released[gone + 1] += next((b for e in trace.events[: end + 1] for u, b in e.allocs if u == uid), 0)
-    live = {k: list(accumulate(v)) for k, v in change.items()}  # live bytes by kind at each event
-    kept = list(accumulate(released))
-    saved, output = live["saved"], live["output"]
-    rank_of = sm.ranks
-    ranks, others = [-1] * n, [0] * n
-    for i, (c, e) in enumerate(zip(sm.events, trace.events)):
-        if c >= 0 and e.phase != "optimizer":
-            r = ranks[i] = rank_of[c]
-            others[i] = saved[i] - live[r][i] + (output[i] if r != last else -kept[i])
-    return ranks, others
-
-
 def _rank_figures(trace: Trace, peak: MemoryPeak, pp: int, vpp: int) -> tuple[Any, ...]:
     """Each pipeline rank's share of ``peak`` (one micro-batch, the whole model on one rank): the
     stage map, saved activations, parameter bytes (and their total), gradients, the optimizer
-    step's high, the transients above the states (:func:`_transients_above`), a stage boundary's
+    step's high, the transients above the states (:func:`.stage_memory.transients_above`), a stage boundary's
     activation and the model's output bytes."""
     sm = stage_map(trace, pp, vpp)
     acts = [0] * pp
@@ -259,13 +200,18 @@ def _rank_figures(trace: Trace, peak: MemoryPeak, pp: int, vpp: int) -> tuple[An
     # live bytes at each operator's high point (peak.highs[i + 1]: event i), in the forward and
     # backward, and in the optimizer step
     highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
-    opt = max((h for h, e in zip(highs, trace.events) if e.phase == "optimizer"), default=0)
-    above = _transients_above(trace, highs, sm, acts)
+    steps, out_bytes = once(trace, "step events and kept output", lambda: _step_and_output(trace))
+    opt = max((highs[i] for i in steps if i < len(highs)), default=0)
+    above = transients_above(trace, highs, sm, acts)
     # a stage boundary's activation: what each receive (:func:`receive_buffers`) holds
     boundary = activation_bytes(trace, f"{sm.blocks}.{sm.per_chunk - 1}")
-    # the last stage keeps each micro-batch's output (the logits) and what its loss saved for the
-    # backward (the log-probabilities) until that micro-batch's backward: GPipe all m of them at
-    # once, 1F1B one (the transient counts one)
+    return sm, acts, params, total, grads, opt, above, boundary, out_bytes
+
+
+def _step_and_output(trace: Trace) -> tuple[list[int], int]:
+    """The optimizer step's events, and the bytes the last stage keeps of each micro-batch until
+    its backward: the model's output (the logits) and what its loss saved for the backward (the
+    log-probabilities); GPipe holds all m of them at once, 1F1B one (the transient counts one)."""
     outputs = set(trace.tags.get("output", []))
     out_bytes = sum(n for e in trace.events if e.phase == "forward" for uid, n in e.allocs if uid in outputs)
     loss = [i for i, e in enumerate(trace.events) if e.phase == "loss"]
@@ -273,7 +219,7 @@ def _rank_figures(trace: Trace, peak: MemoryPeak, pp: int, vpp: int) -> tuple[An
         freed = {f.storage: f.after for f in trace.frees}
         out_bytes += sum(n for i in loss for uid, n in trace.events[i].allocs
                          if freed.get(uid, len(trace.events)) > loss[-1])
-    return sm, acts, params, total, grads, opt, above, boundary, out_bytes
+    return [i for i, e in enumerate(trace.events) if e.phase == "optimizer"], out_bytes
 
 
 def receive_buffers(framework: str, pp: int, vpp: int, rank: int, microbatches: int, held: float,

@@ -238,41 +238,10 @@ def fsdp_moments(trace: Trace, strategy: str, n: int) -> list[Moment]:
     Gradients that exist before the step (kept from the step before) are shards throughout
     and are left out. Empty when the trace's gradients cannot be matched to its trainable
     parameters or the trace has no backward."""
-    grads = trace.tags.get("gradients", [])
-    trainable = [p for p in trace.params if p.trainable]
-    if len(grads) != len(trainable) or not trace.settings.get("backward"):
+    found = once(trace, "fsdp units' spans", lambda: _unit_spans(trace))
+    if found is None:
         return []
-    deepest_first = sorted(wrap_units(trace), key=len, reverse=True)
-    owner: dict[str, str] = {}
-
-    def unit_of(module: str) -> str:  # each module's owner looked up once
-        if module not in owner:
-            owner[module] = _unit_of(module, deepest_first)
-        return owner[module]
-
-    pre = {uid for uid, *_ in trace.preexisting}
-    allocated: dict[int, int] = {}
-    for e in trace.events:
-        for uid, nbytes in e.allocs:
-            allocated.setdefault(uid, nbytes)
-    w_of: dict[str, int] = {}
-    for p in trace.params:
-        u = unit_of(p.module)
-        w_of[u] = w_of.get(u, 0) + p.nbytes
-    grads_of: dict[str, dict[int, int]] = {}
-    for p, uid in zip(trainable, grads, strict=True):
-        if uid not in pre and uid in allocated:
-            grads_of.setdefault(unit_of(p.module), {})[uid] = allocated[uid]
-    span: dict[tuple[str, str], list[int]] = {}  # (unit, phase) -> [first event, last event]
-    for i, e in enumerate(trace.events):
-        if e.phase in ("forward", "backward"):
-            for u in {unit_of(e.module), ""}:  # the root's forward and backward enclose every unit's
-                span.setdefault((u, e.phase), [i, i])[1] = i
-    if ("", "backward") in span:  # the root's pre-backward hook fires on its outputs' gradients: after
-        # the loss's backward, which runs outside every module, and so does the prefetch it starts
-        span["", "backward"][0] = next((i for i in range(span["", "backward"][0], span["", "backward"][1] + 1)
-                                        if trace.events[i].phase == "backward" and trace.events[i].module),
-                                       span["", "backward"][0])
+    w_of, grads_of, span = found
     out: list[Moment] = []
 
     def gathered(u: str, first: int, last: int) -> None:
@@ -308,6 +277,52 @@ def fsdp_moments(trace: Trace, strategy: str, n: int) -> list[Moment]:
     if kept:  # the final callback waits on the last one and clears them
         out.append(Moment(span["", "backward"][1] + 1, "reduce-scatter input", hold=-kept))
     return out
+
+
+Spans = tuple[dict[str, int], dict[str, dict[int, int]], dict[tuple[str, str], list[int]]]
+
+
+def _unit_spans(trace: Trace) -> Spans | None:
+    """What :func:`fsdp_moments` reads of a trace whatever the strategy and shard count: each
+    unit's parameter bytes, its gradients' storages made in the step (id: bytes), and its first
+    and last event in the forward and the backward (the root's backward from the first module
+    operator after the loss's); None where they cannot be matched."""
+    grads = trace.tags.get("gradients", [])
+    trainable = [p for p in trace.params if p.trainable]
+    if len(grads) != len(trainable) or not trace.settings.get("backward"):
+        return None
+    deepest_first = sorted(wrap_units(trace), key=len, reverse=True)
+    owner: dict[str, str] = {}
+
+    def unit_of(module: str) -> str:  # each module's owner looked up once
+        if module not in owner:
+            owner[module] = _unit_of(module, deepest_first)
+        return owner[module]
+
+    pre = {uid for uid, *_ in trace.preexisting}
+    allocated: dict[int, int] = {}
+    for e in trace.events:
+        for uid, nbytes in e.allocs:
+            allocated.setdefault(uid, nbytes)
+    w_of: dict[str, int] = {}
+    for p in trace.params:
+        u = unit_of(p.module)
+        w_of[u] = w_of.get(u, 0) + p.nbytes
+    grads_of: dict[str, dict[int, int]] = {}
+    for p, uid in zip(trainable, grads, strict=True):
+        if uid not in pre and uid in allocated:
+            grads_of.setdefault(unit_of(p.module), {})[uid] = allocated[uid]
+    span: dict[tuple[str, str], list[int]] = {}  # (unit, phase) -> [first event, last event]
+    for i, e in enumerate(trace.events):
+        if e.phase in ("forward", "backward"):
+            for u in {unit_of(e.module), ""}:  # the root's forward and backward enclose every unit's
+                span.setdefault((u, e.phase), [i, i])[1] = i
+    if ("", "backward") in span:  # the root's pre-backward hook fires on its outputs' gradients: after
+        # the loss's backward, which runs outside every module, and so does the prefetch it starts
+        span["", "backward"][0] = next((i for i in range(span["", "backward"][0], span["", "backward"][1] + 1)
+                                        if trace.events[i].phase == "backward" and trace.events[i].module),
+                                       span["", "backward"][0])
+    return w_of, grads_of, span
 
 
 def fsdp_copy_bytes(trace: Trace, strategy: str, n: int, param_dtype: str | None = None,
