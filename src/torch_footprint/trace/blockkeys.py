@@ -32,22 +32,51 @@ def simple(v: Any) -> bool:
     return False
 
 
-def same_value(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any, owners: tuple[Any, Any] | None = None) -> bool:
     """Whether two attribute values are provably the same to a forward: the same object, or
     equal plain values of one type (numbers, strings, tuples and dicts of them), partial
-    applications of one function to such values."""
-    if a is b:
+    applications of one function to such values. ``owners``: the modules that hold ``a`` and
+    ``b``, which stand for each other in them (a forward of its own made per module:
+    ``partial(f, module)``)."""
+    if a is b or (owners is not None and a is owners[0] and b is owners[1]):
         return True
     if type(a) is functools.partial and type(b) is functools.partial:  # an activation made per module
-        return (a.func is b.func and len(a.args) == len(b.args) and all(map(same_value, a.args, b.args))
+        same = functools.partial(same_value, owners=owners)
+        return (a.func is b.func and len(a.args) == len(b.args) and all(map(same, a.args, b.args))
                 and a.keywords.keys() == b.keywords.keys()
-                and all(same_value(a.keywords[k], b.keywords[k]) for k in a.keywords))
+                and all(same(a.keywords[k], b.keywords[k]) for k in a.keywords))
     if type(a) is not type(b) or not (simple(a) and simple(b)):
         return False
     try:
         return bool(a == b)
     except Exception:  # noqa: BLE001 - an odd __eq__: not provably equal
         return False
+
+
+def _hook_key(fn: Any) -> tuple[Any, ...] | None:
+    """A hook this tool put on a module (sequence parallelism's gathers and reduce-scatters),
+    by its code and what it closes over (plain values, or the same objects); None for any other
+    hook, whose effects a replay could not stand for."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not str(getattr(fn, "__module__", "")).startswith("torch_footprint."):
+        return None
+    cells = tuple(c.cell_contents for c in fn.__closure__ or ())
+    return code, tuple(("v", c) if simple(c) else ("id", id(c)) for c in cells)
+
+
+def hooks_key(m: nn.Module) -> tuple[Any, ...] | None:
+    """A module's own hooks, in order, each by :func:`_hook_key` and the flags it was registered
+    with (its handle's position in the flag tables); None where one is not this tool's."""
+    out: list[Any] = []
+    for name in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks"):
+        table = m.__dict__.get(name) or {}
+        flags = [m.__dict__.get(f) or {} for f in (f"{name}_with_kwargs", "_forward_hooks_always_called")]
+        for handle, fn in table.items():
+            key = _hook_key(fn)
+            if key is None:
+                return None
+            out.append((name, key, tuple(handle in f for f in flags)))
+    return tuple(out)
 
 
 def tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
@@ -175,6 +204,13 @@ class Recorded:
 SLOT = "layer_idx"  # the attribute a layer indexes a key/value cache with (reuse_cache.py)
 
 
+def _submodule(mod: nn.Module | None, rel: str) -> nn.Module | None:
+    try:
+        return mod.get_submodule(rel) if mod is not None else None
+    except AttributeError:
+        return None
+
+
 def equal_reads(done: Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
     """Whether every attribute the recorded call read has the same value in this call's modules
     (a cache's slot index apart, where the call was given a cache: keyed on its own)."""
@@ -183,7 +219,7 @@ def equal_reads(done: Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
         if name == SLOT and done.cache is not None:
             continue
         d = mods[rel].__dict__
-        if name not in d or not same_value(d[name], value):
+        if name not in d or not same_value(d[name], value, (mods[rel], _submodule(done.module, rel))):
             return False
     return True
 
@@ -193,9 +229,11 @@ def all_differ(done: Recorded, group: list[nn.Module]) -> bool:
     kind (a layer index, a drop-path rate growing with depth)."""
     for rel, name in (v for v in done.values if done.cache is None or v[1] != SLOT):
         try:
-            values = [g.get_submodule(rel).__dict__.get(name) for g in group]
+            subs = [g.get_submodule(rel) for g in group]
         except AttributeError:
             continue
-        if all(not same_value(a, b) for i, a in enumerate(values) for b in values[i + 1:]):
+        values = [m.__dict__.get(name) for m in subs]
+        if all(not same_value(a, b, (subs[i], subs[j])) for i, a in enumerate(values)
+               for j, b in enumerate(values[i + 1:], i + 1)):
             return True
     return False

@@ -56,6 +56,7 @@ from .blockkeys import (
     changed,
     copy_of,
     equal_reads,
+    hooks_key,
     is_container,
     kind_of,
     params_of,
@@ -166,16 +167,18 @@ class BlockReuse:
     # ------------------------------------------------------------------ keys
 
     def _structure(self, mod: nn.Module) -> tuple[Any, list[tuple[str, nn.Module]]] | None:
-        """The block's structure key and its submodules (None: hooks of its own, not keyed)."""
+        """The block's structure key and its submodules (None: hooks of its own not keyed by
+        :func:`.blockkeys.hooks_key`)."""
         subs = list(mod.named_modules(remove_duplicate=False))
         first: dict[int, int] = {}
         ptr: dict[int, int] = {}  # which tensors are shared
         parts: list[Any] = [type(mod)]
         for i, (rel, m) in enumerate(subs):
             d = m.__dict__
-            if any(d.get(h) for h in HOOKS):
+            hooks = hooks_key(m) if any(d.get(h) for h in HOOKS) else ()
+            if hooks is None:
                 return None
-            parts.append((rel, type(m), m.training, first.setdefault(id(m), i), tuple(sorted(self._attrs(m)))))
+            parts.append((rel, type(m), m.training, first.setdefault(id(m), i), tuple(sorted(self._attrs(m))), hooks))
             if first[id(m)] != i:  # a module met again: its tensors are keyed once
                 continue
             for kind, table in (("p", m._parameters), ("b", m._buffers)):

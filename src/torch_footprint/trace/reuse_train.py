@@ -98,10 +98,15 @@ def checkpoints_itself(subs: list[Any]) -> bool:
         top.__dict__.get("_gradient_checkpointing_func")) and not checkpointing(subs[1:]))
 
 
+# set to True on a custom autograd function whose context holds tensors only through
+# ``save_for_backward`` (the rest plain values): its node's saved tensors are all it keeps
+SAVES_ONLY = "footprint_saves_only_for_backward"
+
+
 def saved_by_graph(outs: list[torch.Tensor], leaves: list[Any]) -> set[int] | None:
     """The storages the block's autograd graph saved (walked from its outputs down to its
     inputs' nodes and the parameters' accumulators), or None where a node is a custom autograd
-    function (its context may hold tensors no one can see)."""
+    function (its context may hold tensors no one can see) not marked :data:`SAVES_ONLY`."""
     stop = {id(x.grad_fn) for x in leaves if isinstance(x, torch.Tensor) and x.grad_fn is not None}
     todo = [t.grad_fn for t in outs if t.grad_fn is not None]
     seen: set[int] = set()
@@ -113,7 +118,9 @@ def saved_by_graph(outs: list[torch.Tensor], leaves: list[Any]) -> set[int] | No
                 continue
             seen.add(id(node))
             if hasattr(node, "_forward_cls"):
-                return None
+                if not getattr(node._forward_cls, SAVES_ONLY, False):
+                    return None
+                saved.update(t.untyped_storage()._cdata for t in node.saved_tensors)
             for name in dir(node):
                 if name.startswith("_saved_"):
                     value = getattr(node, name)

@@ -21,6 +21,7 @@ arithmetic (FLOPs, bytes moved) is the same but for the recomputation in the bac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,8 @@ from torch import nn
 
 class _RMSNorm(torch.autograd.Function):
     """RMSNorm that keeps its input and the reciprocal root mean square for the backward."""
+
+    footprint_saves_only_for_backward = True  # a replayed block may stand for it (trace.reuse_train)
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -52,6 +55,8 @@ class _RMSNorm(torch.autograd.Function):
 class _SwiGLU(torch.autograd.Function):
     """SiLU(gate) x up that keeps gate and up, and recomputes SiLU in the backward."""
 
+    footprint_saves_only_for_backward = True
+
     @staticmethod
     def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(gate, up)
@@ -68,6 +73,8 @@ class _SwiGLU(torch.autograd.Function):
 class _Recomputed(torch.autograd.Function):
     """``fn(x)`` for an elementwise ``fn`` that keeps only ``x`` and recomputes the rest backward."""
 
+    footprint_saves_only_for_backward = True  # (``ctx.fn`` holds the function, no tensor)
+
     @staticmethod
     def forward(ctx: Any, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         ctx.fn = fn
@@ -83,16 +90,18 @@ class _Recomputed(torch.autograd.Function):
         return None, grad_x
 
 
-def _norm_forward(mod: nn.Module, eps: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    return lambda x: _RMSNorm.apply(x, mod.weight, eps)
+# each module's new forward: one function, given its module (``partial``, so that the replay of
+# a repeated block finds the same forward in each: trace.blockkeys.same_value)
+def _norm_forward(mod: nn.Module, eps: float, x: torch.Tensor) -> torch.Tensor:
+    return _RMSNorm.apply(x, mod.weight, eps)
 
 
-def _gate_forward(mod: nn.Module, gate: Callable[..., torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
-    return lambda x: _Recomputed.apply(lambda y: gate(mod, y), x)
+def _gate_forward(mod: nn.Module, gate: Callable[..., torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    return _Recomputed.apply(functools.partial(gate, mod), x)
 
 
-def _mlp_forward(mod: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    return lambda x: mod.down_proj(_SwiGLU.apply(mod.gate_proj(x), mod.up_proj(x)))
+def _mlp_forward(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return mod.down_proj(_SwiGLU.apply(mod.gate_proj(x), mod.up_proj(x)))
 
 
 def fuse_like_megatron(model: nn.Module) -> tuple[list[str], Callable[[], None]]:
@@ -103,19 +112,19 @@ def fuse_like_megatron(model: nn.Module) -> tuple[list[str], Callable[[], None]]
     for mod in model.modules():
         gate = getattr(type(mod), "_apply_gate", None)
         if callable(gate) and "_apply_gate" not in vars(mod):  # transformers' experts (use_experts_implementation)
-            mod._apply_gate = _gate_forward(mod, gate)
+            mod._apply_gate = functools.partial(_gate_forward, mod, gate)
             changed.append(mod)
             gates += 1
             continue
         eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
         weight = getattr(mod, "weight", None)
         if type(mod).__name__.endswith("RMSNorm") and isinstance(weight, nn.Parameter) and isinstance(eps, float):
-            mod.forward = _norm_forward(mod, eps)  # type: ignore[method-assign]
+            mod.forward = functools.partial(_norm_forward, mod, eps)  # type: ignore[method-assign]
             changed.append(mod)
             norms += 1
         elif (all(isinstance(getattr(mod, k, None), nn.Linear) for k in ("gate_proj", "up_proj", "down_proj"))
               and type(getattr(mod, "act_fn", None)).__name__ in ("SiLU", "SiLUActivation")):
-            mod.forward = _mlp_forward(mod)  # type: ignore[method-assign]
+            mod.forward = functools.partial(_mlp_forward, mod)  # type: ignore[method-assign]
             changed.append(mod)
             mlps += 1
 

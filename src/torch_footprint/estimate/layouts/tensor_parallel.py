@@ -164,6 +164,8 @@ class _ShardSavingLinear(torch.autograd.Function):
     gathers the shard again for the weight's gradient. One rank's trace sees the gathers as
     concatenations: the same shapes and bytes."""
 
+    footprint_saves_only_for_backward = True  # a replayed block may stand for it (trace.reuse_train)
+
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx: Any, full: torch.Tensor, shard: torch.Tensor, weight: torch.Tensor,
