@@ -9,9 +9,9 @@ before it. Sections, in order:
   TF32 convolutions, fp32 matmuls);
 * ``train``: image models and BERT-base, one step = forward, loss, backward, optimizer step
   (SGD momentum 0.9 or AdamW, foreach), under bf16 or fp16 autocast (fp16 with a GradScaler);
-* ``llm_train``: causal language models from shipped configs (random weights): fp32 master
+* ``llm_train``: causal language models from benchmarks/configs (random weights): fp32 master
   weights under bf16 autocast, AdamW, with and without activation checkpointing, and pure
-  bf16 weights;
+  bf16 weights (``--llm-cases`` for others);
 * ``attention``: scaled_dot_product_attention at 16k tokens per batch (the FlashAttention
   papers' set-up), head dim 64 and 128, causal or not, forward and forward+backward, with the
   flash back end forced and with PyTorch's own choice;
@@ -250,13 +250,26 @@ def lm_loss(out: Any, y: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), y.flatten())
 
 
+LLM_CASES = [("llama-1.1b", 4, 2048, "amp-bf16", False), ("llama-1.1b", 4, 2048, "amp-bf16", True),
+             ("llama-1.1b", 4, 2048, "bf16", False), ("Qwen--Qwen2.5-0.5B", 8, 1024, "amp-bf16", False),
+             ("Qwen--Qwen2.5-0.5B", 8, 1024, "amp-bf16", True)]
+
+
+def llm_cases(text: str) -> list[tuple[str, int, int, str, bool]]:
+    """``--llm-cases``: CONFIG:BATCH:SEQ:PRECISION:CHECKPOINTING,... (a folder of benchmarks/configs;
+    amp-bf16 or bf16; 0 or 1)."""
+    out = []
+    for item in text.split(","):
+        name, batch, seq, precision, ckpt = item.split(":")
+        out.append((name, int(batch), int(seq), precision, ckpt == "1"))
+    return out
+
+
 def llm_train(dev: str, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     out = []
-    cases = [("llama-1.1b", 4, 2048, "amp-bf16", False), ("llama-1.1b", 4, 2048, "amp-bf16", True),
-             ("llama-1.1b", 4, 2048, "bf16", False), ("Qwen--Qwen2.5-0.5B", 8, 1024, "amp-bf16", False),
-             ("Qwen--Qwen2.5-0.5B", 8, 1024, "amp-bf16", True)]
+    cases = LLM_CASES
     for cfg_name, batch, seq, precision, ckpt in cases[:2] if smoke else cases:
         cfg = AutoConfig.from_pretrained(ROOT / "benchmarks" / "configs" / cfg_name)
         if smoke:
@@ -475,6 +488,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=330.0, help="skip the sections left once this is spent")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, to try the code paths on any device")
     ap.add_argument("--models", help="the image models of the infer section, comma-separated (default: its list)")
+    ap.add_argument("--llm-cases", help="the llm_train section's cases (llm_cases; default: LLM_CASES)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "gpu-measure.json"))
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -482,6 +496,8 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     if args.models:
         IMAGE_MODELS[:] = args.models.split(",")
+    if args.llm_cases:
+        LLM_CASES[:] = llm_cases(args.llm_cases)
     start = time.perf_counter()
     report: dict[str, Any] = {"environment": environment(args.device), "sections": {}, "skipped": []}
     timer = Timer(args.device)

@@ -19,7 +19,7 @@ checkpointing with the CUDA target's attention choice (compute capability 9.0), 
 second step (``steady``: the optimizer state exists before it); the same difference taken;
 the step's time from the roofline on the ``h100-sxm`` row in the run's memory layout.
 
-    PYTHONPATH=src python benchmarks/train_measured_h100.py [--only llm|train] [--match TEXT]
+    PYTHONPATH=src python benchmarks/train_measured_h100.py [--only llm|train] [--match TEXT] [--measured F]
 """
 
 from __future__ import annotations
@@ -99,9 +99,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=("llm", "train"), help="one section")
     ap.add_argument("--match", help="only the cases whose label contains this")
+    ap.add_argument("--measured", type=Path, default=MEASURED, help="another gpu_measure.py report")
     args = ap.parse_args()
-    sections = json.loads(MEASURED.read_text())["sections"]
-    names = {"llm": ("llm_train",), "train": ("train",), None: ("llm_train", "train")}[args.only]
+    sections = json.loads(args.measured.read_text())["sections"]
+    every = tuple(s for s in ("llm_train", "train") if s in sections)
+    names = {"llm": ("llm_train",), "train": ("train",), None: every}[args.only]
     cases = [c for s in names for c in sections[s]]
     if args.match:
         cases = [c for c in cases if args.match in label_of(c)]
