@@ -15,7 +15,8 @@ Large Transformer Models", section 4.2.2) the norms and residuals hold 1/T of th
 sequence each, and an all-gather and a reduce-scatter replace each all-reduce.
 
 The plan is found by the linears' names, in the model's repeated blocks: the names of
-Llama, Mistral, Qwen, Gemma and most Hugging Face decoders (q/k/v/o_proj, gate/up/down_proj)
+Llama, Mistral, Qwen, Gemma and most Hugging Face decoders (q/k/v/o_proj, gate/up/down_proj;
+an ``out_proj`` beside a ``q_proj``, as OPT's)
 and of BERT-style encoders (query/key/value, fc1/fc2). GPT-2 keeps its projections in
 ``Conv1D`` modules with fused query/key/value, which DTensor's plans do not split.
 """
@@ -53,6 +54,9 @@ def plan_of(modules: Iterable[tuple[str, str]]) -> dict[str, str]:
         if leaf in COLWISE:
             plan[path] = "colwise"
         elif leaf in ROWWISE:
+            plan[path] = "rowwise"
+    for path, kind in mods:  # OPT's, BART's and Whisper's attention output: beside a split q_proj
+        if kind == "Linear" and path.endswith(".out_proj") and plan.get(path[:-len("out_proj")] + "q_proj"):
             plan[path] = "rowwise"
     return plan
 
@@ -105,9 +109,8 @@ def check_tp(model: nn.Module, tp: int) -> dict[str, str]:
 def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
     """Make ``model`` (in place) one rank's share under ``tp``-way tensor parallelism: each
     column-parallel linear keeps out_features/tp outputs (and its bias's share), each
-    row-parallel one in_features/tp inputs (its bias whole). Returns the plan. The model's
-    own code must take the head count from the tensors (as Hugging Face decoders do), which
-    is what DTensor's plans need too."""
+    row-parallel one in_features/tp inputs (its bias whole); an attention module's own head
+    counts (``num_heads``, ``num_key_value_heads``) divided too. Returns the plan."""
     plan = check_tp(model, tp)
     if tp == 1:
         return plan
@@ -125,6 +128,12 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
         else:
             lin.weight = nn.Parameter(w.new_empty(w.shape[0], w.shape[1] // tp), requires_grad=w.requires_grad)
             lin.in_features //= tp
+    for path in plan:  # an attention that reads its head count from itself (OPT's): one rank's heads
+        parent = mods[path.rsplit(".", 1)[0]] if path.endswith(".q_proj") else None
+        for name in ("num_heads", "num_key_value_heads") if parent is not None else ():
+            n = parent.__dict__.get(name)
+            if type(n) is int and n % tp == 0:
+                setattr(parent, name, n // tp)
     return plan
 
 
