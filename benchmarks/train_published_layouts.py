@@ -219,10 +219,21 @@ def model_of(r: dict[str, Any], folder: Path) -> str:
         local = CONFIGS / m[3:].replace("/", "--")
         return str(local) if local.exists() else m
     h, ffn = r["hidden"], r.get("ffn_hidden") or 4 * r["hidden"]
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
-           "intermediate_size": int(round(2 * ffn / 3)), "num_hidden_layers": r["layers"],
-           "num_attention_heads": r["heads"], "num_key_value_heads": r.get("kv_heads") or r["heads"],
-           "vocab_size": r["vocab"], "max_position_embeddings": max(4096, r["seq"]), "tie_word_embeddings": False}
+    gated = any(k in m for k in ("llama", "olmo"))  # SwiGLU models: ffn_hidden is the gated MLP's own width
+    if m.startswith("gpt-mpt") and (r.get("tp") or 1) == 1:
+        # MPT's blocks (llm-foundry's modeling_mpt.py): LayerNorm, a GELU MLP of ffn_hidden, learned
+        # positions, tied embeddings: GPT-2's, biases apart
+        cfg: dict[str, Any] = {
+            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": h, "n_layer": r["layers"],
+            "n_head": r["heads"], "n_inner": ffn, "n_positions": r["seq"], "vocab_size": r["vocab"],
+            "activation_function": "gelu", "tie_word_embeddings": True, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0}
+    else:  # a Llama of the same shape; a GELU MLP of ffn_hidden as a SwiGLU of 2/3 the width (the same parameters)
+        cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
+               "intermediate_size": ffn if gated else int(round(2 * ffn / 3)), "num_hidden_layers": r["layers"],
+               "num_attention_heads": r["heads"], "num_key_value_heads": r.get("kv_heads") or r["heads"],
+               "vocab_size": r["vocab"], "max_position_embeddings": max(4096, r["seq"]),
+               "tie_word_embeddings": False}
     d = folder / m
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text(json.dumps(cfg))
