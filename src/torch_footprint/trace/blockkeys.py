@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .records import OpEvent
 
@@ -237,3 +238,36 @@ def all_differ(done: Recorded, group: list[nn.Module]) -> bool:
                for j, b in enumerate(values[i + 1:], i + 1)):
             return True
     return False
+
+
+# set to True on a custom autograd function whose context holds tensors only through
+# ``save_for_backward`` (the rest plain values): its node's saved tensors are all it keeps
+SAVES_ONLY = "footprint_saves_only_for_backward"
+
+
+def saved_by_graph(outs: list[torch.Tensor], leaves: list[Any]) -> set[int] | None:
+    """The storages the block's autograd graph saved (walked from its outputs down to its
+    inputs' nodes and the parameters' accumulators), or None where a node is a custom autograd
+    function (its context may hold tensors no one can see) not marked :data:`SAVES_ONLY`."""
+    stop = {id(x.grad_fn) for x in leaves if isinstance(x, torch.Tensor) and x.grad_fn is not None}
+    todo = [t.grad_fn for t in outs if t.grad_fn is not None]
+    seen: set[int] = set()
+    saved: set[int] = set()
+    with _disable_current_modes():
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in seen or id(node) in stop or type(node).__name__ == "AccumulateGrad":
+                continue
+            seen.add(id(node))
+            if hasattr(node, "_forward_cls"):
+                if not getattr(node._forward_cls, SAVES_ONLY, False):
+                    return None
+                saved.update(t.untyped_storage()._cdata for t in node.saved_tensors)
+            for name in dir(node):
+                if name.startswith("_saved_"):
+                    value = getattr(node, name)
+                    for t in value if isinstance(value, (list, tuple)) else (value,):
+                        if isinstance(t, torch.Tensor):
+                            saved.add(t.untyped_storage()._cdata)
+            todo.extend(n for n, _ in node.next_functions)
+    return saved

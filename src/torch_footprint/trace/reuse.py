@@ -60,6 +60,7 @@ from .blockkeys import (
     is_container,
     kind_of,
     params_of,
+    saved_by_graph,
     simple,
     tensor_key,
     tensor_like,
@@ -364,7 +365,7 @@ class BlockReuse:
                 return False
         saved: set[int] | None = set()
         if grad and not done.own:  # what the graph keeps for the backward: saved activations and inputs
-            saved = train.saved_by_graph([x for x in out_leaves if isinstance(x, torch.Tensor) and x.requires_grad],
+            saved = saved_by_graph([x for x in out_leaves if isinstance(x, torch.Tensor) and x.requires_grad],
                                          leaves)
         if saved is None or (grad and any(o.kind == "new" and o.key[6] for o in done.outs)
                              and not any(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)):

@@ -26,9 +26,10 @@ must outlive it: that is checked), and an input it did not save is not held.
 
 Anything that cannot be told equal ends the run with :class:`ReplayMismatch`, and the whole
 step is traced again without reuse: a custom autograd function inside the block (its context
-may hold anything), a storage freed in the backward that is none of the above, a saved
-activation the backward did not free, the last call's forward different from the recorded one,
-or a replayed block's backward running before the last call's was recorded.
+may hold anything; but this tool's own, :data:`.blockkeys.SAVES_ONLY`), a storage freed in the
+backward that is none of the above, a saved activation the backward did not free, the last
+call's forward different from the recorded one, or a replayed block's backward running before
+the last call's was recorded.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def grad_mode_replayable() -> bool:
 def checkpoint_seen() -> Iterator[list[bool]]:
     """Notes whether torch's non-reentrant checkpoint ran inside (a checkpointed region's saved
     tensors are recomputed when read: the graph cannot be walked, nor the block replayed); the
-    reentrant one is a custom autograd function, which :func:`saved_by_graph` refuses."""
+    reentrant one is a custom autograd function, which :func:`.blockkeys.saved_by_graph` refuses."""
     import torch.utils.checkpoint as ckpt
 
     seen: list[bool] = []
@@ -96,39 +97,6 @@ def checkpoints_itself(subs: list[Any]) -> bool:
     top = subs[0][1]
     return (getattr(top, "gradient_checkpointing", False) is True and callable(
         top.__dict__.get("_gradient_checkpointing_func")) and not checkpointing(subs[1:]))
-
-
-# set to True on a custom autograd function whose context holds tensors only through
-# ``save_for_backward`` (the rest plain values): its node's saved tensors are all it keeps
-SAVES_ONLY = "footprint_saves_only_for_backward"
-
-
-def saved_by_graph(outs: list[torch.Tensor], leaves: list[Any]) -> set[int] | None:
-    """The storages the block's autograd graph saved (walked from its outputs down to its
-    inputs' nodes and the parameters' accumulators), or None where a node is a custom autograd
-    function (its context may hold tensors no one can see) not marked :data:`SAVES_ONLY`."""
-    stop = {id(x.grad_fn) for x in leaves if isinstance(x, torch.Tensor) and x.grad_fn is not None}
-    todo = [t.grad_fn for t in outs if t.grad_fn is not None]
-    seen: set[int] = set()
-    saved: set[int] = set()
-    with _disable_current_modes():
-        while todo:
-            node = todo.pop()
-            if node is None or id(node) in seen or id(node) in stop or type(node).__name__ == "AccumulateGrad":
-                continue
-            seen.add(id(node))
-            if hasattr(node, "_forward_cls"):
-                if not getattr(node._forward_cls, SAVES_ONLY, False):
-                    return None
-                saved.update(t.untyped_storage()._cdata for t in node.saved_tensors)
-            for name in dir(node):
-                if name.startswith("_saved_"):
-                    value = getattr(node, name)
-                    for t in value if isinstance(value, (list, tuple)) else (value,):
-                        if isinstance(t, torch.Tensor):
-                            saved.add(t.untyped_storage()._cdata)
-            todo.extend(n for n, _ in node.next_functions)
-    return saved
 
 
 @dataclass

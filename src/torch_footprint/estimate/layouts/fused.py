@@ -33,7 +33,7 @@ from torch import nn
 class _RMSNorm(torch.autograd.Function):
     """RMSNorm that keeps its input and the reciprocal root mean square for the backward."""
 
-    footprint_saves_only_for_backward = True  # a replayed block may stand for it (trace.reuse_train)
+    footprint_saves_only_for_backward = True  # a replayed block may stand for it (trace.blockkeys.SAVES_ONLY)
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -173,7 +173,7 @@ class _ShardSavingLinear(torch.autograd.Function):
     gathers the shard again for the weight's gradient. One rank's trace sees the gathers as
     concatenations: the same shapes and bytes."""
 
-    footprint_saves_only_for_backward = True  # a replayed block may stand for it (trace.reuse_train)
+    footprint_saves_only_for_backward = True  # a replayed block may stand for it (trace.blockkeys.SAVES_ONLY)
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu")
