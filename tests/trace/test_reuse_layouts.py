@@ -37,8 +37,7 @@ def _both(model: str, t: Training, p: Parallel) -> tuple[object, object, reuse.S
     return fast, full, reuse.Stats(reuse.LAST.recorded, reuse.LAST.replayed, reuse.LAST.retraced)
 
 
-@pytest.mark.parametrize("name", ["llama-gqa-tiny", "qwen3-moe-tiny"])
-@pytest.mark.parametrize("ac", [None, "full"])
+@pytest.mark.parametrize(("name", "ac"), [("llama-gqa-tiny", None), ("qwen3-moe-tiny", "full")])
 def test_fused_kernels_replay_and_match(tmp_path: Path, name: str, ac: str | None) -> None:
     fast, full, stats = _both(_six_layers(tmp_path, name), Training(train=True, optimizer="adamw", ac=ac),
                               Parallel(gpus=8, framework="megatron"))
@@ -46,8 +45,7 @@ def test_fused_kernels_replay_and_match(tmp_path: Path, name: str, ac: str | Non
     assert (stats.recorded, stats.replayed, stats.retraced) == (1, LAYERS - 2, False)
 
 
-@pytest.mark.parametrize("name", ["llama-gqa-tiny", "qwen3-moe-tiny"])
-@pytest.mark.parametrize("vocab", [False, True])
+@pytest.mark.parametrize(("name", "vocab"), [("llama-gqa-tiny", False), ("qwen3-moe-tiny", True)])
 def test_sequence_parallel_replays_and_matches(tmp_path: Path, name: str, vocab: bool) -> None:
     fast, full, stats = _both(_six_layers(tmp_path, name), Training(train=True, optimizer="adamw"),
                               Parallel(gpus=8, tp=2, sequence_parallel=True, vocab_parallel=vocab))
