@@ -366,7 +366,7 @@ class BlockReuse:
         saved: set[int] | None = set()
         if grad and not done.own:  # what the graph keeps for the backward: saved activations and inputs
             saved = saved_by_graph([x for x in out_leaves if isinstance(x, torch.Tensor) and x.requires_grad],
-                                         leaves)
+                                   leaves)
         if saved is None or (grad and any(o.kind == "new" and o.key[6] for o in done.outs)
                              and not any(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)):
             return False

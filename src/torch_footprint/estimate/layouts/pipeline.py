@@ -144,11 +144,6 @@ class StageMap:
     def rank(self, chunk: int) -> int:
         return chunk % self.p
 
-    @property
-    def ranks(self) -> list[int]:
-        """The pipeline rank of each chunk, by chunk."""
-        return [c % self.p for c in range(self.p * self.v)]
-
     def chunk_of_module(self, module: str) -> int:
         return self.modules.get(module, 0)
 
@@ -170,12 +165,6 @@ def _stage_map(trace: Trace, p: int, v: int) -> StageMap:
     sizes = split_blocks(n, chunks, tuple(weights) if weights else None, f"--pp {p} x --vpp {v} = {chunks} stages")
     chunk_of_block = torch.tensor([c for c, k in enumerate(sizes) for _ in range(k)], dtype=torch.int64)
     pre = path + "."
-
-    def block_chunk(module: str) -> int | None:
-        if not module.startswith(pre):
-            return None
-        head = module[len(pre):].split(".", 1)[0]
-        return int(chunk_of_block[int(head)]) if head.isdigit() and int(head) < n else None
 
     block, phase, first = once(trace, ("event blocks", path, n), lambda: _event_blocks(trace, pre, n))
     last = chunks - 1
@@ -200,22 +189,27 @@ def _stage_map(trace: Trace, p: int, v: int) -> StageMap:
     events: list[int] = torch.where(fill == -2, prev, fill).tolist()
     modules: dict[str, int] = {m: events[i] for m, i in first.items()}
     for mod in trace.modules:
-        c = block_chunk(mod.path)
-        if c is not None:
-            modules[mod.path] = c
+        b = _block_index(mod.path, pre, n)
+        if b >= 0:
+            modules[mod.path] = int(chunk_of_block[b])
     return StageMap(p, v, path, max(sizes[0], 1), events, modules)
+
+
+def _block_index(module: str, pre: str, n: int) -> int:
+    """The index of the block (``pre`` + index, of ``n``) that ``module`` is in; -1: none."""
+    head = module[len(pre):].split(".", 1)[0] if module.startswith(pre) else ""
+    return int(head) if head.isdigit() and int(head) < n else -1
 
 
 def _event_blocks(trace: Trace, pre: str, n: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, int]]:
     """Per event: the index of the block (``pre`` + index) its module is in (-1: none, or not the
     forward or backward) and its phase (0 forward, 1 backward, 2 the optimizer step, 3 the
     loss and others); and each module's first forward event."""
-    index: dict[str, int] = {}
+    index: dict[str, int] = {}  # by module path: a model has far fewer than events
 
     def of(module: str) -> int:
         if module not in index:
-            head = module[len(pre):].split(".", 1)[0] if module.startswith(pre) else ""
-            index[module] = int(head) if head.isdigit() and int(head) < n else -1
+            index[module] = _block_index(module, pre, n)
         return index[module]
 
     codes = {"forward": 0, "backward": 1, "optimizer": 2}

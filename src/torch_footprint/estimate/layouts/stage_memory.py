@@ -45,7 +45,7 @@ def _saved(trace: Trace) -> tuple[torch.Tensor, ...]:
     """What does not depend on the split: the storages the forward made that outlive it and are
     not the model's output (the event that made each, the event after which it is freed, its
     bytes); the output's live bytes at each event; the output a pipeline's last stage keeps
-    beyond a one-rank step's (from the loss's free to the end); which events are the optimizer's."""
+    beyond a one-rank step's (from the loss's free to the end)."""
     events, n = trace.events, len(trace.events)
     fwd = [i for i, e in enumerate(events) if e.phase == "forward"]
     end = fwd[-1] if fwd else -1
@@ -72,10 +72,9 @@ def _saved(trace: Trace) -> tuple[torch.Tensor, ...]:
         until = freed.get(uid, n)
         if end < until < n:
             released[until + 1] += first.get(uid, 0)
-    step = torch.tensor([e.phase == "optimizer" for e in events] + [True], dtype=torch.bool)
     return (torch.tensor(made, dtype=torch.int64), torch.tensor(gone, dtype=torch.int64),
             torch.tensor(size, dtype=torch.int64), torch.tensor(output, dtype=torch.int64).cumsum(0),
-            torch.tensor(released, dtype=torch.int64).cumsum(0), step)
+            torch.tensor(released, dtype=torch.int64).cumsum(0))
 
 
 def _others_by_event(trace: Trace, sm: StageMap) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,7 +83,7 @@ def _others_by_event(trace: Trace, sm: StageMap) -> tuple[torch.Tensor, torch.Te
     ranks' chunks made, and the model's output where the rank is not the last; a pipeline's last
     rank keeps the output until its backward ends: counted there as a negative share of the
     others'); two int64 tensors."""
-    made, gone, size, output, kept, step = once(trace, "saved by the forward", lambda: _saved(trace))
+    made, gone, size, output, kept = once(trace, "saved by the forward", lambda: _saved(trace))
     n = len(trace.events)
     chunks = event_chunks(trace, sm)
     owner = chunks[made].clamp(min=0) % sm.p  # the rank whose chunk made each saved storage
@@ -95,8 +94,7 @@ def _others_by_event(trace: Trace, sm: StageMap) -> tuple[torch.Tensor, torch.Te
     saved = live.sum(0)
     if sm.p * sm.v == 1:
         kept = torch.zeros_like(kept)
-    mine = (chunks >= 0) & ~step
-    ranks = torch.where(mine, chunks % sm.p, -1)[:n]
+    ranks = torch.where(chunks >= 0, chunks % sm.p, -1)[:n]  # the stage map gives the optimizer step none
     last = sm.rank(sm.p * sm.v - 1)
     at = torch.arange(n)
     r = ranks.clamp(min=0)
