@@ -101,9 +101,11 @@ def _kind(tp: Any) -> tuple[str, Any]:
     return "value", str
 
 
-def add_fields(p: argparse.ArgumentParser, cls: type, names: Sequence[str] | None, cmd: Command) -> None:
-    """One flag per field of ``cls`` (``names`` of them, or all with a flag)."""
-    docs, types = field_docs(cls), field_types(cls)
+def add_fields(p: argparse.ArgumentParser, cls: type, names: Sequence[str] | None, cmd: Command,
+               helps: bool = True) -> None:
+    """One flag per field of ``cls`` (``names`` of them, or all with a flag); without ``helps``,
+    flags without their help texts."""
+    docs, types = field_docs(cls) if helps else {}, field_types(cls)
     for f in dataclasses.fields(cls):
         if (names is not None and f.name not in names) or not f.metadata.get("cli", True):
             continue
@@ -137,14 +139,14 @@ def _takes(cmd: Command, cls: type, name: str) -> bool:
     return cls in cmd.takes and (names is None or name in names)
 
 
-def _model_and_inputs(p: argparse.ArgumentParser, cmd: Command) -> None:
+def _model_and_inputs(p: argparse.ArgumentParser, cmd: Command, helps: bool) -> None:
     """The model (positional) and its inputs: the command-line spellings of Workload's two
     fields that are not flags of their own."""
     from ..settings import Workload
 
-    docs = field_docs(Workload)
     if _takes(cmd, Workload, "model"):
-        p.add_argument("model", help=cmd.helps.get("model", docs["model"].split(", or an nn.Module")[0]))
+        words = field_docs(Workload)["model"].split(", or an nn.Module")[0] if helps else ""
+        p.add_argument("model", help=cmd.helps.get("model", words))
     if _takes(cmd, Workload, "inputs"):
         p.add_argument("--input", "-i", action="append", default=[], metavar="SHAPE[:DTYPE]",
                        help="an input shape such as 1,3,224,224 or 1,128:int64; repeat for several positional "
@@ -162,15 +164,16 @@ def _inputs_of(args: argparse.Namespace) -> list[Any] | None:
     return specs or None
 
 
-def build(sub: Any, cmd: Command) -> argparse.ArgumentParser:
-    """The sub-parser of ``cmd``: its positional arguments, its records' flags, its own."""
+def build(sub: Any, cmd: Command, helps: bool = True) -> argparse.ArgumentParser:
+    """The sub-parser of ``cmd``: its positional arguments, its records' flags, its own (the
+    flags' help texts only with ``helps``)."""
     p = sub.add_parser(cmd.name, help=cmd.summary, description=cmd.summary, epilog=cmd.examples or None,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    _model_and_inputs(p, cmd)
+    _model_and_inputs(p, cmd, helps)
     for name, words in cmd.positional:
         p.add_argument(name, help=words)
     for cls, names in cmd.takes.items():
-        add_fields(p, cls, names, cmd)
+        add_fields(p, cls, names, cmd, helps)
     if cmd.extra is not None:
         cmd.extra(p)
     return p

@@ -54,35 +54,50 @@ class Cost(NamedTuple):
 
 
 Formula = Callable[..., Cost]
-_REGISTRY: dict[Any, Formula] = {}
+_REGISTRY: dict[tuple[str, str], Formula] = {}
 
 DATA = Cost(0, 0, "data")
 VIEW = Cost(0, 0, "view")
 UNKNOWN = Cost(0, 0, "unknown")
 
 
+def _key(op: Any) -> tuple[str, str]:
+    """An operator's key in the registry: (namespace, name), from a name (an aten op), a pair
+    or an op packet."""
+    if isinstance(op, str):
+        return ("aten", op)
+    if isinstance(op, tuple):
+        return op
+    qualified = getattr(op, "_qualified_op_name", None)  # None: a higher-order op (flex attention)
+    namespace, name = qualified.split("::") if qualified else ("higher_order", op.name())
+    return (namespace, name)
+
+
 def register(*ops: Any) -> Callable[[Formula], Formula]:
-    """Register ``fn(func, args, kwargs, out) -> Cost`` for the given aten op packets.
+    """Register ``fn(func, args, kwargs, out) -> Cost`` for the given operators: aten names,
+    (namespace, name) pairs or op packets. Names are not resolved against this torch build (that
+    costs a tenth of a second at import): a name torch lacks is never looked up.
 
     An op registered twice is a mistake in this table: refused at import."""
 
     def deco(fn: Formula) -> Formula:
         for op in ops:
-            if op in _REGISTRY:
-                raise ValueError(f"a FLOP formula for {op} is registered twice")
-            _REGISTRY[op] = fn
+            key = _key(op)
+            if key in _REGISTRY:
+                raise ValueError(f"a FLOP formula for {key[0]}::{key[1]} is registered twice")
+            _REGISTRY[key] = fn
         return fn
 
     return deco
 
 
-def _ops(*names: str) -> list[Any]:
-    """The aten packets of these names that this torch build has."""
-    return [p for p in (getattr(aten, n, None) for n in names) if p is not None]
+def _ops(*names: str) -> list[str]:
+    """The aten operators of these names (as registry keys are spelt)."""
+    return list(names)
 
 
-def _with_inplace(*names: str) -> list[Any]:
-    """Each op and its in-place variant (``relu`` and ``relu_``), where torch has them."""
+def _with_inplace(*names: str) -> list[str]:
+    """Each op and its in-place variant (``relu`` and ``relu_``)."""
     return _ops(*[v for n in names for v in (n, n + "_")])
 
 
@@ -142,11 +157,11 @@ def reduction(k: int) -> Formula:
 # --------------------------------------------------------------------------- casts
 # Ops that make a converted copy of a tensor. The recorder tags such copies of parameters
 # (autocast's cached low-precision weights), which sharded training keeps per unit.
-CASTS = frozenset(_ops("_to_copy"))
+CASTS = frozenset({"_to_copy"})
 
 
 def is_cast(func: Any) -> bool:
-    return func._overloadpacket in CASTS
+    return func.namespace == "aten" and func._overloadpacket.__name__ in CASTS
 
 
 # --------------------------------------------------------------------------- attention
@@ -1111,19 +1126,9 @@ register(*_ops(
 # --------------------------------------------------------------------------- other namespaces
 # Operators that libraries register under their own namespace, looked up by (namespace, name)
 # when the op is first seen (the library may be imported after this module).
-_EXTERNAL: dict[tuple[str, str], Formula] = {}
-
-
 def register_external(namespace: str, name: str) -> Callable[[Formula], Formula]:
     """Register a formula for ``namespace::name`` (refused twice, as :func:`register`)."""
-
-    def deco(fn: Formula) -> Formula:
-        if (namespace, name) in _EXTERNAL:
-            raise ValueError(f"a FLOP formula for {namespace}::{name} is registered twice")
-        _EXTERNAL[(namespace, name)] = fn
-        return fn
-
-    return deco
+    return register((namespace, name))
 
 
 @register_external("torchvision", "nms")
@@ -1176,9 +1181,10 @@ def _family(func: Any) -> Formula:
         return constant(DATA)
     if name.startswith("_foreach_"):
         return _foreach
-    base = getattr(aten, name[:-1], None) if name.endswith("_") and not name.endswith("__") else None
-    if base is not None and base in _REGISTRY:
-        return _REGISTRY[base]
+    inplace_of = name.endswith("_") and not name.endswith("__")
+    if inplace_of and ("aten", name[:-1]) in _REGISTRY:
+        return _REGISTRY[("aten", name[:-1])]
+    base = getattr(aten, name[:-1], None) if inplace_of else None
     if torch.Tag.pointwise in tags or _pointwise_family(func._overloadpacket) or (
             base is not None and _pointwise_family(base)):
         return pointwise(1)
@@ -1206,11 +1212,10 @@ def formula_for(func: Any) -> Formula:
     """The formula that prices ``func`` (an OpOverload), resolved once and cached."""
     fn = _RESOLVED.get(func)
     if fn is None:
-        fn = _RESOLVED[func] = (_REGISTRY.get(func._overloadpacket)
-                                or _EXTERNAL.get((func.namespace, func._overloadpacket.__name__)) or _family(func))
+        fn = _RESOLVED[func] = _REGISTRY.get((func.namespace, func._overloadpacket.__name__)) or _family(func)
     return fn
 
 
 # torch.utils.flop_counter's formulas for every op it prices that this table does not:
 # the ones above override it for bias adds, causal attention and grouped matmuls.
-register(*[p for p in _torch_flop_registry if p not in _REGISTRY])(torch_matrix())
+register(*[p for p in _torch_flop_registry if _key(p) not in _REGISTRY])(torch_matrix())
