@@ -143,3 +143,26 @@ def test_records_check_themselves() -> None:
                          (lambda: Workload(batch=0), "batch must be at least 1")):
         with pytest.raises(FootprintError, match=message):
             bad()
+
+
+def test_a_run_builds_its_own_verbs_flags_and_help_texts_only_when_asked() -> None:
+    import gc
+
+    from torch_footprint.cli import _freeze_after, main
+
+    def subs(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    run = subs(parser(["memory", "resnet50", "--train"]))
+    assert set(run) == set(COMMANDS)  # every verb listed (a misspelt one's choices), one built
+    flags = {s for a in run["memory"]._actions for s in a.option_strings}
+    assert {"--train", "--optimizer", "--ac"} <= flags
+    assert {s for a in run["profile"]._actions for s in a.option_strings} == {"-h", "--help"}
+    train = next(a for a in run["memory"]._actions if "--train" in a.option_strings)
+    assert train.help == ""
+    asked = subs(parser(["memory", "--help"]))["memory"]
+    train = next(a for a in asked._actions if "--train" in a.option_strings)
+    assert train.help.startswith(settings.field_docs(Training)["train"])
+    # a call from Python (a test, a notebook) leaves the garbage collector as it was
+    assert main(["schema"]) == 0
+    assert _freeze_after not in gc.callbacks
