@@ -24,10 +24,9 @@ every step's backward each of its parameters' weight, gradient and optimizer sta
 shard of each; with FSDP in a pipeline its stage gathered and its gradients whole too) is alive
 at once, and the fullest pipeline rank holds at least the mean of the ranks' shares, so that sum
 over the pipeline degree is a lower bound on what the layout needs (:func:`states_bound`). It is
-exact (a bound, not an estimate) and independent of the micro-batch and the checkpointing, so such
-a layout counts as evaluated under every checkpointing mode, and a trace key whose every layout is
-ruled out so is not traced. Expert-parallel layouts are always
-priced (the experts other ranks hold come out of the states in ways a bound would have to follow)."""
+exact (a bound, not an estimate) and independent of the micro-batch and the checkpointing, so such a layout counts as
+evaluated under every checkpointing mode, and a trace key whose every layout is ruled out so is not traced.
+Expert-parallel layouts are always priced (the experts other ranks hold leave the states as a bound cannot follow)."""
 
 from __future__ import annotations
 
@@ -67,6 +66,7 @@ class PlanRow:
     seq: int
     global_batch: int
     blocks: int  # the model's repeated blocks (what the pipeline splits)
+    ac_option: str = "op"  # with ac selective: torchtitan's selective_ac_option (op, or every N-th block)
 
     @property
     def layout(self) -> Parallel:
@@ -335,8 +335,7 @@ def _bounded(left: list[Parallel], traced: TracedStep, acc: Accelerator, modes: 
     for layout in left:
         bound = states_bound(traced, layout)
         if bound is not None and bound > acc.memory_bytes:
-            result.evaluated += modes
-            result.bounded += modes
+            result.evaluated, result.bounded = result.evaluated + modes, result.bounded + modes
             bounds.append((bound, layout))
         else:
             keep.append(layout)
@@ -369,7 +368,7 @@ def _search_group(members: list[tuple[Parallel, int]], acs: tuple[str, ...], cac
         for layout in left:
             priced_ = price_layout(traced, acc, layout, target, net)
             result.evaluated += 1
-            row = PlanRow(priced_, mb, ac, seq, gb, blocks)
+            row = PlanRow(priced_, mb, ac, seq, gb, blocks, cache.t.selective_ac_option)
             if priced_.fits:
                 result.rows.append(row)
                 continue
@@ -390,8 +389,7 @@ def _closest(misses: list[tuple[int, LayoutPrice]], acc: Accelerator) -> str:
 
 
 def _closest_bound(bounds: list[tuple[int, Parallel]], acc: Accelerator) -> str:
-    """What the layout nearest to fitting would need, where every layout's model states alone
-    exceed the memory."""
+    """What the layout nearest to fitting would need, where every layout's model states alone exceed the memory."""
     need, p = min(bounds, key=lambda x: x[0])
     return (f"nothing fits on {p.gpus} x {acc.id} ({acc.memory_bytes / 2**30:.0f} GiB): the smallest model states "
             f"are {need / 2**30:.1f} GiB per rank (tp {p.tensor}, pp {p.pp}, dp {p.data} {p.sharding}), before any "
@@ -436,8 +434,8 @@ def launch(row: PlanRow) -> dict[str, Any]:
     local = row.micro_batch * (p.grad_accum if p.pp > 1 else 1)  # torchtitan splits a pipeline's local batch
     titan = {"parallelism": par,
              "training": {"local_batch_size": local, "global_batch_size": row.global_batch, "seq_len": row.seq},
-             "activation_checkpoint": {"mode": row.ac, **({"selective_ac_option": "op"} if row.ac == "selective"
-                                                          else {})}}
+             "activation_checkpoint": {"mode": row.ac, **({"selective_ac_option": row.ac_option}
+                                                          if row.ac == "selective" else {})}}
     mega = [f"--tensor-model-parallel-size {p.tensor}", f"--pipeline-model-parallel-size {p.pp}",
             f"--micro-batch-size {row.micro_batch}", f"--global-batch-size {row.global_batch}",
             f"--seq-length {row.seq}"]
@@ -451,8 +449,10 @@ def launch(row: PlanRow) -> dict[str, Any]:
         mega.append("--use-distributed-optimizer")
     if fsdp and p.sharding != "zero2":
         mega.append("--use-torch-fsdp2")
-    if row.ac == "full":
-        mega += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    every = int(row.ac_option) if row.ac == "selective" and row.ac_option != "op" else 0
+    if row.ac == "full" or every:  # one block in N: Megatron's block method over as many blocks of each stage
+        mega += ["--recompute-granularity full", f"--recompute-method {'block' if every else 'uniform'}",
+                 f"--recompute-num-layers {row.blocks // (p.pp * every) if every else 1}"]
     elif row.ac == "selective":
         mega.append("--recompute-granularity selective")
     if p.tensor > 1 and p.sequence_parallel:

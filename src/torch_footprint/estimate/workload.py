@@ -108,7 +108,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
             notes.append(f"{whose} fused kernels: " + ", ".join(fused) + " keep their inputs for the backward")
     undo: Any = lambda: None  # noqa: E731
     if t.checkpointing:
-        what, undo = setups.enable_checkpointing(m, selective=t.selective)
+        what, undo = setups.enable_checkpointing(m, selective=t.selective, every=t.ac_every)
         notes.append("activation checkpointing: " + what)
     attention, unattend = setups.use_attention(m, w.attention)
     notes += [attention] if attention else []

@@ -51,6 +51,9 @@ class Training(Record):
     """activation checkpointing as torchtitan names it: none; full (every repeated block recomputed in the
     backward, the same as --checkpointing); selective (torchtitan's per-operator policy: each block keeps
     its attention's output and every other matmul's, and recomputes the rest)"""
+    selective_ac_option: str = opt("op", metavar="op|N")
+    """with --ac selective, torchtitan's selective_ac_option: op (the per-operator policy) or N (every N-th
+    repeated block recomputed whole, the N-th, 2N-th and so on, the others kept as they run)"""
     grads: Grads = opt("none", metavar="none|zero")
     """none: gradients appear in the backward (first step, zero_grad(set_to_none=True)); zero: kept between
     steps, so they exist before the forward"""
@@ -71,8 +74,13 @@ class Training(Record):
 
     @property
     def selective(self) -> bool:
-        """Selective (per-operator) checkpointing rather than whole blocks recomputed."""
-        return self.ac == "selective"
+        """Selective per-operator checkpointing rather than whole blocks recomputed."""
+        return self.ac == "selective" and self.selective_ac_option == "op"
+
+    @property
+    def ac_every(self) -> int:
+        """Every how many repeated blocks one is checkpointed (1: each of them)."""
+        return int(self.selective_ac_option) if self.ac == "selective" and self.selective_ac_option != "op" else 1
 
     @property
     def step_optimizer(self) -> str:
@@ -80,6 +88,12 @@ class Training(Record):
         return self.optimizer or self.STEP_OPTIMIZER
 
     def check(self) -> None:
+        option = self.selective_ac_option
+        if option != "op" and not (option.isdigit() and int(option) >= 1):
+            raise FootprintError(f"--selective-ac-option takes op or a whole number of blocks N >= 1, got '{option}'")
+        if option != "op" and self.ac != "selective":
+            raise FootprintError(f"--selective-ac-option {option} chooses how --ac selective checkpoints: add --ac "
+                                 "selective")
         if self.ac == "none" and self.checkpointing:
             raise FootprintError("--ac none contradicts --checkpointing: give one of them")
         if self.ac in ("full", "selective"):

@@ -125,13 +125,16 @@ def selective_context() -> Any:
     return create_selective_checkpoint_contexts(policy)
 
 
-def enable_checkpointing(model: nn.Module, selective: bool = False) -> tuple[str, Callable[[], None]]:
+def enable_checkpointing(model: nn.Module, selective: bool = False, every: int = 1) -> tuple[str, Callable[[], None]]:
     """Activation checkpointing through torch.utils.checkpoint: what was wrapped, and a
     function that undoes it. ``selective``: torchtitan's per-operator policy
-    (:func:`selective_context`) inside each checkpointed block.
+    (:func:`selective_context`) inside each checkpointed block. ``every``: one block in that
+    many checkpointed, the ``every``-th, 2 x ``every``-th and so on in the model's order
+    (torchtitan's ``selective_ac_option = N``, whose wrapper counts the blocks from 1).
 
-    Hugging Face models use their own switch; other models get each block of their
-    longest run of repeated blocks (a ModuleList or Sequential) wrapped."""
+    Hugging Face models use their own switch (then turned off on the layers left out); other
+    models get each block of their longest run of repeated blocks (a ModuleList or Sequential)
+    wrapped."""
     kwargs: dict[str, Any] = {"use_reentrant": False}
     if selective:
         kwargs["context_fn"] = selective_context
@@ -139,9 +142,13 @@ def enable_checkpointing(model: nn.Module, selective: bool = False) -> tuple[str
     if hasattr(model, "gradient_checkpointing_enable") and getattr(model, "supports_gradient_checkpointing", False):
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5 renamed the switch
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-            return f"{how}the model's own activation checkpointing", model.activation_checkpointing_disable
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        return f"{how}the model's own gradient checkpointing", model.gradient_checkpointing_disable
+            what, undo = f"{how}the model's own activation checkpointing", model.activation_checkpointing_disable
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            what, undo = f"{how}the model's own gradient checkpointing", model.gradient_checkpointing_disable
+        if every > 1:
+            what = _every_nth_layer(model, every, undo)
+        return what, undo
     best: tuple[str, list[nn.Module]] | None = None
     for path, mod in model.named_modules():
         if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) > 1:
@@ -150,14 +157,43 @@ def enable_checkpointing(model: nn.Module, selective: bool = False) -> tuple[str
                 best = (path, kids)
     if best is None:
         raise FootprintError("--checkpointing: found no run of repeated blocks to checkpoint in this model")
-    for block in best[1]:
+    chosen = best[1][every - 1::every]
+    for block in chosen:
         block.forward = functools.partial(_checkpointed, block.forward, selective)  # type: ignore[method-assign]
 
-    def undo() -> None:
-        for block in best[1]:
+    def undo_wrap() -> None:
+        for block in chosen:
             vars(block).pop("forward", None)
 
-    return f"{how}each of the {len(best[1])} blocks of '{best[0] or '<root>'}'", undo
+    where = f"each of the {len(best[1])} blocks" if every == 1 else \
+        f"every {_ordinal(every)} of the {len(best[1])} blocks ({len(chosen)})"
+    return f"{how}{where} of '{best[0] or '<root>'}'", undo_wrap
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _every_nth_layer(model: nn.Module, every: int, undo: Callable[[], None]) -> str:
+    """A Hugging Face model's switch kept on every ``every``-th of its layers (their own
+    ``gradient_checkpointing`` attribute, the one each layer reads) and turned off on the rest."""
+    from transformers.modeling_utils import PreTrainedModel
+
+    def switched(m: nn.Module) -> bool:  # a layer's own switch (the backbone model holds one too)
+        d = m.__dict__
+        return not isinstance(m, PreTrainedModel) and d.get("gradient_checkpointing") is True and callable(
+            d.get("_gradient_checkpointing_func"))
+
+    layers = [m for m in model.modules() if switched(m)]
+    if len(layers) < 2:
+        undo()
+        raise FootprintError(f"--selective-ac-option {every}: this model's checkpointing is one switch for all its "
+                             "layers, not one per layer")
+    for i, layer in enumerate(layers, 1):
+        if i % every:
+            layer.gradient_checkpointing = False
+    return f"the model's own checkpointing on every {_ordinal(every)} of its {len(layers)} layers " \
+           f"({len(layers) // every})"
 
 
 def _checkpointed(forward: Callable[..., Any], selective: bool, *args: Any, **kwargs: Any) -> Any:
