@@ -307,6 +307,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
     w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed",
                  attention=None if before else attention_of_row(r))
     acc = get(r["gpu"])
+    if r.get("gpu_bandwidth_gbs"):  # the source's own figure for a part the accelerator id only approximates
+        acc = dataclasses.replace(acc, bandwidth_gbs=float(r["gpu_bandwidth_gbs"]))
     try:
         trace, _ = trace_step(w, t, p, **({} if before else {"cuda_sm": sm_of(acc)}))  # CUDA's attention kernel
     except FootprintError as e:
