@@ -142,5 +142,6 @@ def _run(cmd: Command, args: argparse.Namespace, debug: bool) -> int:
               file=sys.stderr)
         return ExitCode.INTERNAL_ERROR
 
+
 if __name__ == "__main__":
     sys.exit(main())
