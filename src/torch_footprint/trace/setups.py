@@ -185,6 +185,12 @@ def _every_nth_layer(model: nn.Module, every: int, undo: Callable[[], None]) -> 
             d.get("_gradient_checkpointing_func"))
 
     layers = [m for m in model.modules() if switched(m)]
+    try:  # transformers 5: the layers that checkpoint themselves, not a container that also holds a switch
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        layers = [m for m in layers if isinstance(m, GradientCheckpointingLayer)] or layers
+    except ImportError:
+        pass
     if len(layers) < 2:
         undo()
         raise FootprintError(f"--selective-ac-option {every}: this model's checkpointing is one switch for all its "
