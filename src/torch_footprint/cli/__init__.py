@@ -98,8 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = parser(argv)
     args = p.parse_args(argv)
-    # the verbs that time or watch real runs leave the collector as the user's own code has it
-    if whole_process and args.verb not in ("bench", "calibrate", "watch") and _freeze_after not in gc.callbacks:
+    # the process is the command line's, start to end; the verbs that time or watch real runs
+    # leave the collector and the exit as the user's own code has them
+    owned = whole_process and args.verb not in ("bench", "calibrate", "watch")
+    if owned and _freeze_after not in gc.callbacks:
         gc.callbacks.append(_freeze_after)
     if args.version:
         from .. import __version__
@@ -112,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = getattr(args, "debug", False) or os.environ.get("FOOTPRINT_DEBUG") == "1"
     _one_line_warnings()
     code = _run(command(args.verb), args, debug)
-    if whole_process and _freeze_after in gc.callbacks:
+    if owned:
         # the whole answer is out: end without tearing down torch's millions of objects one by one
         # (a fifth of a second of a 70B profile); nothing of ours is left to write at exit
         for stream in (sys.stdout, sys.stderr):

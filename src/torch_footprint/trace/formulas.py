@@ -91,14 +91,9 @@ def register(*ops: Any) -> Callable[[Formula], Formula]:
     return deco
 
 
-def _ops(*names: str) -> list[str]:
-    """The aten operators of these names (as registry keys are spelt)."""
-    return list(names)
-
-
 def _with_inplace(*names: str) -> list[str]:
     """Each op and its in-place variant (``relu`` and ``relu_``)."""
-    return _ops(*[v for n in names for v in (n, n + "_")])
+    return [v for n in names for v in (n, n + "_")]
 
 
 def named_args(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -236,18 +231,18 @@ def _sdpa(backward: bool, offset: int) -> Formula:
     return formula
 
 
-register(*_ops("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-               "_flash_attention_forward", "_efficient_attention_forward",
-               "_scaled_dot_product_fused_attention_overrideable"))(_sdpa(False, 0))
-register(*_ops("_scaled_dot_product_flash_attention_for_cpu_backward",
-               "_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
-               "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_backward",
-               "_efficient_attention_backward",
-               "_scaled_dot_product_fused_attention_overrideable_backward"))(_sdpa(True, 1))
+register("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+         "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+         "_flash_attention_forward", "_efficient_attention_forward",
+         "_scaled_dot_product_fused_attention_overrideable")(_sdpa(False, 0))
+register("_scaled_dot_product_flash_attention_for_cpu_backward",
+         "_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+         "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_backward",
+         "_efficient_attention_backward",
+         "_scaled_dot_product_fused_attention_overrideable_backward")(_sdpa(True, 1))
 
 
-@register(*_ops("_native_multi_head_attention"))
+@register("_native_multi_head_attention")
 def _native_mha(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """nn.MultiheadAttention's fused inference path: in-projection, attention, out-projection."""
     a = named_args(func, args, kwargs)
@@ -322,12 +317,12 @@ def torch_matrix(bias: str | None = None) -> Formula:
     return formula
 
 
-register(*_ops("addmm", "baddbmm"))(torch_matrix("self"))
-register(*_ops("convolution", "_convolution", "convolution_overrideable", "_slow_conv2d_forward"))(
+register("addmm", "baddbmm")(torch_matrix("self"))
+register("convolution", "_convolution", "convolution_overrideable", "_slow_conv2d_forward")(
     torch_matrix("bias"))
 
 
-@register(*_ops("convolution_backward"))
+@register("convolution_backward")
 def _conv_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """torch's formula for the input and weight gradients, but for a grouped convolution's
     weight gradient, which torch's counts as if the convolution were not grouped (every input
@@ -349,7 +344,7 @@ def _conv_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: 
     return Cost(2 * macs + extra, macs, "matrix", matrix_problem(func, args, kwargs))
 
 
-@register(*_ops("bmm"))
+@register("bmm")
 def _bmm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """torch's formula, except inside a causal attention on the math path (two bmm and a
     softmax over a full score matrix): there only the visible pairs count, so causal
@@ -361,7 +356,7 @@ def _bmm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Co
     return Cost(2 * macs, macs, "matrix", matrix_problem(func, args, kwargs))
 
 
-@register(*_ops("_grouped_mm", "_scaled_grouped_mm", "_scaled_grouped_mm_v2"))
+@register("_grouped_mm", "_scaled_grouped_mm", "_scaled_grouped_mm_v2")
 def _grouped_mm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Mixture-of-experts matmuls, each group of rows against its own matrix.
 
@@ -401,21 +396,21 @@ def _steps_rows(x: torch.Tensor, batch_sizes: Any) -> int:
     return x.shape[0] if x.dim() == 2 else x.shape[0] * x.shape[1]
 
 
-@register(*_ops("mkldnn_rnn_layer"))
+@register("mkldnn_rnn_layer")
 def _mkldnn_rnn(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     a = named_args(func, args, kwargs)
     return _rnn_cost(_steps_rows(a["input"], a["batch_sizes"]), [a["weight0"], a["weight1"]],
                      int(a["hidden_size"]), int(a["mode"]), bool(a["has_biases"]), False)
 
 
-@register(*_ops("mkldnn_rnn_layer_backward"))
+@register("mkldnn_rnn_layer_backward")
 def _mkldnn_rnn_bwd(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     a = named_args(func, args, kwargs)
     return _rnn_cost(_steps_rows(a["input"], a["batch_sizes"]), [a["weight1"], a["weight2"]],
                      int(a["hidden_size"]), int(a["mode"]), bool(a["has_biases"]), True)
 
 
-@register(*_ops("_cudnn_rnn", "miopen_rnn"))
+@register("_cudnn_rnn", "miopen_rnn")
 def _cudnn_rnn(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     a = named_args(func, args, kwargs)
     weights = a["weight"]
@@ -439,18 +434,18 @@ for _name, _k in PER_ELEMENT.items():
 
 # --------------------------------------------------------------------------- reductions
 
-register(*_ops("sum", "mean", "amax", "amin", "max", "min", "prod", "argmax", "argmin", "histc", "bincount",
-               "logsumexp", "cumsum", "any", "all", "nansum", "linalg_vector_norm", "norm", "aminmax", "cumprod",
-               "count_nonzero"))(reduction(1))
+register("sum", "mean", "amax", "amin", "max", "min", "prod", "argmax", "argmin", "histc", "bincount",
+         "logsumexp", "cumsum", "any", "all", "nansum", "linalg_vector_norm", "norm", "aminmax", "cumprod",
+         "count_nonzero")(reduction(1))
 # mean, then squared deviations summed
-register(*_ops("var", "std", "var_mean", "std_mean"))(reduction(3))
+register("var", "std", "var_mean", "std_mean")(reduction(3))
 # max, subtract, exp, sum, divide
-register(*_ops("_softmax", "_log_softmax", "softmax", "_safe_softmax"))(reduction(5))
+register("_softmax", "_log_softmax", "softmax", "_safe_softmax")(reduction(5))
 # grad * y, row sum, subtract and multiply
-register(*_ops("_softmax_backward_data", "_log_softmax_backward_data"))(reduction(3))
+register("_softmax_backward_data", "_log_softmax_backward_data")(reduction(3))
 
 
-@register(*_ops("linalg_vector_norm_backward"))
+@register("linalg_vector_norm_backward")
 def _norm_vec_bwd(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     return _vector(3 * _out_numel(out))
 
@@ -473,23 +468,23 @@ def normalisation(stats: bool | None) -> Formula:
     return formula
 
 
-register(*_ops("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-               "cudnn_batch_norm", "miopen_batch_norm", "_batch_norm_with_update",
-               "_batch_norm_with_update_functional"))(normalisation(None))
-register(*_ops("_native_batch_norm_legit_no_training", "_batch_norm_no_update"))(normalisation(False))
-register(*_ops("native_layer_norm", "native_group_norm"))(normalisation(True))
+register("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+         "cudnn_batch_norm", "miopen_batch_norm", "_batch_norm_with_update",
+         "_batch_norm_with_update_functional")(normalisation(None))
+register("_native_batch_norm_legit_no_training", "_batch_norm_no_update")(normalisation(False))
+register("native_layer_norm", "native_group_norm")(normalisation(True))
 
 
-@register(*_ops("_fused_rms_norm"))
+@register("_fused_rms_norm")
 def _rms_norm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Mean of squares (2), rsqrt and scale (1), times the weight (1) when there is one."""
     affine = named_args(func, args, kwargs).get("weight") is not None
     return _vector(_numel(args[0]) * (3 + (1 if affine else 0)))
 
 
-@register(*_ops("native_batch_norm_backward", "native_layer_norm_backward", "native_group_norm_backward",
-                "cudnn_batch_norm_backward", "miopen_batch_norm_backward", "batch_norm_backward",
-                "_fused_rms_norm_backward"))
+@register("native_batch_norm_backward", "native_layer_norm_backward", "native_group_norm_backward",
+          "cudnn_batch_norm_backward", "miopen_batch_norm_backward", "batch_norm_backward",
+          "_fused_rms_norm_backward")
 def _norm_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Twice the forward's training cost (two reductions and the elementwise chain);
     grad_out is args[0], the input args[1]."""
@@ -505,27 +500,27 @@ def _window(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> int:
     return math.prod(k) if isinstance(k, (list, tuple)) else int(k)
 
 
-@register(*_ops("max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices",
-                "avg_pool1d", "avg_pool2d", "avg_pool3d"))
+@register("max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices",
+          "avg_pool1d", "avg_pool2d", "avg_pool3d")
 def _pool(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """One compare (max) or add (average) per window element per output element."""
     return _vector(_window(func, args, kwargs) * _out_numel(out))
 
 
-@register(*_ops("max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward",
-                "avg_pool2d_backward", "avg_pool3d_backward"))
+@register("max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward",
+          "avg_pool2d_backward", "avg_pool3d_backward")
 def _pool_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Scatter-add of each output gradient into its window: 1 per window element."""
     return _vector(_window(func, args, kwargs) * _numel(args[0]))
 
 
 # every input element added (or compared) once
-register(*_ops("_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d",
-               "adaptive_avg_pool1d"))(reduction(1))
+register("_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+         "adaptive_avg_pool1d")(reduction(1))
 
 
-@register(*_ops("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d_backward",
-                "adaptive_max_pool3d_backward"))
+@register("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d_backward",
+          "adaptive_max_pool3d_backward")
 def _adaptive_pool_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Every gradient element written once."""
     return _vector(max(_numel(args[0]), _out_numel(out)))
@@ -540,12 +535,12 @@ def interpolation(dims: int, cubic: bool = False, backward: bool = False) -> For
     return pointwise(per)
 
 
-register(*_ops("upsample_linear1d"))(interpolation(1))
-register(*_ops("upsample_bilinear2d", "_upsample_bilinear2d_aa"))(interpolation(2))
-register(*_ops("upsample_trilinear3d"))(interpolation(3))
-register(*_ops("upsample_bicubic2d"))(interpolation(2, cubic=True))
-register(*_ops("upsample_bilinear2d_backward"))(interpolation(2, backward=True))
-register(*_ops("upsample_bicubic2d_backward"))(interpolation(2, cubic=True, backward=True))
+register("upsample_linear1d")(interpolation(1))
+register("upsample_bilinear2d", "_upsample_bilinear2d_aa")(interpolation(2))
+register("upsample_trilinear3d")(interpolation(3))
+register("upsample_bicubic2d")(interpolation(2, cubic=True))
+register("upsample_bilinear2d_backward")(interpolation(2, backward=True))
+register("upsample_bicubic2d_backward")(interpolation(2, cubic=True, backward=True))
 
 
 def grid_sample(three_d: bool) -> Formula:
@@ -563,29 +558,29 @@ def grid_sample(three_d: bool) -> Formula:
     return formula
 
 
-register(*_ops("grid_sampler_2d", "_grid_sampler_2d_cpu_fallback"))(grid_sample(False))
-register(*_ops("grid_sampler_3d"))(grid_sample(True))
+register("grid_sampler_2d", "_grid_sampler_2d_cpu_fallback")(grid_sample(False))
+register("grid_sampler_3d")(grid_sample(True))
 
 
 # --------------------------------------------------------------------------- losses and scatter-accumulate
 
 # a difference or a pick, then the reduction: 2 FLOPs per input element
-register(*_ops("nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward", "nll_loss2d_backward", "mse_loss",
-               "mse_loss_backward", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
-               "binary_cross_entropy_with_logits", "huber_loss"))(reduction(2))
+register("nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward", "nll_loss2d_backward", "mse_loss",
+         "mse_loss_backward", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
+         "binary_cross_entropy_with_logits", "huber_loss")(reduction(2))
 # one add per gradient (or bag) element
-register(*_ops("embedding_dense_backward", "_embedding_bag", "embedding_bag", "_embedding_bag_backward",
-               "_embedding_bag_dense_backward"))(reduction(1))
+register("embedding_dense_backward", "_embedding_bag", "embedding_bag", "_embedding_bag_backward",
+         "_embedding_bag_dense_backward")(reduction(1))
 
 
-@register(*_ops("index_add", "index_add_", "scatter_add", "scatter_add_", "scatter_reduce"))
+@register("index_add", "index_add_", "scatter_add", "scatter_add_", "scatter_reduce")
 def _scatter_add(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """One add per source element."""
     a = named_args(func, args, kwargs)
     return _vector(_numel(a.get("source", a.get("src"))))
 
 
-@register(*_ops("index_put", "index_put_", "_index_put_impl_"))
+@register("index_put", "index_put_", "_index_put_impl_")
 def _index_put(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """One add per value when accumulating; otherwise a copy."""
     a = named_args(func, args, kwargs)
@@ -594,21 +589,21 @@ def _index_put(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any)
 
 # --------------------------------------------------------------------------- seen on real architectures
 # gated linear unit: a * sigmoid(b), per output element; its backward per incoming gradient element
-register(*_ops("glu"))(pointwise(2))
-register(*_ops("glu_backward"))(reduction(4))
+register("glu")(pointwise(2))
+register("glu_backward")(reduction(4))
 # weight norm w = g * v / ||v||: squares and sum (2), divide and scale (2) per element of v; backward twice
-register(*_ops("_weight_norm_interface"))(reduction(4))
-register(*_ops("_weight_norm_interface_backward"))(reduction(8))
+register("_weight_norm_interface")(reduction(4))
+register("_weight_norm_interface_backward")(reduction(8))
 # PReLU: a compare and a multiply per element, forward and backward
-register(*_ops("_prelu_kernel"))(pointwise(2))
-register(*_ops("_prelu_kernel_backward"))(reduction(2))
+register("_prelu_kernel")(pointwise(2))
+register("_prelu_kernel_backward")(reduction(2))
 # running maximum or minimum: one compare per element; sampling: a running sum of the weights
-register(*_ops("cummax", "cummin", "_cummax_helper", "_cummin_helper", "_is_all_true", "_is_any_true",
-               "multinomial"))(reduction(1))
+register("cummax", "cummin", "_cummax_helper", "_cummin_helper", "_is_all_true", "_is_any_true",
+         "multinomial")(reduction(1))
 # polar form to complex: a cosine, a sine and two multiplies per element
-register(*_ops("polar"))(pointwise(4))
+register("polar")(pointwise(4))
 # membership tests and searches: comparisons that select, no arithmetic on the values
-register(*_ops("isin"))(constant(DATA))
+register("isin")(constant(DATA))
 
 
 def triangular_solve(triangle: int, rhs: int) -> Formula:
@@ -625,8 +620,8 @@ def triangular_solve(triangle: int, rhs: int) -> Formula:
     return formula
 
 
-register(*_ops("linalg_solve_triangular"))(triangular_solve(0, 1))
-register(*_ops("triangular_solve"))(triangular_solve(1, 0))  # triangular_solve(B, A)
+register("linalg_solve_triangular")(triangular_solve(0, 1))
+register("triangular_solve")(triangular_solve(1, 0))  # triangular_solve(B, A)
 
 
 def fft(scale: float) -> Formula:
@@ -644,16 +639,16 @@ def fft(scale: float) -> Formula:
     return formula
 
 
-register(*_ops("_fft_c2c"))(fft(5.0))
-register(*_ops("_fft_r2c", "_fft_c2r"))(fft(2.5))
+register("_fft_c2c")(fft(5.0))
+register("_fft_r2c", "_fft_c2r")(fft(2.5))
 
 
 # log(1 + exp(-x)) with the sign trick: exp, add, log per element; its backward likewise
-register(*_ops("log_sigmoid_forward"))(pointwise(3))
-register(*_ops("log_sigmoid_backward"))(reduction(3))
+register("log_sigmoid_forward")(pointwise(3))
+register("log_sigmoid_backward")(reduction(3))
 
 
-@register(*_ops("_euclidean_dist"))
+@register("_euclidean_dist")
 def _euclidean_dist(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Distances between rows of x1 (P x M) and x2 (R x M) through a matmul: P x R x M MACs,
     plus the squared norms (2 per element of each input) and 3 per distance (add, add, sqrt)."""
@@ -662,7 +657,7 @@ def _euclidean_dist(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out:
     return Cost(2 * macs + 2 * (x1.numel() + x2.numel()) + 3 * _out_numel(out), macs, "matrix")
 
 
-@register(*_ops("_cdist_forward"))
+@register("_cdist_forward")
 def _cdist(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """p-norm distances computed pairwise: a difference, a power and an add per coordinate of
     each pair (3 FLOPs), then the root per distance."""
@@ -686,20 +681,20 @@ def matmul_like(bias: str | None = None) -> Formula:
     return formula
 
 
-register(*_ops("mv", "dot", "vdot", "_int_mm", "_weight_int8pack_mm", "_weight_int4pack_mm",
-               "_weight_int4pack_mm_for_cpu", "_weight_int4pack_mm_with_scales_and_zeros", "_dyn_quant_matmul_4bit",
-               "_scaled_mm_v2"))(matmul_like())
-register(*_ops("addmv", "addmv_"))(matmul_like("self"))
+register("mv", "dot", "vdot", "_int_mm", "_weight_int8pack_mm", "_weight_int4pack_mm",
+         "_weight_int4pack_mm_for_cpu", "_weight_int4pack_mm_with_scales_and_zeros", "_dyn_quant_matmul_4bit",
+         "_scaled_mm_v2")(matmul_like())
+register("addmv", "addmv_")(matmul_like("self"))
 
 
-@register(*_ops("_addmm_activation"))
+@register("_addmm_activation")
 def _addmm_activation(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """addmm (bias add included) followed by ReLU or GELU: 1 more FLOP per output element."""
     macs = args[1].shape[0] * args[1].shape[1] * args[2].shape[1]
     return Cost(2 * macs + 2 * _out_numel(out), macs, "matrix")
 
 
-@register(*_ops("addbmm", "addbmm_"))
+@register("addbmm", "addbmm_")
 def _addbmm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """A batch of (n x m)(m x p) products summed into one n x p: b x n x m x p MACs, plus the
     sum over the batch and the add of ``self`` (b per output element)."""
@@ -708,14 +703,14 @@ def _addbmm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) ->
     return Cost(2 * macs + b1.shape[0] * _out_numel(out), macs, "matrix")
 
 
-@register(*_ops("addr", "addr_"))
+@register("addr", "addr_")
 def _addr(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Outer product added to ``self``: one multiply-add per output element."""
     n = _out_numel(out)
     return Cost(2 * n, n, "matrix")
 
 
-@register(*_ops("_transformer_encoder_layer_fwd"))
+@register("_transformer_encoder_layer_fwd")
 def _encoder_layer(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """nn.TransformerEncoderLayer's fused inference path on (B, T, E): the projections and the
     feed-forward (every weight once per token), attention over T x T pairs per head;
@@ -744,19 +739,19 @@ def fused_optimizer(per_element: int) -> Formula:
     return formula
 
 
-register(*_ops("_fused_adam", "_fused_adam_"))(fused_optimizer(13))
-register(*_ops("_fused_adamw", "_fused_adamw_"))(fused_optimizer(15))
-register(*_ops("_fused_sgd", "_fused_sgd_"))(fused_optimizer(2))
+register("_fused_adam", "_fused_adam_")(fused_optimizer(13))
+register("_fused_adamw", "_fused_adamw_")(fused_optimizer(15))
+register("_fused_sgd", "_fused_sgd_")(fused_optimizer(2))
 # a finiteness check and a multiply per gradient element
-register(*_ops("_amp_foreach_non_finite_check_and_unscale_"))(fused_optimizer(2))
-register(*_ops("_add_relu", "_add_relu_"))(pointwise(2))
-register(*_ops("hardsigmoid_backward"))(pointwise(2))
-register(*_ops("__irshift__", "__ilshift__"))(pointwise(1))
-register(*_ops("_fused_moving_avg_obs_fq_helper"))(reduction(4))  # min, max, then scale and round each element
-register(*_ops("linear"))(matmul_like("bias"))
+register("_amp_foreach_non_finite_check_and_unscale_")(fused_optimizer(2))
+register("_add_relu", "_add_relu_")(pointwise(2))
+register("hardsigmoid_backward")(pointwise(2))
+register("__irshift__", "__ilshift__")(pointwise(1))
+register("_fused_moving_avg_obs_fq_helper")(reduction(4))  # min, max, then scale and round each element
+register("linear")(matmul_like("bias"))
 
 
-@register(*_ops("linear_backward"))
+@register("linear_backward")
 def _linear_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """The input's and the weight's gradients: two products of tokens x N x K, and the bias's
     gradient, a sum over tokens (as asked by ``output_mask``)."""
@@ -780,37 +775,37 @@ def semi_structured(arg: int, dim: int) -> Formula:
     return formula
 
 
-register(*_ops("_sparse_semi_structured_mm"))(semi_structured(2, 0))
-register(*_ops("_sparse_semi_structured_addmm"))(semi_structured(3, 0))
-register(*_ops("_sparse_semi_structured_linear"))(semi_structured(0, -1))
-register(*_ops("_masked_scale"))(pointwise(1))
+register("_sparse_semi_structured_mm")(semi_structured(2, 0))
+register("_sparse_semi_structured_addmm")(semi_structured(3, 0))
+register("_sparse_semi_structured_linear")(semi_structured(0, -1))
+register("_masked_scale")(pointwise(1))
 # gates already multiplied: 4 bias adds, 4 nonlinearities and 5 for the cell, per hidden unit
-register(*_ops("_thnn_fused_lstm_cell"))(lambda func, args, kwargs, out: _vector(13 * _numel(args[2])))
-register(*_ops("_thnn_fused_lstm_cell_backward_impl"))(lambda func, args, kwargs, out: _vector(26 * _numel(args[2])))
-register(*_ops("linalg_cross"))(pointwise(3))  # a x b - c x d per component
-register(*_ops("hann_window"))(pointwise(3))  # a cosine, a multiply and a subtract per point
-register(*_ops("logspace"))(pointwise(2))
-register(*_ops("quantize_per_tensor"))(pointwise(3))  # scale, round, clamp
-register(*_ops("trace"))(lambda func, args, kwargs, out: _vector(min(args[0].shape[-2:])))
+register("_thnn_fused_lstm_cell")(lambda func, args, kwargs, out: _vector(13 * _numel(args[2])))
+register("_thnn_fused_lstm_cell_backward_impl")(lambda func, args, kwargs, out: _vector(26 * _numel(args[2])))
+register("linalg_cross")(pointwise(3))  # a x b - c x d per component
+register("hann_window")(pointwise(3))  # a cosine, a multiply and a subtract per point
+register("logspace")(pointwise(2))
+register("quantize_per_tensor")(pointwise(3))  # scale, round, clamp
+register("trace")(lambda func, args, kwargs, out: _vector(min(args[0].shape[-2:])))
 # each output point: a 2 x 3 (3 x 4) affine matrix times its coordinates, 6 (12) FLOPs per coordinate
-register(*_ops("affine_grid_generator"))(pointwise(6))
+register("affine_grid_generator")(pointwise(6))
 # selections over a dimension: a compare per element
-register(*_ops("kthvalue", "median", "nanmedian", "mode", "segment_reduce", "_segment_reduce_backward",
-               "index_reduce", "index_reduce_", "_embedding_bag_forward_only",
-               "_embedding_bag_per_sample_weights_backward"))(reduction(1))
-register(*_ops("logcumsumexp", "dist", "renorm", "renorm_"))(reduction(3))  # exp/sub, add/pow, log/scale
+register("kthvalue", "median", "nanmedian", "mode", "segment_reduce", "_segment_reduce_backward",
+         "index_reduce", "index_reduce_", "_embedding_bag_forward_only",
+         "_embedding_bag_per_sample_weights_backward")(reduction(1))
+register("logcumsumexp", "dist", "renorm", "renorm_")(reduction(3))  # exp/sub, add/pow, log/scale
 # losses and their backwards: a difference and a reduction per element (as the forward losses)
-register(*_ops("binary_cross_entropy_backward", "huber_loss_backward", "smooth_l1_loss_backward",
-               "soft_margin_loss", "soft_margin_loss_backward", "multi_margin_loss",
-               "multilabel_margin_loss_forward", "rrelu_with_noise_backward"))(reduction(2))
+register("binary_cross_entropy_backward", "huber_loss_backward", "smooth_l1_loss_backward",
+         "soft_margin_loss", "soft_margin_loss_backward", "multi_margin_loss",
+         "multilabel_margin_loss_forward", "rrelu_with_noise_backward")(reduction(2))
 # padding backwards: the gradient of each padded element added back once
-register(*_ops("reflection_pad1d_backward", "reflection_pad3d_backward", "replication_pad1d_backward",
-               "replication_pad2d_backward", "replication_pad3d_backward"))(reduction(1))
-register(*_ops("_upsample_bicubic2d_aa"))(interpolation(2, cubic=True))
-register(*_ops("_upsample_lanczos2d_aa"))(interpolation(2, cubic=True))
-register(*_ops("_upsample_bilinear2d_aa_backward"))(interpolation(2, backward=True))
-register(*_ops("_upsample_lanczos2d_aa_backward"))(interpolation(2, cubic=True, backward=True))
-register(*_ops("fractional_max_pool2d"))(reduction(1))
+register("reflection_pad1d_backward", "reflection_pad3d_backward", "replication_pad1d_backward",
+         "replication_pad2d_backward", "replication_pad3d_backward")(reduction(1))
+register("_upsample_bicubic2d_aa")(interpolation(2, cubic=True))
+register("_upsample_lanczos2d_aa")(interpolation(2, cubic=True))
+register("_upsample_bilinear2d_aa_backward")(interpolation(2, backward=True))
+register("_upsample_lanczos2d_aa_backward")(interpolation(2, cubic=True, backward=True))
+register("fractional_max_pool2d")(reduction(1))
 
 
 def grid_sample_backward(three_d: bool) -> Formula:
@@ -823,18 +818,18 @@ def grid_sample_backward(three_d: bool) -> Formula:
     return formula
 
 
-register(*_ops("grid_sampler_2d_backward", "_grid_sampler_2d_cpu_fallback_backward"))(grid_sample_backward(False))
-register(*_ops("grid_sampler_3d_backward"))(grid_sample_backward(True))
+register("grid_sampler_2d_backward", "_grid_sampler_2d_cpu_fallback_backward")(grid_sample_backward(False))
+register("grid_sampler_3d_backward")(grid_sample_backward(True))
 
 
-@register(*_ops("_pdist_forward"))
+@register("_pdist_forward")
 def _pdist(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """N(N-1)/2 pairs of M coordinates: a difference, a power and an add each, a root per pair."""
     n, m = args[0].shape[-2], args[0].shape[-1]
     return _vector((3 * m + 1) * n * (n - 1) // 2)
 
 
-@register(*_ops("_pdist_backward", "_cdist_backward"))
+@register("_pdist_backward", "_cdist_backward")
 def _dist_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Every pair's gradient spread over its coordinates: 3 FLOPs per (pair, coordinate),
     over the output gradient's distances times the coordinates."""
@@ -863,23 +858,23 @@ def lapack(count: Callable[[int, int], float], rhs: int | None = None) -> Formul
     return formula
 
 
-register(*_ops("linalg_cholesky_ex", "cholesky"))(lapack(lambda m, n: n**3 / 3))
-register(*_ops("linalg_lu_factor_ex", "linalg_lu", "_linalg_det", "_linalg_slogdet", "linalg_ldl_factor_ex"))(
+register("linalg_cholesky_ex", "cholesky")(lapack(lambda m, n: n**3 / 3))
+register("linalg_lu_factor_ex", "linalg_lu", "_linalg_det", "_linalg_slogdet", "linalg_ldl_factor_ex")(
     lapack(lambda m, n: 2 * n**3 / 3))
-register(*_ops("linalg_inv_ex", "cholesky_inverse"))(lapack(lambda m, n: 2 * n**3))
-register(*_ops("linalg_qr", "linalg_householder_product", "ormqr"))(
+register("linalg_inv_ex", "cholesky_inverse")(lapack(lambda m, n: 2 * n**3))
+register("linalg_qr", "linalg_householder_product", "ormqr")(
     lapack(lambda m, n: 2 * (2 * m * n * n - 2 * n**3 / 3)))
-register(*_ops("_linalg_eigh"))(lapack(lambda m, n: 9 * n**3))
-register(*_ops("_linalg_eigvals", "linalg_eigvals"))(lapack(lambda m, n: 10 * n**3))
-register(*_ops("linalg_eig"))(lapack(lambda m, n: 25 * n**3))
-register(*_ops("_linalg_svd"))(lapack(lambda m, n: 4 * m * n * n + 8 * min(m, n) ** 3))
-register(*_ops("_linalg_solve_ex"))(lapack(lambda m, n: 2 * n**3 / 3, rhs=1))
-register(*_ops("linalg_lu_solve", "linalg_ldl_solve", "cholesky_solve", "_cholesky_solve_helper"))(
+register("_linalg_eigh")(lapack(lambda m, n: 9 * n**3))
+register("_linalg_eigvals", "linalg_eigvals")(lapack(lambda m, n: 10 * n**3))
+register("linalg_eig")(lapack(lambda m, n: 25 * n**3))
+register("_linalg_svd")(lapack(lambda m, n: 4 * m * n * n + 8 * min(m, n) ** 3))
+register("_linalg_solve_ex")(lapack(lambda m, n: 2 * n**3 / 3, rhs=1))
+register("linalg_lu_solve", "linalg_ldl_solve", "cholesky_solve", "_cholesky_solve_helper")(
     lapack(lambda m, n: 0.0, rhs=1))
-register(*_ops("linalg_matrix_exp"))(lapack(lambda m, n: 8 * 2 * n**3))  # a degree-13 Pade: 6 products and a solve
+register("linalg_matrix_exp")(lapack(lambda m, n: 8 * 2 * n**3))  # a degree-13 Pade: 6 products and a solve
 
 # moving, packing, selecting or describing bytes, without arithmetic
-register(*_ops(
+register(
     "block_diag", "diag_embed", "rot90", "tril_indices", "triu_indices", "empty_permuted", "_chunk_cat",
     "_reshape_copy", "unsafe_split_with_sizes", "nonzero_static", "unique_consecutive", "unique_dim", "_unique",
     "lift", "resize", "resize_as", "_resize_output", "_resize_output_", "shallow_copy_data_",
@@ -890,8 +885,8 @@ register(*_ops(
     "_convert_weight_to_int4pack", "_convert_weight_to_int4pack_for_cpu", "_dyn_quant_pack_4bit_weight",
     "_philox_key_fold_in", "_philox_key_split", "_philox_normal_", "_philox_uniform_", "_make_dep_token",
     "_functional_sym_constrain_range", "_functional_sym_constrain_range_for_size",
-))(constant(DATA))
-register(*_ops("is_coalesced", "is_pinned", "is_same_size", "dense_dim", "sparse_dim"))(constant(VIEW))
+)(constant(DATA))
+register("is_coalesced", "is_pinned", "is_same_size", "dense_dim", "sparse_dim")(constant(VIEW))
 
 
 # --------------------------------------------------------------------------- other kernels of the same work
@@ -913,15 +908,15 @@ def convolution(transposed: bool) -> Formula:
     return formula
 
 
-register(*_ops("slow_conv3d_forward", "slow_conv_dilated2d", "slow_conv_dilated3d", "conv_depthwise3d",
-               "mkldnn_convolution", "_nnpack_spatial_convolution", "miopen_convolution",
-               "miopen_depthwise_convolution", "cudnn_convolution_relu", "cudnn_convolution_add_relu",
-               "_mps_convolution"))(convolution(False))
-register(*_ops("slow_conv_transpose2d", "slow_conv_transpose3d", "miopen_convolution_transpose",
-               "cudnn_convolution_transpose", "_mps_convolution_transpose"))(convolution(True))
+register("slow_conv3d_forward", "slow_conv_dilated2d", "slow_conv_dilated3d", "conv_depthwise3d",
+         "mkldnn_convolution", "_nnpack_spatial_convolution", "miopen_convolution",
+         "miopen_depthwise_convolution", "cudnn_convolution_relu", "cudnn_convolution_add_relu",
+         "_mps_convolution")(convolution(False))
+register("slow_conv_transpose2d", "slow_conv_transpose3d", "miopen_convolution_transpose",
+         "cudnn_convolution_transpose", "_mps_convolution_transpose")(convolution(True))
 
 
-@register(*_ops("conv_tbc"))
+@register("conv_tbc")
 def _conv_tbc(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Time-batch-channel convolution, weight (kernel, C_in, C_out): kernel x C_in MACs per output element."""
     w = args[1]
@@ -929,8 +924,8 @@ def _conv_tbc(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) 
     return Cost(2 * macs + _out_numel(out), macs, "matrix")
 
 
-@register(*_ops("convolution_backward_overrideable", "_slow_conv2d_backward", "mps_convolution_backward",
-                "mps_convolution_transpose_backward"))
+@register("convolution_backward_overrideable", "_slow_conv2d_backward", "mps_convolution_backward",
+          "mps_convolution_transpose_backward")
 def _conv_backward_other(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """The input's and the weight's gradients: each the forward's MACs (grad_output elements x
     the weight's elements per output channel)."""
@@ -939,11 +934,11 @@ def _conv_backward_other(func: Any, args: Sequence[Any], kwargs: dict[str, Any],
     return Cost(2 * macs, macs, "matrix")
 
 
-register(*_ops("mkldnn_linear"))(matmul_like("bias"))
-register(*_ops("mkldnn_linear_backward"))(_linear_backward)
+register("mkldnn_linear")(matmul_like("bias"))
+register("mkldnn_linear_backward")(_linear_backward)
 
 
-@register(*_ops("mkldnn_linear_backward_input"))
+@register("mkldnn_linear_backward_input")
 def _mkldnn_linear_grad_input(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """A linear layer's input gradient, grad_output (args[1]) times the weight: each input
     gradient element reduces over the N outputs."""
@@ -951,7 +946,7 @@ def _mkldnn_linear_grad_input(func: Any, args: Sequence[Any], kwargs: dict[str, 
     return Cost(2 * macs, macs, "matrix")
 
 
-@register(*_ops("mkldnn_linear_backward_weights"))
+@register("mkldnn_linear_backward_weights")
 def _mkldnn_linear_grad_weight(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """A linear layer's weight gradient, grad_output (args[0]) transposed times the input:
     each of the N x K weight gradients reduces over the tokens; the bias gradient sums them."""
@@ -961,7 +956,7 @@ def _mkldnn_linear_grad_weight(func: Any, args: Sequence[Any], kwargs: dict[str,
     return Cost(2 * macs + (grad.numel() if args[3] else 0), macs, "matrix")
 
 
-@register(*_ops("matmul_backward"))
+@register("matmul_backward")
 def _matmul_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Both gradients of a matmul: each grad elements x the reduction length."""
     grad, a = args[0], args[1]
@@ -969,7 +964,7 @@ def _matmul_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out
     return Cost(2 * macs, macs, "matrix")
 
 
-@register(*_ops("_trilinear"))
+@register("_trilinear")
 def _trilinear(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """nn.Bilinear's product: i1 x i2 x i3 over their broadcast shape, summed over sumdim:
     one MAC per element of that shape (two multiplies and an add counted as 2 + 1 FLOPs)."""
@@ -984,62 +979,62 @@ def _trilinear(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any)
     return Cost(3 * macs, macs, "matrix")
 
 
-@register(*_ops("_compute_linear_combination"))
+@register("_compute_linear_combination")
 def _linear_combination(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """out[i] = sum_j coefficients[i, j] input[j]: output elements x the number of inputs."""
     macs = _out_numel(out) * args[1].shape[-1]
     return Cost(2 * macs, macs, "matrix")
 
 
-register(*_ops("adaptive_avg_pool2d", "adaptive_avg_pool3d", "mkldnn_adaptive_avg_pool2d_backward",
-               "adaptive_avg_pool3d_backward", "fractional_max_pool3d", "fractional_max_pool2d_backward",
-               "fractional_max_pool3d_backward"))(reduction(1))
-register(*_ops("mkldnn_max_pool2d", "mkldnn_max_pool3d", "quantized_max_pool1d", "quantized_max_pool2d",
-               "quantized_max_pool3d"))(_pool)
-register(*_ops("max_pool2d_backward", "mkldnn_max_pool2d_backward", "mkldnn_max_pool3d_backward"))(_pool_backward)
-register(*_ops("upsample_linear1d_backward"))(interpolation(1, backward=True))
-register(*_ops("upsample_trilinear3d_backward"))(interpolation(3, backward=True))
-register(*_ops("_upsample_bicubic2d_aa_backward"))(interpolation(2, cubic=True, backward=True))
+register("adaptive_avg_pool2d", "adaptive_avg_pool3d", "mkldnn_adaptive_avg_pool2d_backward",
+         "adaptive_avg_pool3d_backward", "fractional_max_pool3d", "fractional_max_pool2d_backward",
+         "fractional_max_pool3d_backward")(reduction(1))
+register("mkldnn_max_pool2d", "mkldnn_max_pool3d", "quantized_max_pool1d", "quantized_max_pool2d",
+         "quantized_max_pool3d")(_pool)
+register("max_pool2d_backward", "mkldnn_max_pool2d_backward", "mkldnn_max_pool3d_backward")(_pool_backward)
+register("upsample_linear1d_backward")(interpolation(1, backward=True))
+register("upsample_trilinear3d_backward")(interpolation(3, backward=True))
+register("_upsample_bicubic2d_aa_backward")(interpolation(2, cubic=True, backward=True))
 # nearest-neighbour backward: each gradient element added once into its source
-register(*_ops("upsample_nearest1d_backward", "upsample_nearest3d_backward", "_upsample_nearest_exact1d_backward",
-               "_upsample_nearest_exact3d_backward"))(reduction(1))
-register(*_ops("cudnn_grid_sampler"))(grid_sample(False))
-register(*_ops("cudnn_grid_sampler_backward"))(grid_sample_backward(False))
-register(*_ops("cudnn_affine_grid_generator", "cudnn_affine_grid_generator_backward"))(pointwise(6))
-register(*_ops("log_softmax", "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax"))(reduction(5))
-register(*_ops("_masked_softmax_backward", "_sparse_softmax_backward_data",
-               "_sparse_log_softmax_backward_data"))(reduction(3))
+register("upsample_nearest1d_backward", "upsample_nearest3d_backward", "_upsample_nearest_exact1d_backward",
+         "_upsample_nearest_exact3d_backward")(reduction(1))
+register("cudnn_grid_sampler")(grid_sample(False))
+register("cudnn_grid_sampler_backward")(grid_sample_backward(False))
+register("cudnn_affine_grid_generator", "cudnn_affine_grid_generator_backward")(pointwise(6))
+register("log_softmax", "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax")(reduction(5))
+register("_masked_softmax_backward", "_sparse_softmax_backward_data",
+         "_sparse_log_softmax_backward_data")(reduction(3))
 # batch-norm statistics kernels (SyncBatchNorm's pieces): mean and variance 3 per element,
 # gathering per-device statistics 1, the backward's reductions 3 and its elementwise part 3
-register(*_ops("batch_norm_stats", "batch_norm_update_stats", "batch_norm_backward_reduce",
-               "batch_norm_backward_elemt", "embedding_renorm", "embedding_renorm_"))(reduction(3))
-register(*_ops("batch_norm_gather_stats", "batch_norm_gather_stats_with_counts", "native_norm", "_aminmax",
-               "histogram", "_histogramdd_from_bin_cts", "_histogramdd_from_bin_tensors", "_histogramdd_bin_edges",
-               "hash_tensor", "_logcumsumexp"))(reduction(1))
-register(*_ops("allclose"))(reduction(3))  # difference, tolerance, compare
-register(*_ops("quantized_batch_norm"))(normalisation(False))
-register(*_ops("multi_margin_loss_backward", "multilabel_margin_loss_backward"))(reduction(2))
-register(*_ops("hardshrink_backward", "softshrink_backward"))(pointwise(1))
-register(*_ops("glu_jvp"))(pointwise(4))
-register(*_ops("glu_backward_jvp"))(pointwise(6))
-register(*_ops("_transform_bias_rescale_qkv"))(pointwise(2))  # a bias add and a scale
-register(*_ops("bartlett_window", "blackman_window", "hamming_window", "kaiser_window"))(pointwise(3))
-register(*_ops("dequantize", "quantize_per_channel", "fake_quantize_per_channel_affine_cachemask",
-               "fake_quantize_per_tensor_affine_cachemask",
-               "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams",
-               "_fake_quantize_learnable_per_channel_affine",
-               "_fake_quantize_learnable_per_tensor_affine"))(pointwise(3))  # scale, round, clamp
-register(*_ops("_fake_quantize_learnable_per_channel_affine_backward",
-               "_fake_quantize_learnable_per_tensor_affine_backward", "quantize_per_tensor_dynamic",
-               "_fused_moving_avg_obs_fq_helper_functional"))(reduction(4))
-register(*_ops("_fused_adagrad", "_fused_adagrad_"))(fused_optimizer(5))  # sum of squares, root, divide, update
-register(*_ops("_amp_foreach_non_finite_check_and_unscale"))(fused_optimizer(2))
-register(*_ops("_amp_update_scale", "_amp_update_scale_"))(pointwise(1))
+register("batch_norm_stats", "batch_norm_update_stats", "batch_norm_backward_reduce",
+         "batch_norm_backward_elemt", "embedding_renorm", "embedding_renorm_")(reduction(3))
+register("batch_norm_gather_stats", "batch_norm_gather_stats_with_counts", "native_norm", "_aminmax",
+         "histogram", "_histogramdd_from_bin_cts", "_histogramdd_from_bin_tensors", "_histogramdd_bin_edges",
+         "hash_tensor", "_logcumsumexp")(reduction(1))
+register("allclose")(reduction(3))  # difference, tolerance, compare
+register("quantized_batch_norm")(normalisation(False))
+register("multi_margin_loss_backward", "multilabel_margin_loss_backward")(reduction(2))
+register("hardshrink_backward", "softshrink_backward")(pointwise(1))
+register("glu_jvp")(pointwise(4))
+register("glu_backward_jvp")(pointwise(6))
+register("_transform_bias_rescale_qkv")(pointwise(2))  # a bias add and a scale
+register("bartlett_window", "blackman_window", "hamming_window", "kaiser_window")(pointwise(3))
+register("dequantize", "quantize_per_channel", "fake_quantize_per_channel_affine_cachemask",
+         "fake_quantize_per_tensor_affine_cachemask",
+         "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams",
+         "_fake_quantize_learnable_per_channel_affine",
+         "_fake_quantize_learnable_per_tensor_affine")(pointwise(3))  # scale, round, clamp
+register("_fake_quantize_learnable_per_channel_affine_backward",
+         "_fake_quantize_learnable_per_tensor_affine_backward", "quantize_per_tensor_dynamic",
+         "_fused_moving_avg_obs_fq_helper_functional")(reduction(4))
+register("_fused_adagrad", "_fused_adagrad_")(fused_optimizer(5))  # sum of squares, root, divide, update
+register("_amp_foreach_non_finite_check_and_unscale")(fused_optimizer(2))
+register("_amp_update_scale", "_amp_update_scale_")(pointwise(1))
 # special functions' gradients (digamma-like series): about 10 FLOPs per element, an estimate
-register(*_ops("_dirichlet_grad", "_standard_gamma_grad"))(pointwise(10))
+register("_dirichlet_grad", "_standard_gamma_grad")(pointwise(10))
 # a GRU cell on gates already multiplied: 3 gates of bias adds and nonlinearities, the update 5
-register(*_ops("_thnn_fused_gru_cell"))(lambda func, args, kwargs, out: _vector(14 * _numel(args[2])))
-register(*_ops("_thnn_fused_gru_cell_backward"))(lambda func, args, kwargs, out: _vector(28 * _numel(args[0])))
+register("_thnn_fused_gru_cell")(lambda func, args, kwargs, out: _vector(14 * _numel(args[2])))
+register("_thnn_fused_gru_cell_backward")(lambda func, args, kwargs, out: _vector(28 * _numel(args[0])))
 
 
 def ctc(first: int) -> Formula:
@@ -1056,16 +1051,16 @@ def ctc(first: int) -> Formula:
     return formula
 
 
-register(*_ops("_ctc_loss", "_cudnn_ctc_loss", "miopen_ctc_loss"))(ctc(0))
-register(*_ops("_ctc_loss_backward"))(ctc(1))
+register("_ctc_loss", "_cudnn_ctc_loss", "miopen_ctc_loss")(ctc(0))
+register("_ctc_loss_backward")(ctc(1))
 
 
-register(*_ops("geqrf"))(lapack(lambda m, n: 2 * m * n * n - 2 * n**3 / 3))
-register(*_ops("linalg_lstsq"))(lapack(lambda m, n: 2 * m * n * n - 2 * n**3 / 3, rhs=1))
-register(*_ops("linalg_pinv"))(lapack(lambda m, n: 4 * m * n * n + 8 * min(m, n) ** 3 + m * n * min(m, n)))
+register("geqrf")(lapack(lambda m, n: 2 * m * n * n - 2 * n**3 / 3))
+register("linalg_lstsq")(lapack(lambda m, n: 2 * m * n * n - 2 * n**3 / 3, rhs=1))
+register("linalg_pinv")(lapack(lambda m, n: 4 * m * n * n + 8 * min(m, n) ** 3 + m * n * min(m, n)))
 
 # moving, packing, converting or describing bytes, without arithmetic
-register(*_ops(
+register(
     "_stack", "_lazy_clone", "_coalesce", "_coalesced", "_coalesced_", "_to_sparse", "_to_sparse_bsc",
     "_to_sparse_bsr", "_to_sparse_csc", "_to_sparse_csr", "sparse_coo_tensor", "sparse_compressed_tensor",
     "_sparse_coo_tensor_with_dims", "_sparse_compressed_tensor_with_dims", "sparse_resize", "sparse_resize_",
@@ -1079,19 +1074,19 @@ register(*_ops(
     "_mkldnn_transpose_", "mkldnn_reorder_conv2d_weight", "mkldnn_reorder_conv3d_weight",
     "_cudnn_rnn_flatten_weight", "_new_zeros_with_same_feature_meta", "unique_dim_consecutive", "fft_fftfreq",
     "fft_rfftfreq", "range", "_philox_normal", "_philox_uniform",
-))(constant(DATA))
-register(*_ops(
+)(constant(DATA))
+register(
     "is_set_to", "_has_same_storage_numel", "_validate_compressed_sparse_indices", "_functional_assert_scalar",
     "_linalg_check_errors", "_nested_tensor_size", "_nested_tensor_storage_offsets", "_nested_tensor_strides",
     "_nested_compute_contiguous_strides_offsets",
     # views that autograd does not track: the result shares the input's storage, no kernel runs
     "_unsafe_view", "_reshape_alias",
-))(constant(VIEW))
+)(constant(VIEW))
 
 
 # --------------------------------------------------------------------------- data movement
 # Ops that move, select or create bytes without arithmetic.
-register(*_ops(
+register(
     # copies and conversions
     "clone", "copy", "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "contiguous", "lift_fresh_copy",
     "alias_copy", "_pin_memory", "_to_dense", "view_copy", "unfold_copy", "slice_copy", "narrow_copy",
@@ -1120,7 +1115,7 @@ register(*_ops(
     "set_", "resize_", "resize_as_", "as_strided_", "detach_", "requires_grad_", "_has_compatible_shallow_copy_type",
     "_local_scalar_dense", "item", "_assert_async", "_assert_tensor_metadata", "sym_constrain_range_for_size",
     "_functional_assert_async", "clamp_min_", "logical_and_",
-))(constant(DATA))
+)(constant(DATA))
 
 
 # --------------------------------------------------------------------------- other namespaces
