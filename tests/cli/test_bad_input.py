@@ -66,6 +66,7 @@ CUDA_UNAVAILABLE = not torch.cuda.is_available()
 CASES = [
     # profile: model names, input specs, dtypes, options
     (["profile", "resnet5O"], "unknown model 'resnet5O'"),
+    (["llm", "meta-llama/Llama-3.1-8B"], "written hf:meta-llama/Llama-3.1-8B"),
     (["profile", ""], "no model name"),
     (["profile", "timm:not_a_timm_model_at_all"], "not_a_timm_model_at_all"),
     (["profile", "resnet50", "--input", "1,3,224,abc"], "'abc' is not a whole number"),

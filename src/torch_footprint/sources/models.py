@@ -352,4 +352,8 @@ def resolve(name: str, *, weights: str | None = None, trust_remote_code: bool = 
         return build_factory(name)
     if name.endswith(".py"):
         raise FootprintError(f"'{name}': name the factory to call, as {name}:FUNCTION")
+    if "/" in name or os.sep in name:  # no torchvision name has one: a hub id or a folder that is not there
+        raise FootprintError(f"unknown model '{name}': no folder of that name here. A Hugging Face model is "
+                             f"written hf:{name}; other sources: timm:NAME, path/to/file.py:factory, "
+                             "package.module:factory.")
     return build_torchvision(name, weights, image_size)
