@@ -319,12 +319,16 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
         # its 2025 generate_llm_fqn_per_model_part agree on Llama-3.1-405B's 126 layers over 8 stages:
         # 15, 16 x 6, 15); under Megatron-core, account_for_embedding_in_pipeline_split and
         # account_for_loss_in_pipeline_split (the embedding and the loss one layer each), which need
-        # the layers and those two to divide evenly (a custom pipeline layout otherwise: not expressed)
+        # the layers and those two to divide evenly (a custom pipeline layout otherwise: not expressed);
+        # NeMo AutoModel's generate_hf_model_fqn_per_model_part spreads the layers alone, the first
+        # (layers mod stages) stages taking one more, the embedding and head not counted: torchtitan's
+        # split with both weights 0
         megatron_even = (int(blocks[1]) + 2) % (pp * vpp) == 0
-        if not ("torchtitan" in str(r.get("framework") or "").lower() or
-                (framework_of(r) == "megatron" and megatron_even)):
+        framework = str(r.get("framework") or "").lower()
+        weight = 0 if "automodel" in framework else 1
+        if not ("torchtitan" in framework or weight == 0 or (framework_of(r) == "megatron" and megatron_even)):
             raise
-        p = dataclasses.replace(p, pp_first_stage_less_layers=1, pp_last_stage_less_layers=1)
+        p = dataclasses.replace(p, pp_first_stage_less_layers=weight, pp_last_stage_less_layers=weight)
         trace, _ = trace_step(w, t, p, cuda_sm=sm_of(acc))
     # the context-parallel ranks hold the same weights: states shard over data x context ranks
     shard = p.data if before else (p.shard_group * p.cp if strategy == "fsdp" else p.data * p.cp)

@@ -95,3 +95,20 @@ def test_expert_parallel_states_under_a_pipeline():
         assert getattr(res.states, cat) == pytest.approx(held * (1 - experts / total / 2), abs=2)
     # the largest pipeline rank holds less by its share of the experts now on the other rank
     assert one.peak is not None and res.peak is not None and res.peak.peak_bytes < one.peak.peak_bytes
+
+
+def test_fsdp_in_a_pipeline_gathers_only_the_ranks_own_experts():
+    model = _mixtral()
+    ids = {"input_ids": "2,16:int64"}
+    layout = dict(gpus=8, pp=2, grad_accum=2, strategy="fsdp", **STEP)
+    one = api.fit(model, ids, **layout)
+    res = api.fit(model, ids, ep=2, **layout)
+    key = "parameters gathered, gradients whole (FSDP in a pipeline)"
+    assert one.peak is not None and res.peak is not None
+    # every parameter gathered and its gradient whole: twice the fp32 parameters; with ep 2 the other
+    # rank's half of the experts (2 layers x 4 experts x 3 matrices of 64 x 96, fp32) neither
+    experts = 2 * 4 * 3 * 64 * 96 * 4
+    total = sum(p.numel() for p in model.parameters()) * 4
+    assert one.peak.breakdown[key] > 0
+    assert res.peak.breakdown[key] == pytest.approx(one.peak.breakdown[key] * (2 * total - experts) / (2 * total),
+                                                    abs=2)

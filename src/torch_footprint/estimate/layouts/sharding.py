@@ -83,10 +83,15 @@ def pipeline_gathered(trace: Trace, strategy: str) -> int:
     parameter gathered and its gradient unsharded. torchtitan does not reshard after the forward
     there, and torch.distributed.pipelining's stages hold off resharding after the backward and
     the gradients' reduce-scatter until the last micro-batch (the gradients counted at the traced
-    dtype's width). 0 for the other strategies."""
+    dtype's width). Under expert parallelism a rank gathers only its own experts: the share of the
+    experts the other expert-parallel ranks hold (:func:`~.cp_ep.experts_away`) is left out. 0 for
+    the other strategies."""
     if strategy not in FSDP_STRATEGIES:
         return 0
-    return sum(p.nbytes for p in trace.params) + sum(p.nbytes for p in trace.params if p.trainable)
+    from .cp_ep import experts_away  # cp_ep builds on this module's ModelStates
+
+    whole = sum(p.nbytes for p in trace.params) + sum(p.nbytes for p in trace.params if p.trainable)
+    return math.ceil(whole * (1 - experts_away(trace)))
 
 
 @dataclass
