@@ -289,6 +289,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
     if not before:
         extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None, cp=r.get("cp") or 1,
                      ep=r.get("ep") or 1, framework=framework_of(r), **tensor_parallel_extras(r))
+        if r.get("moe_a2a_overlap") and (r.get("ep") or 1) > 1 and m > 1:
+            extra["overlap_moe_expert_parallel_comm"] = True
         if strategy == "ddp" and megatron_distributed_optimizer(r):
             strategy, extra["bucket_view"] = "zero1", True
         if strategy in ("fsdp", "zero2"):

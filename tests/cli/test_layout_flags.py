@@ -32,8 +32,14 @@ BAD = [
     # conflicting layouts: 8 GPUs are not 3 x 2 x 1 replicas' worth
     ([*FIT, "--gpus", "8", "--tp", "2", "--pp", "3"], "--tp 2 x --pp 3 x --cp 1 = 6 GPUs per model replica does "
                                                        "not divide --gpus 8"),
-    ([*FIT, "--gpus", "8", "--tp", "2", "--cp", "2", "--pp", "2", "--ep", "4"],
-     "--ep 4 must divide the data- x context-parallel ranks, 1 x 2 = 2 (--gpus / (--tp x --pp))"),
+    ([*FIT, "--gpus", "8", "--tp", "2", "--cp", "2", "--pp", "2", "--ep", "8"],
+     "--ep 8 must divide the data- x context-parallel ranks, 1 x 2 = 2 (--gpus / (--tp x --pp)), or, folded over "
+     "the tensor-parallel ranks too, 2 x 2 = 4"),
+    ([*FIT, "--gpus", "2", "--ep", "2", "--overlap-moe-expert-parallel-comm"],
+     "--overlap-moe-expert-parallel-comm hides one micro-batch's all-to-alls behind another's compute: add --ep 2 "
+     "or more and --grad-accum 2 or more"),
+    ([*FIT, "--gpus", "2", "--overlap-moe-expert-parallel-comm", "--grad-accum", "2"],
+     "--overlap-moe-expert-parallel-comm hides one micro-batch's all-to-alls"),
     ([*FIT, "--gpus", "8", "--tp", "2", "--ep", "3"], "--ep 3 must divide the data- x context-parallel ranks, 4 x 1"),
     ([*FIT, "--gpus", "8", "--strategy", "tp", "--pp", "2"], "--strategy tp puts every GPU in one tensor-parallel"),
     ([*FIT, "--gpus", "8", "--strategy", "fsdp", "--dp-shard", "4", "--dp-replicate", "4"],

@@ -112,3 +112,47 @@ def test_fsdp_in_a_pipeline_gathers_only_the_ranks_own_experts():
     assert one.peak.breakdown[key] > 0
     assert res.peak.breakdown[key] == pytest.approx(one.peak.breakdown[key] * (2 * total - experts) / (2 * total),
                                                     abs=2)
+
+
+def test_expert_parallel_folded_over_the_tensor_parallel_ranks_by_hand():
+    """Two GPUs, --tp 2 --ep 2: one data-parallel rank, so the experts' group is the tensor-parallel
+    pair (Megatron-core's MoE parallel folding); under sequence parallelism each rank dispatches its
+    half of the tokens."""
+    model = _mixtral()
+    ids = {"input_ids": "2,16:int64"}
+    one = api.fit(model, ids, gpus=2, tp=2, sequence_parallel=True, **STEP)
+    res = api.fit(model, ids, gpus=2, tp=2, sequence_parallel=True, ep=2, **STEP)
+    [row] = res.rows
+    assert row.step is not None
+    a2a = {c.phase: c for c in row.step.collectives if c.op == "all-to-all"}
+    # per layer: 32 tokens / tp 2 = 16 a rank x top 2 x hidden 64 x 4 B = 8,192 B dispatched and as much combined
+    assert a2a["forward"].nbytes == 2 * 2 * 8_192 and a2a["forward"].calls == 4
+    link = link_of(get("h100-sxm"), ranks=2)  # the pair inside one node
+    assert link is not None and a2a["forward"].time_s == pytest.approx(4 * alltoall_s(8_192, 2, link))
+    # each rank holds 2 of the 4 experts, whole: half the experts' gradients (2 layers x 4 experts x gate, up,
+    # down of 64 x 96, fp32) fewer; the attention's linears are split by tp, the experts are not
+    experts = 2 * 4 * 3 * 64 * 96 * 4
+    total = sum(p.numel() for p in model.parameters()) * 4
+    assert one.peak is not None and res.peak is not None
+    held = one.peak.breakdown["gradients"]
+    assert experts < held < total
+    assert res.peak.breakdown["gradients"] == pytest.approx(held - experts / 2, abs=2)
+
+
+def test_expert_parallel_all_to_alls_overlapped_with_other_micro_batches():
+    """--overlap-moe-expert-parallel-comm: the all-to-alls of two micro-batches (4 a layer, 2 layers, each
+    of 16,384 B as above) run beside the step's compute; exposed only where they outlast it."""
+    model = _mixtral()
+    ids = {"input_ids": "2,16:int64"}
+    plain = api.fit(model, ids, gpus=2, ep=2, grad_accum=2, **STEP)
+    over = api.fit(model, ids, gpus=2, ep=2, grad_accum=2, overlap_moe_expert_parallel_comm=True, **STEP)
+    [a], [b] = plain.rows, over.rows
+    assert a.step is not None and b.step is not None
+    link = link_of(get("h100-sxm"), ranks=2)
+    assert link is not None
+    a2a = 2 * 2 * 4 * alltoall_s(16_384, 2, link)  # two micro-batches x (forward, backward) x 4 calls
+    assert sum(c.time_s for c in b.step.collectives if c.op == "all-to-all") == pytest.approx(a2a)
+    assert all(c.overlapped for c in b.step.collectives if c.op == "all-to-all")
+    compute = sum(v for k, v in b.step.compute_s.items() if k != "pipeline bubble")
+    assert b.step.exposed_s == pytest.approx(a.step.exposed_s - a2a + max(0.0, a2a - compute))
+    assert b.step.time_s < a.step.time_s

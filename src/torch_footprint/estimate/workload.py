@@ -130,7 +130,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
-        trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None)
+        trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None,
+                              sequence_split=p.tensor if p.sequence_parallel and p.tensor > 1 else 1)
     if megatron is not None and t.train:  # the states Megatron keeps beside the traced ones (sharding.state_scales)
         trace.settings["megatron_scales"] = megatron_scales(megatron.itemsize, optimizer_moments(t.optimizer))
     if low is not None:  # the sharded states are the wider dtype's (roofline.master_scale)

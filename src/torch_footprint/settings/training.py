@@ -152,7 +152,12 @@ class Parallel(Record):
     """context-parallel ranks among --gpus (the sequence split among them)"""
     ep: int = opt(1, metavar="N", aliases=("--expert-model-parallel-size",))
     """expert-parallel ranks: the experts of a mixture-of-experts layer split among them (taken from the
-    data- and context-parallel ranks, as torchtitan does)"""
+    data- and context-parallel ranks, as torchtitan does; more than those, from the tensor-parallel ranks too, as
+    Megatron-core's MoE parallel folding does with expert tensor parallelism 1)"""
+    overlap_moe_expert_parallel_comm: bool = opt(False, aliases=("--ep-overlap",))
+    """with --ep and two or more micro-batches: each micro-batch's all-to-alls run beside another micro-batch's
+    forward or backward (Megatron-core's overlap_moe_expert_parallel_comm, its merged 1F1B schedule): exposed only
+    where they outlast the step's compute"""
     dp_shard: int | None = opt(metavar="N")
     """data-parallel ranks one FSDP group shards over (torchtitan's data_parallel_shard_degree; default: all)"""
     dp_replicate: int | None = opt(metavar="N")
@@ -215,9 +220,14 @@ class Parallel(Record):
         if self.gpus % replica:
             raise FootprintError(f"--tp {self.tensor} x --pp {self.pp} x --cp {self.cp} = {replica} GPUs per model "
                                  f"replica does not divide --gpus {self.gpus}")
-        if (self.data * self.cp) % self.ep:
+        if (self.data * self.cp) % self.ep and (self.tensor * self.data * self.cp) % self.ep:
             raise FootprintError(f"--ep {self.ep} must divide the data- x context-parallel ranks, {self.data} x "
-                                 f"{self.cp} = {self.data * self.cp} (--gpus / (--tp x --pp))")
+                                 f"{self.cp} = {self.data * self.cp} (--gpus / (--tp x --pp)), or, folded over the "
+                                 f"tensor-parallel ranks too, {self.tensor} x {self.data * self.cp} = "
+                                 f"{self.tensor * self.data * self.cp}")
+        if self.overlap_moe_expert_parallel_comm and (self.ep <= 1 or self.grad_accum < 2):
+            raise FootprintError("--overlap-moe-expert-parallel-comm hides one micro-batch's all-to-alls behind "
+                                 "another's compute: add --ep 2 or more and --grad-accum 2 or more")
         self._check_fsdp()
 
     @property
@@ -255,6 +265,14 @@ class Parallel(Record):
             if value is not None and self.data % value:
                 raise FootprintError(f"{name} {value} must divide the {self.data} data-parallel ranks (--gpus / "
                                      "(--tp x --pp x --cp))")
+
+    @property
+    def ep_folded(self) -> bool:
+        """Whether the expert-parallel ranks outnumber the data- x context-parallel ones and so take
+        tensor-parallel ranks too (Megatron-core's MoE parallel folding, Liu et al. 2025, "MoE
+        Parallel Folding", arXiv:2504.14960): the experts' group is then adjacent ranks, and each
+        expert whole on its rank (expert tensor parallelism 1)."""
+        return self.ep > self.data * self.cp
 
     @property
     def tensor(self) -> int:

@@ -135,9 +135,12 @@ def alltoall_s(nbytes: float, n: int, link: Link) -> float:
 
 
 def dispatch_bytes(trace: Trace, moe: dict[str, int], capacity: float = 1.0) -> int:
-    """One dispatch (or combine) of one layer: tokens x top_k x hidden in the activations' dtype."""
+    """One dispatch (or combine) of one layer: tokens x top_k x hidden in the activations' dtype;
+    under sequence parallelism a rank dispatches its 1/tp of the sequence (Megatron-core's
+    all-to-all dispatcher takes the tokens as the sequence-parallel region holds them)."""
     shape = trace.inputs[0]["shape"] if trace.inputs else [1, 1]
     tokens = math.prod(shape[:2]) if len(shape) >= 2 else math.prod(shape)
+    tokens = math.ceil(tokens / int(trace.settings.get("sequence_split", 1)))
     size = 2 if trace.settings.get("autocast") or trace.settings.get("fsdp_compute_dtype") else 4
     return math.ceil(tokens * moe["top_k"] * moe["hidden"] * size * capacity)
 

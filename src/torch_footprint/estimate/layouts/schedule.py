@@ -346,11 +346,21 @@ def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: 
             step.exposed_s += m * exposed
     moe = trace.settings.get("moe")
     if p.ep > 1 and moe:
-        ep_link = link_of(acc, ranks=p.ep, per_node=p.gpus_per_node, network=network, stride=p.tensor)
+        # the data-parallel ranks a tensor-parallel group apart, or, folded, adjacent ranks
+        ep_link = link_of(acc, ranks=p.ep, per_node=p.gpus_per_node, network=network,
+                          stride=1 if p.ep_folded else p.tensor)
         if ep_link is not None:
             cs, exposed = expert_parallel(trace, moe, p.ep, ep_link)
-            step.collectives += [replace(c, nbytes=m * c.nbytes, calls=m * c.calls, time_s=m * c.time_s) for c in cs]
-            step.exposed_s += m * exposed
+            a2a = left = m * exposed
+            hidden = p.overlap_moe_expert_parallel_comm
+            if hidden:  # beside another micro-batch's forward or backward: what the step's compute cannot cover
+                behind = sum(v for k, v in step.compute_s.items() if k != "pipeline bubble")
+                left = max(0.0, a2a - behind)
+                step.notes.append(f"expert parallelism's all-to-alls ({a2a:.3g} s) overlap the compute of other "
+                                  f"micro-batches ({behind:.3g} s): {left:.3g} s exposed")
+            step.collectives += [replace(c, nbytes=m * c.nbytes, calls=m * c.calls, time_s=m * c.time_s,
+                                         overlapped=hidden) for c in cs]
+            step.exposed_s += left
     elif p.ep > 1:
         step.notes.append("expert parallelism: the model config names no top-k or hidden size; its all-to-alls "
                           "are not timed")
