@@ -81,7 +81,7 @@ LLAMACPP_OUTPUT = 1024
 # TensorRT-LLM's batch-1 generation rows print no output length: the table's other rows' 128
 BATCH1_OUTPUT = 128
 # a dataset's rows draw their lengths from the shipped histogram of that name (estimate/llm/lengths.toml)
-DATASETS: dict[str, str] = {}
+DATASETS: dict[str, str] = {"mlperf-openorca-24576": "mlperf-openorca"}
 SIM_REQUESTS = 3000  # offline runs of more requests are simulated on their first 3,000 (steady state)
 
 
@@ -146,8 +146,9 @@ def priced_of(row: dict[str, Any]) -> tuple[str, Priced, str]:
             output = int(row["output_len"])
         s = Priced(batch=1, prompt=prompt, output=output, weights=scheme, kv_bytes=kv, gpus=tp, tp=tp, engine=engine)
         return model, s, metric
-    prompt = int(row["input_len"])
-    output = int(row.get("output_len") or BATCH1_OUTPUT)
+    table = distributions().get(lengths, {})  # a data set's rows: traced at its median lengths, simulated drawn
+    prompt = int(row.get("input_len") or table["median_prompt"])
+    output = int(row.get("output_len") or table.get("median_output") or BATCH1_OUTPUT)
     if scenario == "static_batch":
         s = Priced(batch=int(row["batch"]), prompt=prompt, output=output, weights=scheme, kv_bytes=kv, gpus=tp,
                    tp=tp, engine=engine, knobs=knobs)

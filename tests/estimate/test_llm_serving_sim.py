@@ -138,6 +138,16 @@ def test_drawn_lengths_follow_the_shipped_histogram() -> None:
     assert all(p + o <= 2048 for p, o in drawn("azure-conv", 1000, seed=0, most=2048))
 
 
+def test_drawn_mlperf_openorca_lengths_keep_the_published_means() -> None:
+    # MLPerf's Llama-2-70B samples: 5,463,976 input tokens over 24,576 (HBFSim's extraction from the official
+    # file, 48 to 1,021 a sample); Llama-2-70B generates 294.45 tokens a sample (MLCommons' README), at most 1,024
+    pairs = drawn("mlperf-openorca", 50_000, seed=0)
+    assert statistics.fmean(p for p, _ in pairs) == pytest.approx(5_463_976 / 24_576, rel=0.01)
+    assert statistics.fmean(o for _, o in pairs) == pytest.approx(294.45, rel=0.01)
+    assert min(p for p, _ in pairs) >= 48 and max(p for p, _ in pairs) <= 1021
+    assert max(o for _, o in pairs) <= 1024
+
+
 def test_trace_files(tmp_path: Path) -> None:
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text('{"timestamp": 10.5, "input_tokens": 100, "output_tokens": 10}\n'
