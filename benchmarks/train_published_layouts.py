@@ -11,9 +11,10 @@ of the printed MLP width, the others as a Llama whose SwiGLU MLP has 2/3 of the 
 same parameters and FLOPs as a two-matrix MLP, :func:`model_of`), tensor, pipeline (with virtual
 stages) and data parallelism, FSDP (full, hybrid, grad-op), full, per-operator and layer-wise
 activation checkpointing, gradient accumulation, FP8 (tensorwise, rowwise, delayed), context and
-expert parallelism, torch.compile (priced as TorchInductor runs it: ``--compile``). Not yet: MXFP8
-or an unstated FP8 recipe, selective checkpointing of a fraction of the blocks that the row does
-not print. ``lenient`` also counts the rows whose only missing part is that selective
+expert parallelism, torch.compile (priced as TorchInductor runs it: ``--compile``), fms-fsdp's
+checkpointing of a fraction of the blocks (the fraction from the MFU and HFU the source prints,
+:func:`blocks_every`). Not yet: MXFP8 or an unstated FP8 recipe, selective checkpointing the row
+does not describe. ``lenient`` also counts the rows whose only missing part is that selective
 checkpointing, predicted without it.
 
 Each prediction traces one micro-batch on one rank (bf16 autocast, AdamW; under FSDP the
@@ -52,6 +53,18 @@ PER_OP = ("selective (per-op SAC)", "selective op")
 # (torchtitan/config_manager.py at 6a6f755, the commit of the rows: "2 = checkpoint every other layer")
 PER_LAYER = {"selective layer": "2"}
 NOT_PRICED = ("fp8 recipe not stated or mxfp8", "selective checkpointing")
+
+
+def blocks_every(r: dict[str, Any]) -> int | None:
+    """fms-fsdp's selective checkpointing of a fraction p of the blocks (fms_fsdp/policies/ac_handler.py:
+    p = 1/2 checkpoints every other block), as every N-th block, N = 1/p: p is not printed, but the
+    source prints each run's MFU beside its HFU, which also counts the recomputed forwards, 2 of the
+    6 FLOPs a parameter and token: HFU / MFU = 1 + p / 3. None where the row does not give both."""
+    m = re.search(r"MFU (\d+\.\d+), HFU (\d+\.\d+)", str(r.get("notes") or ""))
+    if "fraction" not in str(r.get("activation_checkpointing") or "") or not m:
+        return None
+    p = 3 * (float(m[2]) / float(m[1]) - 1)
+    return max(1, round(1 / p)) if p > 0 else None
 NOT_PRICED_BEFORE = ("context parallelism", "expert parallelism")
 
 
@@ -87,7 +100,7 @@ def features(r: dict[str, Any]) -> list[str]:
     ac = str(r.get("activation_checkpointing") or "none")
     if ac in PER_OP:
         out.append("per-operator selective checkpointing")
-    elif ac in PER_LAYER:
+    elif ac in PER_LAYER or blocks_every(r):
         out.append("layer-wise selective checkpointing")
     elif ac.startswith("selective"):
         out.append("selective checkpointing")
@@ -104,9 +117,15 @@ def _dp(r: dict[str, Any]) -> int:
 
 
 def _accum(r: dict[str, Any]) -> int:
+    """Micro-batches a step (through the pipeline where there is one)."""
+    dp, micro, glob = _dp(r), r.get("micro_batch"), r.get("global_batch")
+    if (r.get("pp") or 1) > 1 and dp and micro and glob:
+        # a pipeline runs global / (micro x data-parallel) micro-batches a step (Megatron-core's
+        # num_microbatches); NeMo AutoModel's printed GA counts its outer loop, each of LBS / MBS
+        # pipelined micro-batches
+        return max(1, round(glob / (micro * dp)))
     if r.get("grad_accum"):
         return int(r["grad_accum"])
-    dp, micro, glob = _dp(r), r.get("micro_batch"), r.get("global_batch")
     if not micro and (r.get("pp") or 1) > 1 and "torchtitan" in str(r.get("framework") or "").lower():
         # torchtitan's pipeline_parallel_microbatches defaults to the pipeline degree
         # (build_pipeline_schedule, 2024): the local batch split into that many micro-batches
@@ -301,9 +320,11 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
                  network=network_of(r), **extra)
     ac = str(r.get("activation_checkpointing") or "")
     kept = not before and (m > 1 or pp > 1)  # gradients accumulate over the micro-batches
-    mode = "full" if ac.startswith("full") else "selective" if (ac in PER_OP or ac in PER_LAYER) and not before \
-        else None
-    t = Training(train=True, optimizer="adamw", ac=mode, selective_ac_option=PER_LAYER.get(ac, "op") if mode else "op",
+    every = blocks_every(r)
+    mode = "full" if ac.startswith("full") else "selective" if (ac in PER_OP or ac in PER_LAYER or every) and \
+        not before else None
+    option = str(every) if every else PER_LAYER.get(ac, "op")
+    t = Training(train=True, optimizer="adamw", ac=mode, selective_ac_option=option if mode else "op",
                  grads="zero" if kept else "none",
                  loss="fp32" if before else loss_of_row(r), fused_kernels=not before and fused_kernels_of(r))
     w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed",
