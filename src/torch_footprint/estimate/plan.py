@@ -43,9 +43,8 @@ from ..hardware.prices import Price, hourly_price
 from ..settings import Parallel, Plan, Target, Training, Workload
 from ..sources import prepare
 from .kernels.sdpa import sm_of
-from .layouts.cp_ep import experts_away
 from .layouts.pipeline import check_layout, repeated_blocks
-from .layouts.sharding import master_scale, model_states, pipeline_gathered
+from .layouts.sharding import experts_away, master_scale, model_states, pipeline_gathered
 from .layouts.tensor_parallel import check_tp
 from .price import LayoutPrice, TracedStep, price_layout
 from .workload import at_batch, layout_training, trace_key, trace_step

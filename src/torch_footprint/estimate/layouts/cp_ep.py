@@ -40,7 +40,7 @@ from ...errors import FootprintError
 from ...trace import Trace
 from ..kernels.prediction import Prediction
 from .comm import Collective, Link
-from .sharding import ModelStates
+from .sharding import ModelStates, experts_away
 
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k", "moe_top_k")
@@ -160,11 +160,6 @@ def expert_parallel(trace: Trace, moe: dict[str, int], ep: int, link: Link,
     return cs, 4 * n * one
 
 
-def expert_modules(trace: Trace) -> set[str]:
-    """Module paths of the experts' parameters (a module named ``experts`` or inside one)."""
-    return {p.module for p in trace.params if ".experts" in f".{p.module}" or p.module.endswith("experts")}
-
-
 def layout_memory(trace: Trace, peak: MemoryPeak, strategy: str) -> MemoryPeak:
     """One rank's peak under the trace's context and expert parallelism (``trace.settings`` "cp",
     "ep"): the ring's arriving key/value blocks added; the experts held on other ranks taken out of
@@ -189,18 +184,6 @@ def layout_memory(trace: Trace, peak: MemoryPeak, strategy: str) -> MemoryPeak:
                 out.breakdown[cat] -= cut
                 out.peak_bytes -= cut
     return out
-
-
-def experts_away(trace: Trace) -> float:
-    """The share of the model's parameter bytes held on other expert-parallel ranks: the experts'
-    share times (ep-1)/ep."""
-    ep = int(trace.settings.get("ep", 1))
-    if ep <= 1:
-        return 0.0
-    experts = expert_modules(trace)
-    total = sum(p.nbytes for p in trace.params) or 1
-    share = sum(p.nbytes for p in trace.params if p.module in experts) / total
-    return share * (1 - 1 / ep)
 
 
 def layout_states(trace: Trace, states: ModelStates, strategy: str) -> ModelStates:

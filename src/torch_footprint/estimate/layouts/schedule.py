@@ -42,11 +42,11 @@ from ..kernels.bandwidth import transfer_s
 from ..kernels.prediction import Prediction
 from ..kernels.roofline import estimate_latency
 from .comm import Collective, Link, StepTime, activation_bytes, link_of, step_time
-from .cp_ep import context_parallel, expert_parallel, experts_away
+from .cp_ep import context_parallel, expert_parallel
 from .memo import once
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
 from .ranks import RankPrediction, phase_times
-from .sharding import fsdp_copy_bytes
+from .sharding import experts_away, fsdp_copy_bytes
 from .stage_memory import event_chunks, transients_above
 
 FSDP = ("zero2", "zero3", "fsdp")

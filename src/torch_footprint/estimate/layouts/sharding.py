@@ -78,18 +78,33 @@ def gather_bytes(trace: Trace, strategy: str = "zero3") -> int:
     return sum(sorted(wrap_units(trace).values(), reverse=True)[:2]) + root_bytes(trace)
 
 
+def expert_modules(trace: Trace) -> set[str]:
+    """Module paths of the experts' parameters (a module named ``experts`` or inside one)."""
+    return {p.module for p in trace.params if ".experts" in f".{p.module}" or p.module.endswith("experts")}
+
+
+def experts_away(trace: Trace) -> float:
+    """The share of the model's parameter bytes held on other expert-parallel ranks: the experts'
+    share times (ep-1)/ep."""
+    ep = int(trace.settings.get("ep", 1))
+    if ep <= 1:
+        return 0.0
+    experts = expert_modules(trace)
+    total = sum(p.nbytes for p in trace.params) or 1
+    share = sum(p.nbytes for p in trace.params if p.module in experts) / total
+    return share * (1 - 1 / ep)
+
+
 def pipeline_gathered(trace: Trace, strategy: str) -> int:
     """What FSDP2 in a pipeline keeps beyond its shards through the step, whole model: every
     parameter gathered and its gradient unsharded. torchtitan does not reshard after the forward
     there, and torch.distributed.pipelining's stages hold off resharding after the backward and
     the gradients' reduce-scatter until the last micro-batch (the gradients counted at the traced
     dtype's width). Under expert parallelism a rank gathers only its own experts: the share of the
-    experts the other expert-parallel ranks hold (:func:`~.cp_ep.experts_away`) is left out. 0 for
+    experts the other expert-parallel ranks hold (:func:`experts_away`) is left out. 0 for
     the other strategies."""
     if strategy not in FSDP_STRATEGIES:
         return 0
-    from .cp_ep import experts_away  # cp_ep builds on this module's ModelStates
-
     whole = sum(p.nbytes for p in trace.params) + sum(p.nbytes for p in trace.params if p.trainable)
     return math.ceil(whole * (1 - experts_away(trace)))
 
