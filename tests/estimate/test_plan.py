@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -169,3 +170,23 @@ def test_layouts_ruled_out_by_their_states_do_not_fit() -> None:
         priced = price_layout(res.cache.get(1, "full", p), acc, p)
         assert not priced.fits and priced.need >= bound > acc.memory_bytes, p
     assert {p.sharding for _, p in res.ruled_out} >= {"ddp", "zero1"}
+
+
+def test_the_search_folds_expert_parallelism_over_the_tensor_parallel_ranks() -> None:
+    # tests/configs/qwen3-moe-tiny: 4 experts a layer, 2 heads of keys and values. On 4 GPUs at tp 2 there are
+    # 2 data-parallel ranks: expert parallelism 2 takes them, 4 takes the tensor-parallel pairs too (folded)
+    from torch_footprint.estimate.launch import launch
+    from torch_footprint.estimate.plan import PlanRow, layouts
+    from torch_footprint.sources import prepare
+
+    model = prepare(str(Path(__file__).resolve().parents[1] / "configs" / "qwen3-moe-tiny"), "1,32:int64").built.model
+    base = Parallel(gpus=4)
+    found = {(p.tensor, p.pp, p.ep, p.ep_folded) for p, _ in layouts(model, base, 8, (1,))}
+    assert (2, 1, 4, True) in found and (2, 1, 2, False) in found
+    assert (1, 1, 4, False) in found  # 4 data-parallel ranks hold one expert each
+    assert not any(ep > 4 or ep == 3 for _, _, ep, _ in found)  # never more ranks than experts, nor uneven
+    folded = next(p for p, _ in layouts(model, base, 8, (1,)) if p.ep_folded)
+    row = PlanRow(SimpleNamespace(layout=folded), 1, "none", 32, 8, 2)  # type: ignore[arg-type]
+    out = launch(row)
+    assert {"--expert-model-parallel-size 4", "--expert-tensor-parallel-size 1"} <= set(out["megatron"])
+    assert out["torchtitan"] is None or out["torchtitan"]["parallelism"]["expert_tensor_parallel_degree"] == 1

@@ -2,7 +2,8 @@
 from cached traces (:mod:`.price`), those that fit ranked by predicted tokens/s per GPU.
 
 The search covers data x tensor x pipeline parallelism, expert parallelism for a mixture of
-experts, context parallelism from sequences of ``CP_FROM`` tokens (the long-context recipes of
+experts (folded over the tensor-parallel ranks too, as Megatron-core and torchtitan allow with
+each expert whole), context parallelism from sequences of ``CP_FROM`` tokens (the long-context recipes of
 torchtitan and Megatron-LM use it there; below, tensor parallelism and sharding cover a
 sequence's activations at less communication), virtual stages and the pipeline schedule,
 the micro-batch and with it the micro-batches a step (the global batch is the run's), the
@@ -43,6 +44,7 @@ from ..hardware.prices import Price, hourly_price
 from ..settings import Parallel, Plan, Target, Training, Workload
 from ..sources import prepare
 from .kernels.sdpa import sm_of
+from .launch import launch
 from .layouts.pipeline import check_layout, repeated_blocks
 from .layouts.sharding import experts_away, master_scale, model_states, pipeline_gathered
 from .layouts.tensor_parallel import check_tp
@@ -224,7 +226,7 @@ def layouts(model: Any, base: Parallel, global_batch: int, sizes: tuple[int, ...
         for pp in _divisors(n // tp):
             for cp in _divisors(n // (tp * pp)) if long_context else [1]:
                 dp = n // (tp * pp * cp)
-                for ep in _divisors(dp * cp):
+                for ep in _divisors(tp * dp * cp):  # beyond dp x cp: folded over the tensor-parallel ranks
                     yield from _split(model, base, tp, pp, cp, ep, dp, blocks, global_batch, sizes, checked)
 
 
@@ -407,53 +409,3 @@ def _no_layout(model: Any, p: Parallel, gb: int, settings: Plan) -> str:
     near = " and ".join(str(n) for n in (below, above) if n is not None) or "none"
     return (f"no layout of {p.gpus} GPUs splits this model ({blocks} blocks) and a global batch of {gb} sequences "
             f"(micro-batches of {settings.micro_batches}): the nearest GPU counts that do are {near}")
-
-
-# --------------------------------------------------------------------------- launch configurations
-
-TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved-1f1b": "Interleaved1F1B"}
-
-
-def launch(row: PlanRow) -> dict[str, Any]:
-    """The layout in torchtitan's job config (TOML sections; None for ZeRO-1, which torchtitan
-    does not have) and Megatron-LM's flags."""
-    p = row.layout
-    fsdp = p.sharding in ("zero2", "zero3", "fsdp")
-    shard = p.shard_group if fsdp else 1
-    par: dict[str, Any] = {"data_parallel_replicate_degree": p.data // shard if fsdp else p.data,
-                           "data_parallel_shard_degree": shard, "tensor_parallel_degree": p.tensor,
-                           "pipeline_parallel_degree": p.pp, "context_parallel_degree": p.cp}
-    if p.ep > 1:
-        par["expert_parallel_degree"] = p.ep
-    if p.sharding == "zero2":
-        par["fsdp_reshard_after_forward"] = "never"
-    if p.pp > 1:
-        par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[p.schedule]
-        par["pipeline_parallel_microbatch_size"] = row.micro_batch
-    local = row.micro_batch * (p.grad_accum if p.pp > 1 else 1)  # torchtitan splits a pipeline's local batch
-    titan = {"parallelism": par,
-             "training": {"local_batch_size": local, "global_batch_size": row.global_batch, "seq_len": row.seq},
-             "activation_checkpoint": {"mode": row.ac, **({"selective_ac_option": row.ac_option}
-                                                          if row.ac == "selective" else {})}}
-    mega = [f"--tensor-model-parallel-size {p.tensor}", f"--pipeline-model-parallel-size {p.pp}",
-            f"--micro-batch-size {row.micro_batch}", f"--global-batch-size {row.global_batch}",
-            f"--seq-length {row.seq}"]
-    if p.vpp > 1:
-        mega.append(f"--num-layers-per-virtual-pipeline-stage {row.blocks // (p.pp * p.vpp)}")
-    if p.cp > 1:
-        mega.append(f"--context-parallel-size {p.cp}")
-    if p.ep > 1:
-        mega.append(f"--expert-model-parallel-size {p.ep}")
-    if p.sharding in ("zero1", "zero2"):
-        mega.append("--use-distributed-optimizer")
-    if fsdp and p.sharding != "zero2":
-        mega.append("--use-torch-fsdp2")
-    every = int(row.ac_option) if row.ac == "selective" and row.ac_option != "op" else 0
-    if row.ac == "full" or every:  # one block in N: Megatron's block method over as many blocks of each stage
-        mega += ["--recompute-granularity full", f"--recompute-method {'block' if every else 'uniform'}",
-                 f"--recompute-num-layers {row.blocks // (p.pp * every) if every else 1}"]
-    elif row.ac == "selective":
-        mega.append("--recompute-granularity selective")
-    if p.tensor > 1 and p.sequence_parallel:
-        mega.append("--sequence-parallel")
-    return {"torchtitan": None if p.sharding == "zero1" else titan, "megatron": mega}

@@ -1,0 +1,57 @@
+"""The launch configuration of a layout ``plan`` found: torchtitan's job config and Megatron-LM's
+flags, each option under the framework's own name."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .plan import PlanRow
+
+TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved-1f1b": "Interleaved1F1B"}
+
+
+def launch(row: PlanRow) -> dict[str, Any]:
+    """The layout in torchtitan's job config (TOML sections; None for ZeRO-1, which torchtitan
+    does not have) and Megatron-LM's flags."""
+    p = row.layout
+    fsdp = p.sharding in ("zero2", "zero3", "fsdp")
+    shard = p.shard_group if fsdp else 1
+    par: dict[str, Any] = {"data_parallel_replicate_degree": p.data // shard if fsdp else p.data,
+                           "data_parallel_shard_degree": shard, "tensor_parallel_degree": p.tensor,
+                           "pipeline_parallel_degree": p.pp, "context_parallel_degree": p.cp}
+    if p.ep > 1:  # each expert whole on its rank, as priced (and as a folded expert group needs)
+        par["expert_parallel_degree"] = p.ep
+        par["expert_tensor_parallel_degree"] = 1
+    if p.sharding == "zero2":
+        par["fsdp_reshard_after_forward"] = "never"
+    if p.pp > 1:
+        par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[p.schedule]
+        par["pipeline_parallel_microbatch_size"] = row.micro_batch
+    local = row.micro_batch * (p.grad_accum if p.pp > 1 else 1)  # torchtitan splits a pipeline's local batch
+    titan = {"parallelism": par,
+             "training": {"local_batch_size": local, "global_batch_size": row.global_batch, "seq_len": row.seq},
+             "activation_checkpoint": {"mode": row.ac, **({"selective_ac_option": row.ac_option}
+                                                          if row.ac == "selective" else {})}}
+    mega = [f"--tensor-model-parallel-size {p.tensor}", f"--pipeline-model-parallel-size {p.pp}",
+            f"--micro-batch-size {row.micro_batch}", f"--global-batch-size {row.global_batch}",
+            f"--seq-length {row.seq}"]
+    if p.vpp > 1:
+        mega.append(f"--num-layers-per-virtual-pipeline-stage {row.blocks // (p.pp * p.vpp)}")
+    if p.cp > 1:
+        mega.append(f"--context-parallel-size {p.cp}")
+    if p.ep > 1:
+        mega += [f"--expert-model-parallel-size {p.ep}", "--expert-tensor-parallel-size 1"]
+    if p.sharding in ("zero1", "zero2"):
+        mega.append("--use-distributed-optimizer")
+    if fsdp and p.sharding != "zero2":
+        mega.append("--use-torch-fsdp2")
+    every = int(row.ac_option) if row.ac == "selective" and row.ac_option != "op" else 0
+    if row.ac == "full" or every:  # one block in N: Megatron's block method over as many blocks of each stage
+        mega += ["--recompute-granularity full", f"--recompute-method {'block' if every else 'uniform'}",
+                 f"--recompute-num-layers {row.blocks // (p.pp * every) if every else 1}"]
+    elif row.ac == "selective":
+        mega.append("--recompute-granularity selective")
+    if p.tensor > 1 and p.sequence_parallel:
+        mega.append("--sequence-parallel")
+    return {"torchtitan": None if p.sharding == "zero1" else titan, "megatron": mega}
