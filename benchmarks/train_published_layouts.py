@@ -65,6 +65,13 @@ def blocks_every(r: dict[str, Any]) -> int | None:
         return None
     p = 3 * (float(m[2]) / float(m[1]) - 1)
     return max(1, round(1 / p)) if p > 0 else None
+
+
+def layer_option(r: dict[str, Any]) -> str | None:
+    """torchtitan's selective_ac_option for a row that checkpoints every N-th block (N), else None."""
+    ac = str(r.get("activation_checkpointing") or "")
+    every = blocks_every(r)
+    return PER_LAYER.get(ac) or (str(every) if every else None)
 NOT_PRICED_BEFORE = ("context parallelism", "expert parallelism")
 
 
@@ -100,7 +107,7 @@ def features(r: dict[str, Any]) -> list[str]:
     ac = str(r.get("activation_checkpointing") or "none")
     if ac in PER_OP:
         out.append("per-operator selective checkpointing")
-    elif ac in PER_LAYER or blocks_every(r):
+    elif layer_option(r):
         out.append("layer-wise selective checkpointing")
     elif ac.startswith("selective"):
         out.append("selective checkpointing")
@@ -320,11 +327,9 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
                  network=network_of(r), **extra)
     ac = str(r.get("activation_checkpointing") or "")
     kept = not before and (m > 1 or pp > 1)  # gradients accumulate over the micro-batches
-    every = blocks_every(r)
-    mode = "full" if ac.startswith("full") else "selective" if (ac in PER_OP or ac in PER_LAYER or every) and \
-        not before else None
-    option = str(every) if every else PER_LAYER.get(ac, "op")
-    t = Training(train=True, optimizer="adamw", ac=mode, selective_ac_option=option if mode else "op",
+    option = layer_option(r)
+    mode = "full" if ac.startswith("full") else "selective" if (ac in PER_OP or option) and not before else None
+    t = Training(train=True, optimizer="adamw", ac=mode, selective_ac_option=option if mode and option else "op",
                  grads="zero" if kept else "none",
                  loss="fp32" if before else loss_of_row(r), fused_kernels=not before and fused_kernels_of(r))
     w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed",

@@ -220,7 +220,7 @@ class Parallel(Record):
         if self.gpus % replica:
             raise FootprintError(f"--tp {self.tensor} x --pp {self.pp} x --cp {self.cp} = {replica} GPUs per model "
                                  f"replica does not divide --gpus {self.gpus}")
-        if (self.data * self.cp) % self.ep and (self.tensor * self.data * self.cp) % self.ep:
+        if self.ep_folded and (self.tensor * self.data * self.cp) % self.ep:
             raise FootprintError(f"--ep {self.ep} must divide the data- x context-parallel ranks, {self.data} x "
                                  f"{self.cp} = {self.data * self.cp} (--gpus / (--tp x --pp)), or, folded over the "
                                  f"tensor-parallel ranks too, {self.tensor} x {self.data * self.cp} = "
@@ -268,11 +268,11 @@ class Parallel(Record):
 
     @property
     def ep_folded(self) -> bool:
-        """Whether the expert-parallel ranks outnumber the data- x context-parallel ones and so take
-        tensor-parallel ranks too (Megatron-core's MoE parallel folding, Liu et al. 2025, "MoE
-        Parallel Folding", arXiv:2504.14960): the experts' group is then adjacent ranks, and each
-        expert whole on its rank (expert tensor parallelism 1)."""
-        return self.ep > self.data * self.cp
+        """Whether the expert-parallel ranks are not drawn from the data- x context-parallel ones alone
+        (they do not divide them) and so take tensor-parallel ranks too (Megatron-core's MoE parallel
+        folding, Liu et al. 2025, "MoE Parallel Folding", arXiv:2504.14960): the experts' group is
+        then adjacent ranks, and each expert whole on its rank (expert tensor parallelism 1)."""
+        return (self.data * self.cp) % self.ep != 0
 
     @property
     def tensor(self) -> int:
