@@ -156,3 +156,32 @@ def test_expert_parallel_all_to_alls_overlapped_with_other_micro_batches():
     compute = sum(v for k, v in b.step.compute_s.items() if k != "pipeline bubble")
     assert b.step.exposed_s == pytest.approx(a.step.exposed_s - a2a + max(0.0, a2a - compute))
     assert b.step.time_s < a.step.time_s
+
+
+def test_fsdp_gathers_and_reduces_only_the_ranks_own_experts():
+    """FSDP over 2 GPUs at --ep 2, gradients not kept between steps: a layer's gathered parameters and
+    its reduce-scatter input hold only the rank's 2 of the 4 experts (each 3 matrices of 64 x 96,
+    fp32), and the root's embedding and head stay whole."""
+    from torch_footprint.estimate.layouts.sharding import fsdp_moments
+
+    model = _mixtral()
+    w = Workload(model, {"input_ids": "2,16:int64"})
+    t = Training(train=True, optimizer="adamw")
+
+    def moments(ep: int) -> dict[str, list[int]]:
+        trace, _ = trace_step(w, t, Parallel(gpus=2, strategy="fsdp", ep=ep))
+        out: dict[str, list[int]] = {}
+        for m in fsdp_moments(trace, "fsdp", 2):
+            if m.hold > 0:
+                out.setdefault(m.what, []).append(m.hold)
+        return out
+
+    one, two = moments(1), moments(2)
+    half = 4 * 3 * 64 * 96 * 4 // 2  # the other rank's experts of one layer, fp32
+    root = 2 * 128 * 64 * 4  # embedding and head, 128 x 64 each, fp32
+    # the root first (whole either way), then each layer's forward and backward gathers
+    assert one["gathered parameters"][0] == two["gathered parameters"][0] == root + 64 * 4  # and the final norm
+    assert [a - b for a, b in zip(one["gathered parameters"][1:], two["gathered parameters"][1:], strict=True)] \
+        == [half] * 4
+    # the first layer reduced in the backward (the last one): its gradients, less the other rank's experts'
+    assert one["reduce-scatter input"][0] - two["reduce-scatter input"][0] == half

@@ -175,7 +175,9 @@ def layout_memory(trace: Trace, peak: MemoryPeak, strategy: str) -> MemoryPeak:
         out.peak_bytes += ring
     if ep > 1:
         away = experts_away(trace)
-        cats = ("gathered parameters",) if strategy in ("zero2", "zero3", "fsdp") else (
+        # FSDP's gathered experts and their gradients are left out where its moments are made
+        # (sharding.fsdp_moments, expert_grads_away)
+        cats = () if strategy in ("zero2", "zero3", "fsdp") else (
             ("weights", "gradients", "optimizer state", "buffers (outside the model)") if strategy == "ddp" else
             ("weights", "gradients", "buffers (outside the model)"))
         for cat in cats:

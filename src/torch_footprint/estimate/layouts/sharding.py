@@ -95,6 +95,21 @@ def experts_away(trace: Trace) -> float:
     return share * (1 - 1 / ep)
 
 
+def expert_grads_away(trace: Trace) -> dict[int, float]:
+    """{gradient storage: the share a rank computes} for the experts' gradients under expert
+    parallelism: the trace runs every expert, a rank only its own (1/ep of them, their tokens
+    from every rank); empty without expert parallelism or where the gradients cannot be matched
+    to the parameters."""
+    ep = int(trace.settings.get("ep", 1))
+    grads = trace.tags.get("gradients", [])
+    trainable = [p for p in trace.params if p.trainable]
+    if ep <= 1 or len(grads) != len(trainable):
+        return {}
+    experts = expert_modules(trace)
+    pre = {uid for uid, *_ in trace.preexisting}  # kept from the step before: shards already
+    return {uid: 1 / ep for p, uid in zip(trainable, grads, strict=True) if p.module in experts and uid not in pre}
+
+
 def pipeline_gathered(trace: Trace, strategy: str) -> int:
     """What FSDP2 in a pipeline keeps beyond its shards through the step, whole model: every
     parameter gathered and its gradient unsharded. torchtitan does not reshard after the forward
@@ -216,6 +231,8 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
     for m in moments:  # a gradient is whole until its unit's reduce-scatter resizes it
         for uid in m.resize:
             scale.pop(uid, None)
+    if moments:  # the rank's own experts' gradients only, until then
+        scale.update(expert_grads_away(trace))
     return replay(trace, keep_timeline=True, scale={k: v for k, v in scale.items() if v != 1.0}, extra=extra,
                   steady=steady, moments=moments)
 
@@ -262,6 +279,14 @@ def fsdp_moments(trace: Trace, strategy: str, n: int) -> list[Moment]:
     if found is None:
         return []
     w_of, grads_of, span = found
+    away = expert_grads_away(trace)  # the experts other expert-parallel ranks hold: not gathered, not reduced here
+    ep = int(trace.settings.get("ep", 1))
+    if ep > 1:
+        experts, units = expert_modules(trace), sorted(wrap_units(trace), key=len, reverse=True)
+        w_of = dict(w_of)
+        for p in trace.params:
+            if p.module in experts:
+                w_of[_unit_of(p.module, units)] -= math.floor(p.nbytes * (1 - 1 / ep))
     out: list[Moment] = []
 
     def gathered(u: str, first: int, last: int) -> None:
@@ -286,7 +311,7 @@ def fsdp_moments(trace: Trace, strategy: str, n: int) -> list[Moment]:
     master, wider = master_scale(trace), float(trace.settings.get("fsdp_reduce_scale", 1.0))
     kept = 0
     for u in sorted(grads_of, key=lambda u: span.get((u, "backward"), [0, len(trace.events)])[1]):
-        g = math.ceil(sum(grads_of[u].values()) * wider)
+        g = math.ceil(sum(b * away.get(uid, 1.0) for uid, b in grads_of[u].items()) * wider)
         if (u, "backward") not in span or not g:
             continue
         at = span[u, "backward"][1] + 1
