@@ -33,6 +33,7 @@ Targets: median |error| <= 12% and signed median within +-5% over the models not
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -50,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 import torch_footprint as tfp  # noqa: E402
+from torch_footprint.estimate.kernels.roofline import estimate_latency  # noqa: E402
 
 # the models looked at while the CPU mechanisms were written (kinds of operator, depthwise and
 # bf16 tables, pooling)
@@ -124,6 +126,42 @@ def use_thread_cpu_time() -> None:
     timer.CpuClock.stop = lambda self, token: time.thread_time() - token  # type: ignore[method-assign]
 
 
+AB = {"on": False}
+# what `calibrate` measures on a CPU for the operators' own tables (measure/cpu_tables.py)
+TABLES = ("linear_fp32_by_rows_k", "conv_fp32_grouped_by_batch_k")
+
+
+def plain_cpu() -> Any:
+    """This CPU's calibration without the tables of measure/cpu_tables.py: the model before them."""
+    import dataclasses
+
+    acc = tfp.hardware.get("cpu")
+    return dataclasses.replace(acc, calibrated={k: v for k, v in (acc.calibrated or {}).items() if k not in TABLES})
+
+
+def reprice(paths: list[str]) -> None:
+    """Each saved run's image cases left out (``--json``), priced again by the current code from the run's
+    own calibration, with and without the operators' tables: the same measurements, two models."""
+    import dataclasses
+
+    base, traces = tfp.hardware.get("cpu"), {}
+    for i, path in enumerate(paths, 1):
+        run = json.loads(Path(path).read_text())
+        rows = [r for r in run["rows"] if not r["seen"]]
+        for label, drop in (("without the operators' tables", TABLES), ("with them", ())):
+            acc = dataclasses.replace(base, calibrated={k: v for k, v in run["calibration_start"].items()
+                                                        if k not in drop})
+            for r in rows:
+                if (r["model"], r["batch"]) not in traces:
+                    size = getattr(build(r["model"]), "default_cfg", {}).get("input_size", (3, 224, 224))
+                    shape = f"{r['batch']},{','.join(map(str, size))}"
+                    traces[r["model"], r["batch"]] = tfp.profile(r["model"], shape).trace
+            priced = [{**r, "error": estimate_latency(traces[r["model"], r["batch"]], acc).time_s / r["measured_s"] - 1}
+                      for r in rows]
+            summary(priced, f"run {i}, {label}")
+            summary([r for r in priced if r["batch"] == 1], "  of which batch 1")
+
+
 def image_rows(models: list[str], batches: list[int], seconds: float) -> list[dict[str, Any]]:
     rows = []
     for name in models:
@@ -138,8 +176,14 @@ def image_rows(models: list[str], batches: list[int], seconds: float) -> list[di
             rows.append({"model": name, "batch": b, "seen": name in SEEN, "predicted_s": pred.time_s,
                          "measured_s": measured, "error": err, "bound": pred.bound,
                          "time_by_bound_s": pred.time_by_bound()})
+            before = ""
+            if AB["on"]:  # the same trace and measurement, priced without the CPU tables
+                plain = plain_cpu()
+                t0 = estimate_latency(tfp.profile(name, f"{b},{','.join(map(str, size))}").trace, plain).time_s
+                rows[-1]["predicted_plain_s"], rows[-1]["error_plain"] = t0, t0 / measured - 1
+                before = f"  (without the tables {t0 / measured - 1:+7.1%})"
             print(f"{name:32s} {b:5d} {pred.time_s * 1e3:9.1f} ms {measured * 1e3:9.1f} ms {err:+7.1%}  "
-                  f"{pred.bound}{'  (seen)' if name in SEEN else ''}", flush=True)
+                  f"{pred.bound}{'  (seen)' if name in SEEN else ''}{before}", flush=True)
         del model
     return rows
 
@@ -192,7 +236,15 @@ def main() -> None:
     ap.add_argument("--no-llm", action="store_true")
     ap.add_argument("--json", help="write every row and the calibrations here")
     ap.add_argument("--cpu-time", action="store_true", help="one thread, timed in its CPU time (a shared machine)")
+    ap.add_argument("--ab", action="store_true", help="also price every image case without the operators' "
+                    "tables of calibrate (linear layers, grouped convolutions), on the same measurement")
+    ap.add_argument("--reprice", nargs="+", metavar="JSON", help="price saved runs (--json) again, with and "
+                    "without the operators' tables, and measure nothing")
     args = ap.parse_args()
+    if args.reprice:
+        reprice(args.reprice)
+        return
+    AB["on"] = args.ab
     if args.cpu_time:
         use_thread_cpu_time()
     t0 = time.perf_counter()
@@ -214,6 +266,10 @@ def main() -> None:
            "unseen_timm": summary([r for r in unseen if r["model"].startswith("timm:")], "  of which timm"),
            "seen": summary([r for r in rows if r["seen"]], "image models seen while writing the model"),
            "llm": summary(llm, "language model, fp32 and bf16, TTFT and TPOT")}
+    if args.ab:
+        plain = [{**r, "error": r["error_plain"]} for r in unseen]
+        out["unseen_plain"] = summary(plain, "not seen, without the operators' tables")
+        out["unseen_batch1_plain"] = summary([r for r in plain if r["batch"] == 1], "  of which batch 1")
     drift = end["matmul_tflops"]["fp32"] / cal["matmul_tflops"]["fp32"] - 1
     print(f"machine drift: matmul fp32 {cal['matmul_tflops']['fp32'] * 1e3:.0f} -> "
           f"{end['matmul_tflops']['fp32'] * 1e3:.0f} GFLOP/s ({drift:+.1%}), copy {cal['copy_gbs']:.1f} -> "

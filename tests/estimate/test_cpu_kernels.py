@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from torch import nn
 
 import torch_footprint as tfp
@@ -153,3 +154,42 @@ def test_model_flops_utilisation_is_never_above_100_percent() -> None:
     [row] = res.rows
     assert res.prefill_flops / row.ttft_s > 4 * 0.2e12  # four times the theoretical fp32 peak
     assert 0.5 < row.mfu <= 1.0 and 0 < row.mbu <= 1.0
+
+
+def test_a_linear_layer_runs_at_the_linear_tables_rate() -> None:
+    # nn.Linear(256 -> 512) over 512 rows: 2 x 512 x 256 x 512 FLOPs at the F.linear table's 50 GFLOP/s
+    # (K = 256, 512 rows), not the plain matmul table's 100; at 2,048 rows, halfway in log rows between
+    # the 512- and 4,096-row tables (50 and 20 GFLOP/s: 1/3 of the way, 40 GFLOP/s)
+    cpu = _cpu(matmul_fp32_by_rows_k={"64": [[64, 0.1], [4096, 0.1]]},
+               linear_fp32_by_rows_k={"64": [[64, 0.05], [4096, 0.05]], "512": [[64, 0.05], [4096, 0.05]],
+                                      "4096": [[64, 0.02], [4096, 0.02]]})
+    lin = nn.Linear(256, 512)
+    for rows, rate in ((512, 5e10), (4096, 2e10)):
+        [o] = [o for o in predict(tfp.profile(lin, f"{rows},256").trace, cpu).ops if o.kind == "matrix"]
+        assert o.compute_s == pytest.approx(2 * rows * 256 * 512 / rate + rows * 512 / 1e11)  # and the bias add
+    [o] = [o for o in predict(tfp.profile(lin, "2048,256").trace, cpu).ops if o.kind == "matrix"]
+    third = 5e10 + (2e10 - 5e10) * (11 - 9) / (12 - 9)  # log2 rows: 9, 11, 12
+    assert o.compute_s == pytest.approx(2 * 2048 * 256 * 512 / third + 2048 * 512 / 1e11)
+    # an activation times a weight it did not transpose stays on the plain table
+    w = torch.randn(256, 512)
+    [o] = [o for o in predict(tfp.profile(_Matmul(w), "512,256").trace, cpu).ops if o.kind == "matrix"]
+    assert o.compute_s == pytest.approx(2 * 512 * 256 * 512 / 1e11)
+
+
+class _Matmul(nn.Module):
+    def __init__(self, w: torch.Tensor) -> None:
+        super().__init__()
+        self.w = nn.Parameter(w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w
+
+
+def test_a_grouped_convolution_runs_at_the_grouped_tables_rate() -> None:
+    # RegNet's 3x3 of 8 channels a group: 128 channels, 16 groups, 1x128x56x56: 2 x 128 x 72 x 56^2
+    # FLOPs at the grouped table's 20 GFLOP/s (K = 72), not the dense table's 100
+    cpu = _cpu(conv_fp32_by_batch_k={"1": [[9, 0.1], [576, 0.1]]},
+               conv_fp32_grouped_by_batch_k={"1": [[72, 0.02], [432, 0.04]]})
+    conv = nn.Conv2d(128, 128, 3, padding=1, groups=16, bias=False)
+    [o] = [o for o in predict(tfp.profile(conv, "1,128,56,56").trace, cpu).ops if o.kind == "matrix"]
+    assert o.compute_s == pytest.approx(2 * 128 * 72 * 56 * 56 / 2e10)

@@ -15,6 +15,8 @@ Calibration measures, on the device at hand:
 * on CPUs, few-row matmuls in fp32 and bf16 (a decode step's and a prompt's) and the rate
   they stream their weight matrices at: a CPU's bf16 products stream at about the bytes per
   second of its fp32 ones, not twice the elements;
+* on CPUs, the shapes where a model's operators leave the plain tables (:mod:`.cpu_tables`):
+  ``F.linear`` as ``nn.Linear`` calls it, and grouped convolutions;
 * the cost of one operator of an eager model beyond its arithmetic (module call, dispatch,
   allocation, and on a GPU the launch), from a model of 100 tiny kernels; and what a tiny
   call of each kind of operator costs beyond that (a convolution through oneDNN, a batch
@@ -39,7 +41,7 @@ import torch
 from ..dtypes import torch_dtype_of_rate
 from ..errors import FootprintError
 from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key, last_level_cache_bytes
-from . import contention
+from . import contention, cpu_tables
 from .streaming import _copy, _matvec_by_k, _stream_matvec, stream_bytes
 from .timer import CpuClock, CudaClock, measure
 
@@ -211,6 +213,20 @@ def _pooling(device: str, reps: int) -> dict[str, float]:
                 for kind, (call, window) in pooling_calls().items()}
 
 
+def _cpu_tables(quick: bool, reps: int, step: Callable[[str], None]) -> dict[str, Any]:
+    """The CPU's tables of :mod:`.cpu_tables`: linear layers and grouped convolutions."""
+    def timed(fn: Callable[[], Any], r: int) -> float:
+        return _time(fn, "cpu", r)
+
+    few = max(3, reps // 2)
+    step("linear layers by rows and reduction length")
+    out: dict[str, Any] = {"linear_fp32_by_rows_k": cpu_tables.linear_by_rows(timed, few)}
+    step("grouped convolutions by reduction length")
+    out["conv_fp32_grouped_by_batch_k"] = {str(b): cpu_tables.grouped_conv_by_k(timed, b, reps if b == 1 else few)
+                                           for b in (1, 4 if quick else 16)}
+    return out
+
+
 def calibrate(device: str = "cpu", quick: bool = False,
               on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Measure this device's ceilings (see the module docstring); returns a plain dict."""
@@ -292,6 +308,7 @@ def calibrate(device: str = "cpu", quick: bool = False,
     if device == "cpu":
         step("pooling windows")
         result["pooling_per_s"] = _pooling(device, reps)
+        result.update(_cpu_tables(quick, reps, step))
     result["seconds"] = round(time.perf_counter() - t_start, 2)
     result["contention"] = contention.between(before, contention.sample(), torch.get_num_threads()).to_dict()
     return result

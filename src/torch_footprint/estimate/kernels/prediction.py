@@ -44,6 +44,10 @@ class Ceilings:
     # window elements per second of a forward max and average pool (calibrated CPUs: "max",
     # "avg"; empty: the vector rate)
     pooling: dict[str, float] = field(default_factory=dict)
+    # fp32 F.linear (weight (N, K), a bias) by rows and K: {rows: [[K, FLOP/s], ...]}; grouped
+    # 3x3 convolutions by batch and K (calibrated CPUs: measure/cpu_tables.py; empty: the plain tables)
+    linear_by_rows: dict[int, list[list[float]]] = field(default_factory=dict)
+    conv_grouped_by_k: dict[int, list[list[float]]] = field(default_factory=dict)
     overlap: bool = False  # host and device clocks (calibrated GPUs and SoCs; module docstring)
     # per-kernel mechanisms (estimate/kernels/matrix.py, bandwidth.py) on a GPU priced from its
     # datasheet: "kernels"; "flat": the datasheet peaks times fixed efficiencies
@@ -60,12 +64,23 @@ class Ceilings:
             return self._by_size(tables, k, rows)
         return self.matvec_bandwidth or self.bandwidth
 
-    def conv_rate(self, k: float, batch: int, depthwise: bool = False, strided: bool = False) -> float:
+    def conv_rate(self, k: float, batch: int, depthwise: bool = False, strided: bool = False,
+                  grouped: bool = False) -> float:
         """Calibrated convolution rate at reduction length ``k``, interpolated in log batch
-        (a depthwise convolution's, a strided one's from its own table, where measured)."""
+        (a depthwise convolution's, a grouped one's, a strided one's from its own table, where
+        measured)."""
         table = self.depthwise_by_k if depthwise and self.depthwise_by_k else \
+            self.conv_grouped_by_k if grouped and self.conv_grouped_by_k else \
             self.conv_strided_by_k if strided and self.conv_strided_by_k else self.conv_by_k
         return self._by_size(table, k, batch)
+
+    def linear_rate(self, k: float, rows: int) -> float | None:
+        """Calibrated fp32 ``F.linear`` rate (weight stored transposed, a bias) at reduction length
+        ``k`` and ``rows`` rows, interpolated in log rows; None below the fewest rows measured
+        (the few-row tables and the streaming rates hold there) or where none was measured."""
+        if not self.linear_by_rows or rows < min(self.linear_by_rows):
+            return None
+        return self._by_size(self.linear_by_rows, k, rows)
 
     def matmul_rate(self, k: float, rows: int, key: str = "fp32") -> float | None:
         """Calibrated ``key`` matmul rate at reduction length ``k`` and ``rows`` output rows,
@@ -77,8 +92,10 @@ class Ceilings:
         """The highest ``key`` rate this prediction may use for matrix work (FLOP/s): no operator
         is timed faster, so a utilisation against it is at most 100%."""
         rates = [r for r in (self.matrix.get(key), self.conv.get(key)) if r]
-        for tables in (self.matmul_by_rows.get(key, {}), self.conv_by_k if key == "fp32" else {},
-                       self.depthwise_by_k if key == "fp32" else {}, self.conv_strided_by_k if key == "fp32" else {}):
+        fp32 = key == "fp32"
+        for tables in (self.matmul_by_rows.get(key, {}), self.conv_by_k if fp32 else {},
+                       self.depthwise_by_k if fp32 else {}, self.conv_strided_by_k if fp32 else {},
+                       self.linear_by_rows if fp32 else {}, self.conv_grouped_by_k if fp32 else {}):
             rates += [r for table in tables.values() for _, r in table]
         return max(rates, default=0.0)
 

@@ -121,6 +121,8 @@ def ceilings(acc: Accelerator, efficiency: Mapping[str, float] | None = None,
                                                          ("bf16", cal.get("matvec_bf16_gbs_by_k") or {}))
                                      if tables},
                         pooling=dict(cal.get("pooling_per_s") or {}),
+                        linear_by_rows=_by_size(cal.get("linear_fp32_by_rows_k"), 1e12),
+                        conv_grouped_by_k=_by_size(cal.get("conv_fp32_grouped_by_batch_k"), 1e12),
                         extra_overhead={k: v * 1e-6 for k, v in extra_costs(cal.get("tiny_call_us") or {}).items()}
                         if overhead_s is None else {},
                         # a view's dispatch is host time: in line with the kernels on a CPU,
@@ -343,10 +345,13 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                     dw = is_depthwise(e.problem)
                     strided = not dw and bool(c.conv_strided_by_k) and downsamples(e.problem, e.bytes_read,
                                                                                    e.out_shapes[0])
-                    rate = c.conv_rate(e.macs / outs, max(1, batch), dw, strided)
+                    grouped = not dw and len(e.problem) > 6 and int(e.problem[6]) > 1
+                    rate = c.conv_rate(e.macs / outs, max(1, batch), dw, strided, grouped)
                 elif outs and not is_conv and c.matmul_by_rows:
                     rows = outs // max(e.out_shapes[0][-1], 1) if e.out_shapes[0] else 1
                     rate = c.matmul_rate(e.macs / outs, max(1, rows), key) or rate
+                    if e.transposed and key == "fp32":  # nn.Linear's layout, where calibrated
+                        rate = c.linear_rate(e.macs / outs, rows) or rate
                     if rows <= MATVEC_ROWS:  # its matrix streams as a matvec's
                         bandwidth = min(bandwidth, c.matvec_rate(e.macs / outs, e.transposed, max(1, rows), key))
                 if rate is None:
