@@ -189,6 +189,14 @@ def megatron_distributed_optimizer(r: dict[str, Any]) -> bool:
     return not r.get("fsdp") and ("nemo" in framework or "megatron-bridge" in framework)
 
 
+def grad_reduce_of(r: dict[str, Any]) -> str | None:
+    """Megatron-core's gradient buffer dtype (--grad-reduce-dtype): Megatron-Bridge's performance recipes
+    turn grad_reduce_in_fp32 off for every model they run (scripts/performance: the YAML configs of
+    v0.1.0rc4, set_*_common_configs from v0.2.0 to v0.4.2), so their gradients accumulate and reduce in
+    bf16; elsewhere Megatron-core's default under bf16, fp32."""
+    return "bf16" if "megatron-bridge" in str(r.get("framework") or "").lower() else None
+
+
 def framework_of(r: dict[str, Any]) -> str:
     """The runtime the row's framework trains with, as --framework names it: Megatron-core under NeMo,
     Megatron-LM and Megatron-Bridge; torch.distributed elsewhere (NeMo AutoModel runs PyTorch's FSDP2)."""
@@ -315,6 +323,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
     if not before:
         extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None, cp=r.get("cp") or 1,
                      ep=r.get("ep") or 1, framework=framework_of(r), **tensor_parallel_extras(r))
+        if grad_reduce_of(r):
+            extra["grad_reduce_dtype"] = grad_reduce_of(r)
         if r.get("moe_a2a_overlap") and (r.get("ep") or 1) > 1 and m > 1:
             extra["overlap_moe_expert_parallel_comm"] = True
         if strategy == "ddp" and megatron_distributed_optimizer(r):

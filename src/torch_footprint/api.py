@@ -75,7 +75,7 @@ VERBS: dict[str, dict[type[Record], Sequence[str] | None]] = {
     "plan": {Workload: ("model", "precision", "weights", "attention", "trust_remote_code", "reuse"),
              Training: ("train", "optimizer", "ac", "fused_kernels"),
              Parallel: ("gpus", "tp", "sequence_parallel", "vocab_parallel", "async_tp", "framework",
-                        "fsdp_param_dtype", "fsdp_reduce_dtype", "fp8", "network",
+                        "fsdp_param_dtype", "fsdp_reduce_dtype", "grad_reduce_dtype", "fp8", "network",
                         "network_gbps", "nics_per_node", "gpus_per_node"),
              Target: ("gpu", "hardware", "utilisation", "tf32", "efficiency", "price"), Plan: ALL,
              Serving: ("prompt", "output", "kv", "engine", "max_model_len", "engine_version",

@@ -47,6 +47,8 @@ BAD = [
     ([*FIT, "--gpus", "8", "--strategy", "fsdp", "--dp-shard", "3"], "--dp-shard 3 must divide the 8 data-parallel"),
     ([*FIT, "--gpus", "8", "--dp-shard", "4"], "--dp-shard sets up FSDP: add --strategy fsdp (it is --strategy ddp)"),
     ([*FIT, "--gpus", "8", "--fsdp-param-dtype", "bf16"], "--fsdp-param-dtype sets up FSDP: add --strategy fsdp"),
+    ([*FIT, "--gpus", "8", "--grad-reduce-dtype", "bf16"],
+     "--grad-reduce-dtype sets Megatron-core's gradient buffer: add --framework megatron"),
     ([*FIT, "--gpus", "8", "--strategy", "fsdp", "--fsdp-param-dtype", "fp8"], "unknown FSDP parameter dtype 'fp8'"),
     # pipeline schedules
     ([*FIT, "--gpus", "2", "--pp-schedule", "gpipe"], "--pp-schedule gpipe schedules a pipeline: add --pp 2 or more"),

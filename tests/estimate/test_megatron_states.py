@@ -43,6 +43,14 @@ def test_megatron_holds_18_bytes_a_parameter_or_6_plus_12_over_dp(strategy: str,
     assert any("Megatron-core's mixed precision" in n for n in notes)
 
 
+def test_a_bf16_gradient_buffer_holds_2_bytes_a_parameter():
+    # grad_reduce_in_fp32 off (Megatron-Bridge's performance recipes): 2 + 2 + 12/DP bytes a parameter
+    _, whole, notes = _states(Parallel(gpus=2, strategy="zero1", framework="megatron", grad_reduce_dtype="bf16"))
+    assert whole.gradients == 2 * PARAMS
+    assert whole.total - whole.buffers == pytest.approx((4 + 12 / 2) * PARAMS, abs=3 * 84)
+    assert any("gradients accumulated in bf16" in n for n in notes)
+
+
 def test_torch_autocast_keeps_fp32_parameters_and_ddp_buckets():
     # the same layout under torch (autocast over fp32 parameters): 4 + 4 + 8 B and DDP's bucket copy, 4 B
     _, whole, _ = _states(Parallel(gpus=2, strategy="ddp"))

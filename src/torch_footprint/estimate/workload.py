@@ -68,8 +68,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         m = built.model = m.to(megatron)
         work = work.cast(megatron)
         notes.append(f"Megatron-core's mixed precision: the model in {name_of(megatron)}, its gradients accumulated "
-                     "in fp32, an fp32 master copy and optimizer state (the distributed optimizer's, sharded "
-                     "over the data-parallel ranks with --strategy zero1)")
+                     f"in {p.grad_reduce_dtype or 'fp32'}, an fp32 master copy and optimizer state (the distributed "
+                     "optimizer's, sharded over the data-parallel ranks with --strategy zero1)")
     low = fsdp_compute_dtype(p, param_dtype)
     if low is not None:  # FSDP2 gathers each unit in its param_dtype: the forward and backward run in it
         m = built.model = m.to(low)
@@ -133,7 +133,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None,
                               sequence_split=p.tensor if p.sequence_parallel and p.tensor > 1 else 1)
     if megatron is not None and t.train:  # the states Megatron keeps beside the traced ones (sharding.state_scales)
-        trace.settings["megatron_scales"] = megatron_scales(megatron.itemsize, optimizer_moments(t.optimizer))
+        grads = FSDP_DTYPES[p.grad_reduce_dtype].itemsize if p.grad_reduce_dtype else 4
+        trace.settings["megatron_scales"] = megatron_scales(megatron.itemsize, optimizer_moments(t.optimizer), grads)
     if low is not None:  # the sharded states are the wider dtype's (roofline.master_scale)
         trace.settings["fsdp_compute_dtype"] = name_of(low)
         trace.settings["fsdp_state_scale"] = param_dtype.itemsize / low.itemsize
@@ -154,7 +155,7 @@ def trace_key(w: Workload, t: Training, p: Parallel, cuda_sm: tuple[int, int] | 
     the micro-batches a step and the network do not change it; the data-parallel sharding only
     through FSDP's compute dtype."""
     fsdp_dtype = p.fsdp_param_dtype if p.sharding in FSDP_STRATEGIES else None
-    megatron = p.framework == "megatron"
+    megatron = p.grad_reduce_dtype or "fp32" if p.framework == "megatron" else None
     return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.vocab_parallel, p.cp, p.ep, fsdp_dtype,
             megatron, cuda_sm)
 

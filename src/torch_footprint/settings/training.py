@@ -170,6 +170,11 @@ class Parallel(Record):
                                               what="FSDP reduce dtype")
     """the dtype FSDP2 reduce-scatters gradients in (MixedPrecisionPolicy.reduce_dtype; default: --fsdp-param-dtype
     where given, as FSDP2 does, else the gradients' own)"""
+    grad_reduce_dtype: FsdpDtype | None = opt(metavar="DTYPE", aliases_of_values=DTYPE_ALIASES,
+                                              what="gradient reduce dtype")
+    """with --framework megatron: the dtype of Megatron-core's gradient buffer, which accumulates the
+    micro-batches' gradients and is reduced across the data-parallel ranks (grad_reduce_in_fp32: fp32, the default,
+    as Megatron-LM runs bf16; bf16 where it is off, as Megatron-Bridge's performance recipes run)"""
     fp8: Fp8Recipe | None = opt(metavar="RECIPE", what="FP8 recipe")
     """FP8 training of the linear layers but the head (torchao float8, Transformer Engine): tensorwise or rowwise
     scales computed from each tensor (dynamic), delayed from an amax history; the three matmuls of each at the
@@ -253,6 +258,9 @@ class Parallel(Record):
                                  "interleaved-1f1b")
 
     def _check_fsdp(self) -> None:
+        if self.grad_reduce_dtype is not None and self.framework != "megatron":
+            raise FootprintError("--grad-reduce-dtype sets Megatron-core's gradient buffer: add --framework "
+                                 "megatron (under FSDP, --fsdp-reduce-dtype)")
         for name in ("dp_shard", "dp_replicate", "fsdp_param_dtype", "fsdp_reduce_dtype"):
             if getattr(self, name) is not None and self.strategy not in FSDP_STRATEGIES:
                 raise FootprintError(f"--{name.replace('_', '-')} sets up FSDP: add --strategy fsdp (it is "

@@ -144,7 +144,7 @@ KINDS = ("weights", "gradients", "optimizer state")
 POLICY_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # MixedPrecisionPolicy's dtypes as --fsdp-*-dtype names them
 
 
-def megatron_scales(low_bytes: int, moments: int) -> dict[str, float]:
+def megatron_scales(low_bytes: int, moments: int, grad_bytes: int = 4) -> dict[str, float]:
     """Megatron-core's mixed precision against a trace of the model in its low dtype (``low_bytes``
     a number, the optimizer holding ``moments`` tensors of it per parameter). Megatron casts the model
     to bf16 or fp16 (``Float16Module``), accumulates each gradient in fp32 (``main_grad``, in the
@@ -153,10 +153,12 @@ def megatron_scales(low_bytes: int, moments: int) -> dict[str, float]:
     data-parallel ranks: with Adam, 2 + 4 + 12 = 18 bytes a parameter, 6 + 12/DP distributed (Megatron-core's
     distributed optimizer documentation). So the weights stay as traced, the gradients are 4/low wider
     and the optimizer state (1 + moments) x 4 / (moments x low); an optimizer with no state (plain SGD)
-    keeps the master copy with the weights (then not sharded)."""
+    keeps the master copy with the weights (then not sharded). ``grad_bytes``: the gradient buffer's
+    width, 2 where grad_reduce_in_fp32 is off."""
+    grads = grad_bytes / low_bytes
     if moments == 0:
-        return {"weights": 1 + 4 / low_bytes, "gradients": 4 / low_bytes, "optimizer state": 1.0}
-    return {"weights": 1.0, "gradients": 4 / low_bytes, "optimizer state": (1 + moments) * 4 / (moments * low_bytes)}
+        return {"weights": 1 + 4 / low_bytes, "gradients": grads, "optimizer state": 1.0}
+    return {"weights": 1.0, "gradients": grads, "optimizer state": (1 + moments) * 4 / (moments * low_bytes)}
 
 
 def state_scales(trace: Trace) -> dict[str, float]:
