@@ -98,3 +98,30 @@ def test_a_named_kernel_is_priced_where_the_gpu_can_run_it():
     assert sdpa_kernel(h100, "bf16", 128, 128, "flash3") == "flash3"
     assert sdpa_kernel(a100, "bf16", 128, 128, "flash3") == "flash2"  # no warpgroup instructions on Ampere
     assert sdpa_kernel(a100, "bf16", 128, 128, "cudnn") == "flash2"
+
+
+def test_latent_attention_fused_with_its_own_value_head_size():
+    """DeepSeek-V3's multi-head latent attention: query and key heads of 192 (here 16 + 8), value heads
+    of 128 (here 16). Fused, the layer keeps what grows with the sequence (doubling it doubles the
+    layer), and the kernel's output has the value's head size; its FLOPs count the visible pairs
+    of a causal call: 2 x 4 heads x (64 x 65 / 2 pairs) x (24 + 16) MACs, forward. (The kernel also
+    keeps its random-number seed and offset, two int64 scalars, whatever the length.)"""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    cfg = transformers.DeepseekV3Config(vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                                        num_hidden_layers=1, first_k_dense_replace=1, num_attention_heads=4,
+                                        num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=16,
+                                        qk_rope_head_dim=8, v_head_dim=16, max_position_embeddings=256)
+    with torch.device("meta"):
+        model = transformers.DeepseekV3ForCausalLM(cfg)
+    kept, traces = [], []
+    for seq in (64, 128):
+        trace, _ = trace_step(Workload(model, {"input_ids": f"2,{seq}:int64"}, attention="fused"), STEP, Parallel())
+        kept.append(replay(trace).activations_by_module["model.layers.0.self_attn"])
+        traces.append(trace)
+    assert kept[1] == 2 * (kept[0] - 16) + 16
+    [fwd] = [e for e in traces[0].events if "efficient_attention" in e.op and e.phase == "forward"]
+    assert list(fwd.out_shapes[0]) == [2, 4, 64, 16]
+    assert fwd.macs == 2 * 4 * (64 * 65 // 2) * (24 + 16)
+    assert not any("softmax" in e.op for e in traces[0].events if e.module.endswith("self_attn"))

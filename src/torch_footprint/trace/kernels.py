@@ -155,9 +155,13 @@ class CpuKernels:
         return self
 
     def _fused_for_target(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any]) -> bool:
-        """Whether the CPU takes the math path for this call's dropout alone, and the target fuses it."""
-        dropout = float(a.get("dropout_p", 0.0) or 0.0)
-        if not (dropout > 0.0 and torch.is_grad_enabled()) or not cpu_flash_eligible(q, k, v, {**a, "dropout_p": 0.0}):
+        """Whether the CPU takes the math path for this call's dropout alone, or for a value head size
+        of its own (multi-head latent attention: DeepSeek's 192 against 128, which cuDNN's and
+        FlashAttention-3's kernels take as they are), and the target fuses it."""
+        dropout = float(a.get("dropout_p", 0.0) or 0.0) > 0.0 and torch.is_grad_enabled()
+        own_value = q.shape[-1] == k.shape[-1] != v.shape[-1] and tuple(k.shape[:-1]) == tuple(v.shape[:-1]) \
+            and _not_real(q)
+        if not (dropout or own_value) or not cpu_flash_eligible(q, k, k if own_value else v, {**a, "dropout_p": 0.0}):
             return False
         call = _call_record(q, k, v, a, "math")
         return call is not None and self.fuse is not None and self.fuse(call)
@@ -210,6 +214,13 @@ def _call_record(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str,
             "enable_gqa": bool(a.get("enable_gqa", False)), "cpu_path": path}
 
 
+def _not_real(t: torch.Tensor) -> bool:
+    """A meta or fake tensor: its kernels are shape functions, defined for every device's operators."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return t.device.type == "meta" or is_fake(t)
+
+
 def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any]) -> torch.Tensor:
     """The call through the fused kernel (what flash or memory-efficient attention keep: the
     output and its log-sum-exp, no score matrix, no dropout mask: they draw it again from the
@@ -217,6 +228,11 @@ def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any])
     if torch.is_autocast_enabled("cpu") and q.is_floating_point():
         low = torch.get_autocast_dtype("cpu")
         q, k, v = (t.to(low) for t in (q, k, v))
+    if v.shape[-1] != q.shape[-1]:  # meta or fake tensors only: a kernel whose output has the value's head size
+        out, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, a.get("attn_mask"), torch.is_grad_enabled(), float(a.get("dropout_p", 0.0) or 0.0),
+            bool(a.get("is_causal", False)), scale=a.get("scale"))
+        return out
     out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         q, k, v, float(a.get("dropout_p", 0.0) or 0.0), bool(a.get("is_causal", False)),
         attn_mask=a.get("attn_mask"), scale=a.get("scale"))
