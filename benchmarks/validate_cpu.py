@@ -18,7 +18,14 @@ others. Each model is measured and predicted in turn, in one process; the calibr
 taken again at the end to show how far the machine drifted.
 
     python benchmarks/validate_cpu.py [--batches 1,4] [--models NAME,...] [--no-llm] [--json PATH]
-                                      [--cpu-time]
+                                      [--cpu-time] [--ab]
+    python benchmarks/validate_cpu.py --reprice RUN.json [RUN.json ...]
+
+``--ab`` prices every image case a second time without the operators' tables of ``calibrate``
+(nn.Linear's call, grouped convolutions: measure/cpu_tables.py), on the same measurement;
+``--reprice`` prices saved runs again with the current code, with and without those tables,
+and measures nothing: on a machine whose speed drifts between runs, the two models compared on
+one set of measurements.
 
 ``--cpu-time``, for a shared machine: torch on one thread, and every call (the calibration's
 and the user loop's) timed in the calling thread's CPU time (``time.thread_time``), so time
