@@ -154,6 +154,26 @@ def test_a_pipelined_step_by_hand():
     assert step.exposed_s == pytest.approx(2 * send, rel=1e-9)
 
 
+def test_a_schedule_run_per_local_batch_fills_and_drains_each_time():
+    # --pp-microbatches 2 of --grad-accum 4: two runs of a 2-micro-batch schedule (torchtitan's and NeMo
+    # AutoModel's gradient accumulation under a pipeline): a bubble of one micro-batch in each run, 2 in
+    # all; each run's first forward and last gradient cross the boundary: 4 sends exposed; the torch
+    # stage's receive buffers for 2 micro-batches, not 4: 2 x [2, 64, 128] fp32 a direction
+    res = api.fit(str(LLAMA), IDS, gpus=2, pp=2, grad_accum=4, pp_microbatches=2, **STEP)
+    one = api.fit(str(LLAMA), IDS, gpus=2, pp=2, grad_accum=4, **STEP)
+    step, whole = res.rows[0].step, one.rows[0].step
+    assert step is not None and step.pipeline is not None and whole is not None
+    slowest = max(step.pipeline["rank_microbatch_s"])
+    assert step.compute_s["micro-batches"] == pytest.approx(4 * slowest)
+    assert step.compute_s["pipeline bubble"] == pytest.approx(2 * slowest)
+    assert step.pipeline["bubble_fraction"] == pytest.approx(1 / 3)  # (2-1)/(2+2-1)
+    assert step.exposed_s == pytest.approx(2 * whole.exposed_s, rel=1e-9)
+    assert res.peak is not None and one.peak is not None
+    buffers = "stage receive buffers"
+    assert one.peak.breakdown[buffers] == 4 * 2 * 64 * 128 * 4
+    assert res.peak.breakdown[buffers] == 2 * 2 * 64 * 128 * 4
+
+
 def test_gradient_accumulation_repeats_the_micro_step_and_syncs_once():
     base = dict(gpus=2, **STEP)
     one = api.fit(str(LLAMA), IDS, grads="zero", **base).rows[0].step  # gradients kept, as from the 2nd micro-batch

@@ -141,7 +141,7 @@ def price_layout(traced: TracedStep, acc: Accelerator, p: Parallel, target: Targ
     stages: list[dict[str, Any]] = []
     if p.pp > 1:
         staged, stages = schedule_peak(trace, peak, whole.total if whole else 0, pp=p.pp, vpp=p.vpp,
-                                       microbatches=p.grad_accum, schedule=p.schedule,
+                                       microbatches=p.per_schedule, schedule=p.schedule,
                                        framework=p.framework, kept=pipeline_gathered(trace, p.sharding))
         peak = without_experts(staged, stages, whole.total if whole else 0, states.total if states else 0)
     fixed = sum(layout_extras(acc, traced.allocations, t.train, p).values())

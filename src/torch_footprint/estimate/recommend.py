@@ -221,7 +221,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     if pp > 1:  # the largest pipeline rank: its states, its micro-batches in flight
         # (split from the replay's live bytes with the states it holds, the experts of other
         # expert-parallel ranks then taken out of the rank's share)
-        staged = {b: schedule_peak(tr, peaks[b], whole.total if whole else 0, pp=pp, vpp=p.vpp, microbatches=m,
+        staged = {b: schedule_peak(tr, peaks[b], whole.total if whole else 0, pp=pp, vpp=p.vpp,
+                                   microbatches=p.per_schedule,
                                    schedule=p.schedule, framework=p.framework,
                                    kept=pipeline_gathered(tr, strategy)) for b, tr in traces.items()}
         peaks = {b: without_experts(x[0], x[1], whole.total if whole else 0, states.total if states else 0)

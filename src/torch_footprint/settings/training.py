@@ -148,6 +148,10 @@ class Parallel(Record):
     grad_accum: int = opt(1, metavar="N", aliases=("--gradient-accumulation-steps",))
     """micro-batches of --batch per optimizer step on each data-parallel rank (with --pp, the pipeline's
     micro-batches)"""
+    pp_microbatches: int | None = opt(metavar="N")
+    """with --pp: micro-batches one run of the pipeline schedule takes, --grad-accum / N runs a step one after
+    another, each with its warm-up and drain (torchtitan and NeMo AutoModel run the schedule once per local batch
+    and repeat it to accumulate gradients; default: every micro-batch in one run, as Megatron-core does)"""
     cp: int = opt(1, metavar="N", aliases=("--context-parallel-size",))
     """context-parallel ranks among --gpus (the sequence split among them)"""
     ep: int = opt(1, metavar="N", aliases=("--expert-model-parallel-size",))
@@ -249,6 +253,12 @@ class Parallel(Record):
                 raise FootprintError(f"--{name.replace('_', '-')} must be at least 0, got {value}")
             if value is not None and self.pp == 1:
                 raise FootprintError(f"--{name.replace('_', '-')} splits a pipeline: add --pp 2 or more")
+        per = self.pp_microbatches
+        if per is not None and self.pp == 1:
+            raise FootprintError(f"--pp-microbatches {per} runs a pipeline's schedule: add --pp 2 or more")
+        if per is not None and (per < 1 or self.grad_accum % per):
+            raise FootprintError(f"--pp-microbatches {per} must divide --grad-accum {self.grad_accum} (the "
+                                 "micro-batches of a step), at least 1")
         if self.pp_schedule is not None and self.pp == 1:
             raise FootprintError(f"--pp-schedule {self.pp_schedule} schedules a pipeline: add --pp 2 or more")
         if self.vpp > 1 and self.pp == 1:
@@ -310,6 +320,11 @@ class Parallel(Record):
         else every data-parallel rank; the context-parallel ranks hold the same weights, so they
         count with them."""
         return (self.shard_group if self.sharding in FSDP_STRATEGIES else self.data) * self.cp
+
+    @property
+    def per_schedule(self) -> int:
+        """Micro-batches one run of the pipeline schedule takes (all of a step's unless --pp-microbatches)."""
+        return self.pp_microbatches or self.grad_accum
 
     @property
     def schedule(self) -> str:

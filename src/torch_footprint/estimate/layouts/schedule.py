@@ -106,10 +106,14 @@ def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, s
                   replicas: int, tp: int, pp: int, vpp: int, microbatches: int, schedule: str,
                   link: Link | None, tp_link: Link | None, replica_link: Link | None, pp_link: Link | None,
                   param_dtype: str | None = None, reduce_dtype: str | None = None,
-                  tp_overlap: bool = False) -> StepTime:
+                  tp_overlap: bool = False, per_run: int | None = None) -> StepTime:
     """One step of ``microbatches`` micro-batches over ``pp`` pipeline ranks (module docstring);
-    ``phases``: one micro-batch's compute by phase on one device (the whole model's)."""
+    ``phases``: one micro-batch's compute by phase on one device (the whole model's). ``per_run``:
+    the micro-batches one run of the schedule takes (all of them by default); each run fills and
+    drains the pipeline: its bubble and its first and last stage boundaries, once per run."""
     m = microbatches
+    per = per_run or m
+    runs = max(1, m // per)
     kw: dict[str, Any] = dict(tp_link=tp_link, replicas=replicas, replica_link=replica_link,
                               param_dtype=param_dtype, reduce_dtype=reduce_dtype, tp_overlap=tp_overlap)
     if pp == 1:
@@ -120,7 +124,7 @@ def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, s
         shares = rank_shares(trace, pred, sm)
         ranks = [(_rank_trace(trace, sm, r), shares["time_s"][r], shares["share"][r]) for r in range(pp)]
     slowest = max(t for _, t, _ in ranks)
-    bubble = (pp - 1) / vpp * slowest
+    bubble = runs * (pp - 1) / vpp * slowest
     opt = phases.get("optimizer", 0.0)
     worst: StepTime | None = None
     worst_tail = -1.0
@@ -150,15 +154,16 @@ def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, s
         calls = 2 * m * vpp  # each micro-batch's activation out of each chunk, its gradient back
         out.collectives.append(Collective("stage boundary activations and gradients", "send/recv",
                                           boundary * calls, calls, "pipeline", True, calls * each))
-        out.exposed_s += 2 * (pp - 1) * each
+        out.exposed_s += runs * 2 * (pp - 1) * each
     out.pipeline = {"schedule": schedule if pp > 1 else "gradient accumulation", "stages": pp,
-                    "virtual_stages": vpp, "microbatches": m,
-                    "bubble_fraction": bubble_fraction(pp, m, vpp) if pp > 1 else 0.0,
+                    "virtual_stages": vpp, "microbatches": m, "runs": runs,
+                    "bubble_fraction": bubble_fraction(pp, per, vpp) if pp > 1 else 0.0,
                     "rank_microbatch_s": [t for _, t, _ in ranks]}
     note = f"{m} micro-batches a step"
     if pp > 1:
         chunks = f", {vpp} chunks each" if vpp > 1 else ""
-        note += (f" through {pp} pipeline ranks ({schedule}{chunks}): bubble {bubble_fraction(pp, m, vpp):.1%} of "
+        note += (f" through {pp} pipeline ranks ({schedule}{chunks}"
+                 f"{f', in {runs} runs of {per}' if runs > 1 else ''}): bubble {bubble_fraction(pp, per, vpp):.1%} of "
                  "the pipeline's time, (p-1)/(v m) of the ideal (Narayanan et al. 2021)")
     out.notes.append(note)
     return out
@@ -376,7 +381,8 @@ def _data_step(trace: Trace, pred: Prediction, p: Parallel, strategy: str, shard
         return schedule_step(trace, pred, phases, strategy=strategy, shard=shard, replicas=replicas,
                              tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
                              tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,
-                             param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce, tp_overlap=p.async_tp)
+                             param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce, tp_overlap=p.async_tp,
+                             per_run=p.per_schedule)
     return step_time(trace, phases, strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
                      replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce,
                      tp_overlap=p.async_tp)
