@@ -323,6 +323,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
     if not before:
         extra = dict(pp=pp, vpp=vpp, grad_accum=m, fp8=fp8_recipe(r) or None, cp=r.get("cp") or 1,
                      ep=r.get("ep") or 1, framework=framework_of(r), **tensor_parallel_extras(r))
+        if r.get("pp_microbatches") and pp > 1:  # the schedule run once per local batch
+            extra["pp_microbatches"] = r["pp_microbatches"]
         if grad_reduce_of(r):
             extra["grad_reduce_dtype"] = grad_reduce_of(r)
         if r.get("moe_a2a_overlap") and (r.get("ep") or 1) > 1 and m > 1:
@@ -394,7 +396,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
             persistent = replay(trace).persistent
             whole = model_states(persistent, strategy, shard, gather_bytes(trace, strategy),
                                  gradient_buffer(trace, p.bucket_view), state_scales(trace))
-            staged, figures = schedule_peak(trace, peak, whole.total, pp=pp, vpp=vpp, microbatches=m,
+            staged, figures = schedule_peak(trace, peak, whole.total, pp=pp, vpp=vpp, microbatches=p.per_schedule,
                                             schedule=p.schedule, framework=p.framework,
                                             kept=pipeline_gathered(trace, strategy))
             need_bytes = without_experts(staged, figures, whole.total,
