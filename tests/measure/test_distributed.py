@@ -224,7 +224,10 @@ def test_two_gloo_ranks_measured_peak_matches_prediction(strategy):
 
 @pytest.mark.slow
 def test_a_failing_rank_is_named_and_nothing_is_left():
-    with pytest.raises(RanksFailed, match="rank 1 failed: .*boom on rank 1 .then rank 0: its peer was gone.") as e:
+    # rank 1 fails while building the model; rank 0, waiting for its peer, may be stopped before it writes
+    # its own error: the "then" clause names it only where it did
+    with pytest.raises(RanksFailed, match=r"^rank 1 failed: .*boom on rank 1( \(then rank 0: its peer was gone\))?$") \
+            as e:
         api.bench(f"{FIXTURES}:fails_on_rank1", ["4,8"], train=True, nproc=2, steps=1, warmup=0, timeout=120)
     assert len(e.value.pids) == 2 and _gone(e.value.pids)
 
