@@ -133,7 +133,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None,
                               sequence_split=p.tensor if p.sequence_parallel and p.tensor > 1 else 1)
     if megatron is not None and t.train:  # the states Megatron keeps beside the traced ones (sharding.state_scales)
-        grads = FSDP_DTYPES[p.grad_reduce_dtype].itemsize if p.grad_reduce_dtype else 4
+        grads = FSDP_DTYPES[p.grad_reduce_dtype or "fp32"].itemsize
         trace.settings["megatron_scales"] = megatron_scales(megatron.itemsize, optimizer_moments(t.optimizer), grads)
     if low is not None:  # the sharded states are the wider dtype's (roofline.master_scale)
         trace.settings["fsdp_compute_dtype"] = name_of(low)
@@ -155,7 +155,7 @@ def trace_key(w: Workload, t: Training, p: Parallel, cuda_sm: tuple[int, int] | 
     the micro-batches a step and the network do not change it; the data-parallel sharding only
     through FSDP's compute dtype."""
     fsdp_dtype = p.fsdp_param_dtype if p.sharding in FSDP_STRATEGIES else None
-    megatron = p.grad_reduce_dtype or "fp32" if p.framework == "megatron" else None
+    megatron = (p.grad_reduce_dtype or "fp32") if p.framework == "megatron" else None  # its gradient buffer
     return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.vocab_parallel, p.cp, p.ep, fsdp_dtype,
             megatron, cuda_sm)
 

@@ -99,7 +99,11 @@ def expert_grads_away(trace: Trace) -> dict[int, float]:
     """{gradient storage: the share a rank computes} for the experts' gradients under expert
     parallelism: the trace runs every expert, a rank only its own (1/ep of them, their tokens
     from every rank); empty without expert parallelism or where the gradients cannot be matched
-    to the parameters."""
+    to the parameters. Worked out once per trace (not to be changed)."""
+    return once(trace, "experts' gradients away", lambda: _expert_grads_away(trace))
+
+
+def _expert_grads_away(trace: Trace) -> dict[int, float]:
     ep = int(trace.settings.get("ep", 1))
     grads = trace.tags.get("gradients", [])
     trainable = [p for p in trace.params if p.trainable]
