@@ -39,15 +39,62 @@ def test_a_fused_modules_casts_and_elementwise_run_as_one_pass() -> None:
 
 def test_megatron_fused_norms_and_swiglu_are_one_kernel_a_call(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    # two layers: 5 RMSNorms (two a layer, the final one) and 2 SwiGLU activations, each one
-    # kernel in the forward and one in the backward: 14 kernels
+    # two layers: 5 RMSNorms (two a layer, the final one), 2 SwiGLU activations and 2 attention
+    # modules' rotations (apply_rope_fusion), each one kernel in the forward and one in the
+    # backward: 18 kernels
     w = Workload(TINY, "input_ids=1,64:int64", precision="bf16-mixed")
     t = Training(train=True, optimizer="adamw")
     fused, _ = trace_step(w, t, Parallel(framework="megatron"))
-    assert len(fused.settings["fused_modules"]) == 7
+    assert len(fused.settings["fused_modules"]) == 9
+    assert fused.settings["rope_modules"] == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
     pred = estimate_latency(fused, get("h100-sxm"))
     note = next(n for n in pred.notes if n.startswith("fused kernels:"))
-    assert note.startswith("fused kernels: 14 in place of")
+    assert note.startswith("fused kernels: 18 in place of")
+    # gradients zeroed, not set to None (accumulated over micro-batches): each of the 21
+    # parameters' gradient (9 a layer, the embedding, the final norm, the head) is added to by its
+    # weight-gradient GEMM, not by an add of its own
+    kept, _ = trace_step(w, Training(train=True, optimizer="adamw", grads="zero"), Parallel(framework="megatron"))
+    assert len(kept.params) == 21
+    assert "gradient accumulation fusion: 21 gradient adds in the weight-gradient GEMMs" in \
+        estimate_latency(kept, get("h100-sxm")).notes
     plain, _ = trace_step(w, t)  # torch's own modules: nothing fused
     assert "fused_modules" not in plain.settings
     assert not any(n.startswith("fused kernels:") for n in estimate_latency(plain, get("h100-sxm")).notes)
+
+
+def test_a_fused_ropes_rotation_is_the_kernels_own_indexing() -> None:
+    # the Hugging Face rotation of one tensor of N bf16 values: q x cos (2N + cos in, 2N out),
+    # the half negated (N in, N out), the concatenation (2N in, 2N out), x sin, the sum. In a
+    # rotary module (a fused RoPE kernel) the concatenation joins the chain: one kernel; in any
+    # other fused module a concatenation keeps its kernel and splits the chain in two.
+    n, c = 1000, 10
+    rope = [_op("aten.mul.Tensor", "attn", "vector", 2 * n + c, 2 * n), _op("aten.neg.default", "attn", "vector", n, n),
+            _op("aten.cat.default", "attn", "data", 2 * n, 2 * n),
+            _op("aten.mul.Tensor", "attn", "vector", 2 * n + c, 2 * n),
+            _op("aten.add.Tensor", "attn", "vector", 4 * n, 2 * n)]
+    heads, folded = module_chains(rope, {"attn"}, {"attn"})
+    # the first read (2N + c), what each later op reads beyond its predecessor's write (the
+    # concatenation's N: the half not negated; the product's c: the sine; the sum's 2N: the
+    # first product), the last write (2N)
+    assert heads == {0: (2 * n + c) + n + c + 2 * n + 2 * n} and folded == {1, 2, 3, 4}
+    heads, folded = module_chains(rope, {"attn"})
+    assert set(heads) == {0, 3} and folded == {1, 4}
+
+
+def test_gradient_accumulation_fusion_folds_the_adds_into_a_parameters_gradient() -> None:
+    # an add_ in the backward into a tensor of the shape of a parameter of the module it is
+    # attributed to: autograd accumulating .grad, done by the weight-gradient GEMM under
+    # Megatron-core. An add_ of another shape (an activation's), one in the forward, or one in a
+    # module that owns no parameter of that shape is not.
+    from types import SimpleNamespace
+
+    from torch_footprint.estimate.kernels.fusion import accumulated_gradients
+
+    def add_(module: str, shape: list[int], phase: str = "backward") -> OpEvent:
+        return OpEvent("aten.add_.Tensor", module, phase, 1, 0, "vector", 8, 4, [shape], ["float32"])
+
+    params = [SimpleNamespace(name="fc.weight", shape=[4, 3]), SimpleNamespace(name="fc.bias", shape=[4]),
+              SimpleNamespace(name="norm.weight", shape=[3])]
+    events = [add_("fc", [4, 3]), add_("fc", [4]), add_("fc", [2, 4]), add_("fc", [4, 3], "forward"),
+              add_("norm", [4]), add_("norm", [3])]
+    assert accumulated_gradients(events, params) == {0, 1, 5}

@@ -20,7 +20,7 @@ from ..sources.inputs import InputSpec
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
 from .kernels.sdpa import ATTENTION_KERNELS, cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
-from .layouts.fused import fuse_like_megatron
+from .layouts.fused import fuse_like_megatron, rope_modules
 from .layouts.pipeline import check_layout
 from .layouts.sharding import megatron_scales
 from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp, split_vocab
@@ -96,6 +96,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
                          "sequence; each split linear's input gathered, its output reduce-scattered")
     unfuse: Any = lambda: None  # noqa: E731
     fused_paths: list[str] = []
+    rotary: list[str] = []
     if p.framework == "megatron" or t.fused_kernels:  # (a Training with fused_kernels is a training step)
         def patched() -> set[str]:
             return {name for name, mod in m.named_modules() if "forward" in vars(mod) or "_apply_gate" in vars(mod)}
@@ -106,6 +107,10 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         whose = "Megatron-core's" if p.framework == "megatron" else "--fused-kernels:"
         if fused:
             notes.append(f"{whose} fused kernels: " + ", ".join(fused) + " keep their inputs for the backward")
+        rotary = rope_modules(m) if p.framework == "megatron" else []
+        if rotary:  # apply_rope_fusion: the attention's elementwise work one kernel a pass
+            fused_paths = sorted({*fused_paths, *rotary})
+            notes.append(f"Megatron-core's fused RoPE: {len(rotary)} attention modules' rotations one kernel each way")
     undo: Any = lambda: None  # noqa: E731
     if t.checkpointing:
         what, undo = setups.enable_checkpointing(m, selective=t.selective, every=t.ac_every)
@@ -127,6 +132,10 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         trace.settings["stage_weights"] = list(p.stage_weights)
     if fused_paths:  # read by kernels.roofline: each module's elementwise chains priced as one kernel
         trace.settings["fused_modules"] = fused_paths
+    if rotary:  # read by kernels.roofline: the rotation's indexing inside the fused kernel
+        trace.settings["rope_modules"] = rotary
+    if p.framework == "megatron" and t.train:  # read by kernels.roofline: gradient_accumulation_fusion
+        trace.settings["wgrad_accumulation_fused"] = True
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep

@@ -40,6 +40,7 @@ fuse as they would in inference.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from ...hardware.db import Accelerator
 from ...trace.records import OpEvent
@@ -48,12 +49,15 @@ MODES = ("eager", "compiled", "cuda-graphs")
 CUDA_LAUNCH_S = 5e-6  # the host's time to launch one kernel, or one graph (module docstring)
 FUSIBLE_KINDS = ("vector",)  # elementwise, normalisation, reductions, pooling (trace/formulas.py)
 PASS_THROUGH_KINDS = ("view",)  # no kernel: a chain runs on through a reshape or a transpose
+INDEXING_OPS = ("aten.cat.default", "aten.slice_backward.default")  # a fused RoPE's own indexing
 
 
-def fused_chains(events: Sequence[OpEvent], casts: bool = False) -> tuple[dict[int, int], set[int]]:
+def fused_chains(events: Sequence[OpEvent], casts: bool = False,
+                 indexing: bool = False) -> tuple[dict[int, int], set[int]]:
     """The chains Inductor fuses: the bytes each chain's first operator moves for the whole
     chain (event index -> bytes), and the indices of the operators folded into it (no kernel
-    of their own). ``casts``: dtype casts (``_to_copy``) join a chain too."""
+    of their own). ``casts``: dtype casts (``_to_copy``) join a chain too; ``indexing``:
+    concatenations and slice copies too."""
     heads: dict[int, int] = {}
     folded: set[int] = set()
     chain: list[int] = []
@@ -72,7 +76,8 @@ def fused_chains(events: Sequence[OpEvent], casts: bool = False) -> tuple[dict[i
         empty = e.kind == "data" and not (e.bytes_read or e.bytes_written)  # an allocation: no kernel
         if e.kind in PASS_THROUGH_KINDS or empty:
             continue
-        joins = e.kind in FUSIBLE_KINDS or (casts and e.op.startswith("aten._to_copy"))
+        joins = (e.kind in FUSIBLE_KINDS or (casts and e.op.startswith("aten._to_copy"))
+                 or (indexing and e.op in INDEXING_OPS))
         if joins and (not chain or events[chain[-1]].phase == e.phase):
             chain.append(i)
             continue
@@ -83,14 +88,16 @@ def fused_chains(events: Sequence[OpEvent], casts: bool = False) -> tuple[dict[i
     return heads, folded
 
 
-def module_chains(events: Sequence[OpEvent], modules: Collection[str]) -> tuple[dict[int, int], set[int]]:
+def module_chains(events: Sequence[OpEvent], modules: Collection[str],
+                  rotary: Collection[str] = ()) -> tuple[dict[int, int], set[int]]:
     """:func:`fused_chains` within each call of ``modules`` (its forward's operators, and its
     backward's, as the trace attributes them): the kernels a fused module runs as one pass, as
     Megatron-core's and Transformer Engine's RMSNorm and SwiGLU do (estimate/layouts/fused.py),
     where every other operator keeps its own kernel. Inside such a module the dtype casts (an
     RMSNorm's fp32 upcast and its cast back) are the kernel's own loads and stores, so they join
     the chain too; gathers, scatters and other copies (an experts module's token permutation)
-    keep their kernels."""
+    keep their kernels, but in the ``rotary`` modules (a fused RoPE kernel) the rotation's
+    concatenation and its backward's slice copies are the kernel's own indexing."""
     heads: dict[int, int] = {}
     folded: set[int] = set()
     i, n = 0, len(events)
@@ -102,11 +109,25 @@ def module_chains(events: Sequence[OpEvent], modules: Collection[str]) -> tuple[
         j = i + 1
         while j < n and events[j].module == e.module and events[j].phase == e.phase:
             j += 1
-        h, f = fused_chains(events[i:j], casts=True)
+        h, f = fused_chains(events[i:j], casts=True, indexing=e.module in rotary)
         heads.update({i + k: v for k, v in h.items()})
         folded.update(i + k for k in f)
         i = j
     return heads, folded
+
+
+def accumulated_gradients(events: Sequence[OpEvent], params: Sequence[Any]) -> set[int]:
+    """The backward's in-place adds into a parameter's gradient (autograd accumulating a new
+    gradient into ``.grad``: an ``add_`` attributed to the module that owns a parameter of its
+    shape), which Megatron-core's gradient_accumulation_fusion folds into the weight-gradient
+    GEMM's epilogue (estimate/layouts/fused.py)."""
+    shapes: dict[str, set[tuple[int, ...]]] = {}
+    for p in params:
+        owner = p.name.rsplit(".", 1)[0] if "." in p.name else ""
+        shapes.setdefault(owner, set()).add(tuple(p.shape))
+    return {i for i, e in enumerate(events)
+            if e.phase == "backward" and e.op == "aten.add_.Tensor" and e.out_shapes
+            and tuple(e.out_shapes[0]) in shapes.get(e.module, ())}
 
 
 def compiled_layout(acc: Accelerator, layout: str) -> str:

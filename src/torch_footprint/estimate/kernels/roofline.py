@@ -62,7 +62,7 @@ from ...trace.records import Trace
 from . import constants as fitted
 from .bandwidth import bandwidth_share
 from .cpu import downsamples, extra_costs, op_kind, window_kind
-from .fusion import compiled_layout, fused_chains, host_s, module_chains
+from .fusion import accumulated_gradients, compiled_layout, fused_chains, host_s, module_chains
 from .gpu import (
     LAYOUTS,
     batch_norm_layout_factor,
@@ -289,10 +289,16 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         notes.append(f"torch.compile: {len(heads)} fused kernels in place of {len(heads) + len(folded)} elementwise "
                      "and normalisation operators" + (", convolutions in channels-last" if layout == "nhwc" else ""))
     elif trace.settings.get("fused_modules"):  # Megatron-core's or --fused-kernels' modules (layouts.fused)
-        heads, folded = module_chains(trace.events, set(trace.settings["fused_modules"]))
+        heads, folded = module_chains(trace.events, set(trace.settings["fused_modules"]),
+                                      set(trace.settings.get("rope_modules", ())))
         if heads:
             notes.append(f"fused kernels: {len(heads)} in place of {len(heads) + len(folded)} elementwise and "
                          "normalisation operators of the fused norms and activations")
+    if trace.settings.get("wgrad_accumulation_fused"):  # Megatron-core: into main_grad by the GEMM itself
+        summed = accumulated_gradients(trace.events, trace.params)
+        folded = folded | summed
+        if summed:
+            notes.append(f"gradient accumulation fusion: {len(summed)} gradient adds in the weight-gradient GEMMs")
     missing: set[str] = set()
     ops: list[OpTime] = []
     flops_by_dtype: dict[str, int] = {}

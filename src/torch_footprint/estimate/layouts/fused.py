@@ -17,7 +17,19 @@ traced step keeps for the backward what those kernels keep.
   several tensors of the experts' width per routed token.
 
 What these replace are the modules' forwards, on the traced copy of the model; the operators'
-arithmetic (FLOPs, bytes moved) is the same but for the recomputation in the backward."""
+arithmetic (FLOPs, bytes moved) is the same but for the recomputation in the backward.
+
+Two more of Megatron-core's fusions change only the time, not what is kept (read by
+``kernels.roofline``, :func:`rope_modules` and ``kernels.fusion.accumulated_gradients``):
+
+* RoPE (``apply_rope_fusion``): Transformer Engine's fused rotary kernel, one pass over the
+  query and one over the key each way, where the Hugging Face code runs a product, a rotation
+  (slices, a negation, a concatenation), a second product and a sum, each a kernel. NeMo's Llama
+  configs set it, Megatron-Bridge's Llama bridge and its performance recipes (every model) too.
+* Gradient accumulation (``gradient_accumulation_fusion``): the weight-gradient GEMM adds into
+  the fp32 ``main_grad`` buffer itself (its epilogue), where autograd accumulates a separate
+  gradient into ``.grad`` with an add of its own. Megatron-LM's default, and Bridge's and NeMo's
+  wherever the fused kernel is installed (NVIDIA's containers)."""
 
 from __future__ import annotations
 
@@ -135,3 +147,13 @@ def fuse_like_megatron(model: nn.Module) -> tuple[list[str], Callable[[], None]]
 
     what = [f"{n} {kind}" for n, kind in ((norms, "RMSNorms"), (mlps, "SwiGLU MLPs"), (gates, "experts' gates")) if n]
     return what, undo
+
+
+def rope_modules(model: nn.Module) -> list[str]:
+    """The attention modules of a rotary model (one with a rotary-embedding module), whose
+    elementwise work Megatron-core runs as its fused RoPE kernels (module docstring)."""
+    if not any("Rotary" in type(mod).__name__ for mod in model.modules()):
+        return []
+    return [name for name, mod in model.named_modules()
+            if name and type(mod).__name__.endswith("Attention") and not any(
+                type(c).__name__.endswith("Attention") for c in mod.children())]
