@@ -38,6 +38,28 @@ def test_the_linear_layers_with_sixteen_aligned_sides_run_in_fp8():
     assert fp8_casts(t, "delayed")[q] == 32_768 * 3  # the amax history: no pass of its own
 
 
+def test_transformer_engines_casts_under_megatron_core():
+    # Megatron-core's FP8 is Transformer Engine's: per linear, the input cast once in the forward
+    # and the output's gradient once in the backward, each by a cast-transpose (read 2 B, and for
+    # current scaling read again for the amax; write the fp8 byte and its transpose's: 4 or 6 B
+    # an element of the 2-byte operand, 2x or 3x its bytes); the weight cast once a step (4
+    # micro-batches here); the weight gradient's GEMM casts nothing
+    from torch_footprint.settings import Parallel
+
+    w = Workload(LLAMA, IDS, precision="bf16-mixed")
+    t = trace_step(w, Training(train=True, optimizer="adamw", grads="zero"),
+                   Parallel(framework="megatron", fp8="delayed", grad_accum=4))[0]
+    casts = fp8_casts(t, "delayed")
+    mms = [i for i, e in enumerate(t.events) if e.module == "model.layers.0.self_attn.q_proj" and e.kind == "matrix"]
+    forward, data, weight = (next(i for i in mms if t.events[i].phase == "forward" and t.events[i].weights),
+                             next(i for i in mms if t.events[i].phase == "backward" and t.events[i].weights),
+                             next(i for i in mms if t.events[i].phase == "backward" and not t.events[i].weights))
+    x = w_ = 128 * 128 * 2  # the 128 tokens x 128 input (and its gradient), the 128 x 128 weight, bf16
+    assert casts[forward] == x * 2 + w_ * 2 // 4
+    assert casts[data] == x * 2 and casts[weight] == 0
+    assert fp8_casts(t, "tensorwise")[forward] == x * 3 + w_ * 3 // 4
+
+
 def test_fp8_matmuls_at_the_fp8_rate_and_casts_as_their_own_kernels():
     t = _trace()
     h100 = get("h100-sxm")  # dense bf16 989.4 TFLOP/s, fp8 1978.9 (the datasheet's sparse figures halved)

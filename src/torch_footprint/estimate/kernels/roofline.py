@@ -224,9 +224,19 @@ def fp8_casts(trace: Trace, recipe: str) -> dict[int, int]:
     dimensions multiples of 16 (torchao's requirement); each with the bytes of its operands'
     casts: per operand element, dynamic scaling (tensorwise, rowwise) reads it for its amax,
     reads it again and writes one byte; delayed scaling (an amax history) the read and the
-    write. Event index -> bytes."""
+    write. Event index -> bytes.
+
+    Under Transformer Engine (``fp8_engine``, Megatron-core's FP8) the casts are TE's: each
+    linear's input cast once in the forward and its output's gradient once in the backward, each
+    by a cast-transpose kernel that writes the fp8 tensor and its transpose (the weight
+    gradient's GEMM reads those: no cast of its own), and the weight cast in the step's first
+    micro-batch only (TE's ``is_first_microbatch``: cached for the others; ``micro_batches``)."""
     types = {m.path: m.type for m in trace.modules}
     per_byte = 1.5 if recipe == "delayed" else 2.5  # of the 2-byte operands: (2 + 2 + 1) / 2 or (2 + 1) / 2
+    te = trace.settings.get("fp8_engine") == "transformer-engine"
+    if te:  # cast_transpose: the read (and the amax's read but for delayed scaling), fp8 and its transpose written
+        per_byte = 2.0 if recipe == "delayed" else 3.0
+    steps = max(1, int(trace.settings.get("micro_batches", 1)))
     out = {}
     for i, e in enumerate(trace.events):
         if e.kind != "matrix" or types.get(e.module) != "Linear" or e.module.rsplit(".", 1)[-1] in FP8_HEADS:
@@ -237,7 +247,16 @@ def fp8_casts(trace: Trace, recipe: str) -> dict[int, int]:
             continue
         if not any(d in ("bfloat16", "float16") for d in (e.out_dtypes or [])):
             continue
-        out[i] = int(e.bytes_read * per_byte)
+        if not te:
+            out[i] = int(e.bytes_read * per_byte)
+            continue
+        weight = sum(trace.params[k].nbytes for k in e.weights)
+        if e.phase == "forward":  # the input each micro-batch, the weight once a step
+            out[i] = int((e.bytes_read - weight) * per_byte + weight * per_byte / steps)
+        elif weight:  # the data gradient's GEMM: the output's gradient cast (its transpose kept for the weight's)
+            out[i] = int((e.bytes_read - weight) * per_byte)
+        else:  # the weight gradient's GEMM: both operands' fp8 transposes made already
+            out[i] = 0
     return out
 
 
