@@ -380,7 +380,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
         peak = layout_memory(trace, peak, strategy)
     # torch.compile as TorchInductor runs it (fused elementwise chains), where the row compiled
     compiled = bool(r.get("compile")) and not before if compiled is None else compiled
-    pred = estimate_latency(trace, acc, **({} if before else {"fp8": p.fp8, "compiled": compiled}))
+    pred = estimate_latency(trace, acc, **({} if before else {"fp8": p.fp8, "compiled": compiled,
+                                                               "micro_batches": m}))
     net = get_network(p.network) if p.network else None
     if before:
         link = link_of(acc, ranks=n, per_node=per_node, network=net)

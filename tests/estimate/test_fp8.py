@@ -49,7 +49,7 @@ def test_transformer_engines_casts_under_megatron_core():
     w = Workload(LLAMA, IDS, precision="bf16-mixed")
     t = trace_step(w, Training(train=True, optimizer="adamw", grads="zero"),
                    Parallel(framework="megatron", fp8="delayed", grad_accum=4))[0]
-    casts = fp8_casts(t, "delayed")
+    casts = fp8_casts(t, "delayed", micro_batches=4)
     mms = [i for i, e in enumerate(t.events) if e.module == "model.layers.0.self_attn.q_proj" and e.kind == "matrix"]
     forward, data, weight = (next(i for i in mms if t.events[i].phase == "forward" and t.events[i].weights),
                              next(i for i in mms if t.events[i].phase == "backward" and t.events[i].weights),
@@ -57,7 +57,7 @@ def test_transformer_engines_casts_under_megatron_core():
     x = w_ = 128 * 128 * 2  # the 128 tokens x 128 input (and its gradient), the 128 x 128 weight, bf16
     assert casts[forward] == x * 2 + w_ * 2 // 4
     assert casts[data] == x * 2 and casts[weight] == 0
-    assert fp8_casts(t, "tensorwise")[forward] == x * 3 + w_ * 3 // 4
+    assert fp8_casts(t, "tensorwise", 4)[forward] == x * 3 + w_ * 3 // 4
 
 
 def test_fp8_matmuls_at_the_fp8_rate_and_casts_as_their_own_kernels():

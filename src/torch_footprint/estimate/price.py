@@ -111,11 +111,12 @@ class TracedStep:
         self._peaks: dict[tuple[str, int, bool], MemoryPeak] = {}
         self._persistent: dict[str, int] | None = None
 
-    def prediction(self, acc: Accelerator, target: Target, fp8: str | None) -> Prediction:
-        key = (acc.id, fp8, target.tf32, target.efficiency)
+    def prediction(self, acc: Accelerator, target: Target, fp8: str | None, micro_batches: int = 1) -> Prediction:
+        steps = micro_batches if fp8 else 1  # (only FP8's weight casts are once a step)
+        key = (acc.id, fp8, target.tf32, target.efficiency, steps)
         if key not in self._predictions:
             self._predictions[key] = estimate_latency(self.trace, acc, tf32=target.tf32_flag,
-                                                      efficiency=target.efficiencies, fp8=fp8)
+                                                      efficiency=target.efficiencies, fp8=fp8, micro_batches=steps)
         return self._predictions[key]
 
     def peak(self, strategy: str, shard: int, bucket_view: bool) -> MemoryPeak:
@@ -146,7 +147,7 @@ def price_layout(traced: TracedStep, acc: Accelerator, p: Parallel, target: Targ
         peak = without_experts(staged, stages, whole.total if whole else 0, states.total if states else 0)
     fixed = sum(layout_extras(acc, traced.allocations, t.train, p).values())
     need = needed(acc, peak.peak_bytes + fixed, target.utilisation)
-    pred = traced.prediction(acc, target, p.fp8)
+    pred = traced.prediction(acc, target, p.fp8, p.grad_accum)
     step = None
     if t.train and (p.gpus > 1 or p.grad_accum > 1):
         step = layout_step(trace, acc, pred, p, network)

@@ -158,7 +158,7 @@ def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, t
     trace, notes = trace_step(w, t, p, cuda_sm=sm_of(acc))
     fp8_rows([acc], p, w, explicit=True)
     pred = estimate_latency(trace, acc, tf32=target.tf32_flag, efficiency=target.efficiencies, layout=w.layout,
-                            fp8=p.fp8, compiled=w.compile, cuda_graphs=w.cuda_graphs)
+                            fp8=p.fp8, compiled=w.compile, cuda_graphs=w.cuda_graphs, micro_batches=p.grad_accum)
     net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
     pred.step = layout_step(trace, acc, pred, p, net)
     if pred.step is None:
@@ -264,7 +264,7 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
 
     def latency(tr: Trace, acc: Accelerator) -> Prediction:
         return estimate_latency(tr, acc, tf32=tf32, efficiency=efficiency, fp8=p.fp8, compiled=w.compile,
-                                cuda_graphs=w.cuda_graphs)
+                                cuda_graphs=w.cuda_graphs, micro_batches=p.grad_accum)
 
     no_link: list[str] = []
 

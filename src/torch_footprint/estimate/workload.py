@@ -135,9 +135,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     if rotary:  # read by kernels.roofline: the rotation's indexing inside the fused kernel
         trace.settings["rope_modules"] = rotary
     if p.framework == "megatron" and t.train:  # read by kernels.roofline: gradient_accumulation_fusion
-        trace.settings["wgrad_accumulation_fused"] = True
-        if p.fp8:  # read by kernels.roofline.fp8_casts: Transformer Engine's casts, its weights once a step
-            trace.settings.update(fp8_engine="transformer-engine", micro_batches=p.grad_accum)
+        # and by kernels.roofline.fp8_casts: under --fp8, Transformer Engine's casts
+        trace.settings.update(wgrad_accumulation_fused=True, fp8_engine="transformer-engine")
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep

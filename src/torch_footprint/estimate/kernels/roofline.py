@@ -218,7 +218,7 @@ def _rate_keys(trace: Trace) -> list[str]:
 FP8_HEADS = ("lm_head", "output", "head", "classifier")  # left in high precision (torchtitan's filter_fqns)
 
 
-def fp8_casts(trace: Trace, recipe: str) -> dict[int, int]:
+def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, int]:
     """The matmuls FP8 training runs in fp8 (torchao's convert_to_float8_training, Transformer
     Engine's Linear): those of ``nn.Linear`` modules but the head, traced in bf16 or fp16, both
     dimensions multiples of 16 (torchao's requirement); each with the bytes of its operands'
@@ -230,13 +230,12 @@ def fp8_casts(trace: Trace, recipe: str) -> dict[int, int]:
     linear's input cast once in the forward and its output's gradient once in the backward, each
     by a cast-transpose kernel that writes the fp8 tensor and its transpose (the weight
     gradient's GEMM reads those: no cast of its own), and the weight cast in the step's first
-    micro-batch only (TE's ``is_first_microbatch``: cached for the others; ``micro_batches``)."""
+    micro-batch only (TE's ``is_first_microbatch``: cached for the other ``micro_batches``)."""
     types = {m.path: m.type for m in trace.modules}
     per_byte = 1.5 if recipe == "delayed" else 2.5  # of the 2-byte operands: (2 + 2 + 1) / 2 or (2 + 1) / 2
     te = trace.settings.get("fp8_engine") == "transformer-engine"
     if te:  # cast_transpose: the read (and the amax's read but for delayed scaling), fp8 and its transpose written
         per_byte = 2.0 if recipe == "delayed" else 3.0
-    steps = max(1, int(trace.settings.get("micro_batches", 1)))
     out = {}
     for i, e in enumerate(trace.events):
         if e.kind != "matrix" or types.get(e.module) != "Linear" or e.module.rsplit(".", 1)[-1] in FP8_HEADS:
@@ -252,7 +251,7 @@ def fp8_casts(trace: Trace, recipe: str) -> dict[int, int]:
             continue
         weight = sum(trace.params[k].nbytes for k in e.weights)
         if e.phase == "forward":  # the input each micro-batch, the weight once a step
-            out[i] = int((e.bytes_read - weight) * per_byte + weight * per_byte / steps)
+            out[i] = int((e.bytes_read - weight) * per_byte + weight * per_byte / max(1, micro_batches))
         elif weight:  # the data gradient's GEMM: the output's gradient cast (its transpose kept for the weight's)
             out[i] = int((e.bytes_read - weight) * per_byte)
         else:  # the weight gradient's GEMM: both operands' fp8 transposes made already
@@ -274,7 +273,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                      efficiency: Mapping[str, float] | None = None, overhead_s: float | None = None,
                      calibrated: bool = True, compute_dtype: str | None = None,
                      layout: str = "nchw", fp8: str | None = None, compiled: bool = False,
-                     cuda_graphs: bool = False) -> Prediction:
+                     cuda_graphs: bool = False, micro_batches: int = 1) -> Prediction:
     """Roofline time of every operator of ``trace`` on ``acc`` (see the module docstring).
 
     ``compute_dtype`` ("fp16", "bf16", ...) times floating-point matrix work at that dtype's
@@ -283,7 +282,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     (``channels_last``). On GPUs the kernels' own traffic is added (:mod:`.gpu_kernels`): the
     transposes around tensor-core convolutions in NCHW, batch norm's second pass in
     training; and an optimizer's first-step state creation is left out of a step's time.
-    ``fp8`` (tensorwise, rowwise, delayed): FP8 training's matmuls (:func:`fp8_casts`).
+    ``fp8`` (tensorwise, rowwise, delayed): FP8 training's matmuls (:func:`fp8_casts`, a step of
+    ``micro_batches``).
     ``compiled``: the model runs under torch.compile (:mod:`.fusion`): chains of elementwise and
     normalisation operators fused into one kernel each, convolutions in channels-last on NVIDIA
     GPUs, and on a GPU the host's time per kernel a launch's; ``cuda_graphs``: replayed as a CUDA
@@ -334,7 +334,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     total_flops = 0
     uses: dict[tuple[Any, ...], float] = {}  # problem_use by problem and dtype: layers repeat their shapes
     attention = trace.settings.get("attention_kernel")  # a fused attention kernel the user named
-    casts = fp8_casts(trace, fp8) if fp8 and fp8 != "none" else {}
+    casts = fp8_casts(trace, fp8, micro_batches) if fp8 and fp8 != "none" else {}
     wider = master_scale(trace)
     for i, (e, dkey) in enumerate(zip(trace.events, _rate_keys(trace), strict=True)):
         nbytes = heads.get(i, e.bytes_read + e.bytes_written) if i not in folded else 0
