@@ -86,15 +86,15 @@ def test_gradient_accumulation_fusion_folds_the_adds_into_a_parameters_gradient(
     # attributed to: autograd accumulating .grad, done by the weight-gradient GEMM under
     # Megatron-core. An add_ of another shape (an activation's), one in the forward, or one in a
     # module that owns no parameter of that shape is not.
-    from types import SimpleNamespace
-
     from torch_footprint.estimate.kernels.fusion import accumulated_gradients
+    from torch_footprint.trace.records import TensorInfo
 
     def add_(module: str, shape: list[int], phase: str = "backward") -> OpEvent:
         return OpEvent("aten.add_.Tensor", module, phase, 1, 0, "vector", 8, 4, [shape], ["float32"])
 
-    params = [SimpleNamespace(name="fc.weight", shape=[4, 3]), SimpleNamespace(name="fc.bias", shape=[4]),
-              SimpleNamespace(name="norm.weight", shape=[3])]
+    params = [TensorInfo("fc.weight", "fc", [4, 3], "float32", 12, 48),
+              TensorInfo("fc.bias", "fc", [4], "float32", 4, 16),
+              TensorInfo("norm.weight", "norm", [3], "float32", 3, 12)]
     events = [add_("fc", [4, 3]), add_("fc", [4]), add_("fc", [2, 4]), add_("fc", [4, 3], "forward"),
               add_("norm", [4]), add_("norm", [3])]
     assert accumulated_gradients(events, params) == {0, 1, 5}

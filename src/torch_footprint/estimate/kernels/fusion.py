@@ -40,10 +40,9 @@ fuse as they would in inference.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
 
 from ...hardware.db import Accelerator
-from ...trace.records import OpEvent
+from ...trace.records import OpEvent, TensorInfo
 
 MODES = ("eager", "compiled", "cuda-graphs")
 CUDA_LAUNCH_S = 5e-6  # the host's time to launch one kernel, or one graph (module docstring)
@@ -116,15 +115,14 @@ def module_chains(events: Sequence[OpEvent], modules: Collection[str],
     return heads, folded
 
 
-def accumulated_gradients(events: Sequence[OpEvent], params: Sequence[Any]) -> set[int]:
+def accumulated_gradients(events: Sequence[OpEvent], params: Sequence[TensorInfo]) -> set[int]:
     """The backward's in-place adds into a parameter's gradient (autograd accumulating a new
     gradient into ``.grad``: an ``add_`` attributed to the module that owns a parameter of its
     shape), which Megatron-core's gradient_accumulation_fusion folds into the weight-gradient
     GEMM's epilogue (estimate/layouts/fused.py)."""
     shapes: dict[str, set[tuple[int, ...]]] = {}
     for p in params:
-        owner = p.name.rsplit(".", 1)[0] if "." in p.name else ""
-        shapes.setdefault(owner, set()).add(tuple(p.shape))
+        shapes.setdefault(p.module, set()).add(tuple(p.shape))
     return {i for i, e in enumerate(events)
             if e.phase == "backward" and e.op == "aten.add_.Tensor" and e.out_shapes
             and tuple(e.out_shapes[0]) in shapes.get(e.module, ())}
