@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from torch_footprint.estimate.kernels.fusion import module_chains
 from torch_footprint.estimate.kernels.roofline import estimate_latency
@@ -98,3 +99,32 @@ def test_gradient_accumulation_fusion_folds_the_adds_into_a_parameters_gradient(
     events = [add_("fc", [4, 3]), add_("fc", [4]), add_("fc", [2, 4]), add_("fc", [4, 3], "forward"),
               add_("norm", [4]), add_("norm", [3])]
     assert accumulated_gradients(events, params) == {0, 1, 5}
+
+
+def test_merged_linears_sum_their_shared_inputs_gradient_in_one_gemm() -> None:
+    # q, k and v read the same input (width 3), as gate and up do: autograd sums their input's
+    # gradients with adds attributed to one of them, which Megatron-core's linear_qkv gives summed
+    # out of one GEMM. An add as wide as the output (4) or in another linear is not such a sum.
+    from torch_footprint.estimate.kernels.fusion import input_gradient_sums
+    from torch_footprint.trace.records import TensorInfo
+
+    def add(module: str, shape: list[int], phase: str = "backward") -> OpEvent:
+        return OpEvent("aten.add.Tensor", module, phase, 1, 0, "vector", 8, 4, [shape], ["float32"])
+
+    params = [TensorInfo(f"{m}.weight", m, [4, 3], "float32", 12, 48) for m in ("q", "k", "o")]
+    events = [add("k", [2, 3]), add("q", [2, 3]), add("q", [2, 4]), add("o", [2, 3]), add("q", [2, 3], "forward")]
+    assert input_gradient_sums(events, params, {"q", "k"}) == {0, 1}
+
+
+def test_megatron_merges_the_query_key_value_and_the_gate_up_linears() -> None:
+    pytest.importorskip("transformers")
+    # the tiny Llama's two layers: q, k, v (3 linears) and gate, up (2) each merged; each layer's
+    # backward sums q's, k's and v's input gradients with 2 adds and gate's and up's with 1: 6
+    from torch_footprint.estimate.layouts.fused import merged_linears
+
+    w = Workload(TINY, "input_ids=1,64:int64", precision="bf16-mixed")
+    trace, _ = trace_step(w, Training(train=True, optimizer="adamw"), Parallel(framework="megatron"))
+    assert len(trace.settings["merged_linears"]) == 10
+    assert "merged linears: 6 input-gradient sums in their one data-gradient GEMM" in \
+        estimate_latency(trace, get("h100-sxm")).notes
+    assert merged_linears(torch.nn.Linear(2, 2)) == []

@@ -20,7 +20,7 @@ from ..sources.inputs import InputSpec
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
 from .kernels.sdpa import ATTENTION_KERNELS, cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
-from .layouts.fused import fuse_like_megatron, rope_modules
+from .layouts.fused import fuse_like_megatron, merged_linears, rope_modules
 from .layouts.pipeline import check_layout
 from .layouts.sharding import megatron_scales
 from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp, split_vocab
@@ -136,7 +136,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         trace.settings["rope_modules"] = rotary
     if p.framework == "megatron" and t.train:  # read by kernels.roofline: gradient_accumulation_fusion
         # and by kernels.roofline.fp8_casts: under --fp8, Transformer Engine's casts
-        trace.settings.update(wgrad_accumulation_fused=True, fp8_engine="transformer-engine")
+        trace.settings.update(wgrad_accumulation_fused=True, fp8_engine="transformer-engine",
+                              merged_linears=merged_linears(m))
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep

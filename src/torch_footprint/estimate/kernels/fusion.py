@@ -128,6 +128,17 @@ def accumulated_gradients(events: Sequence[OpEvent], params: Sequence[TensorInfo
             and tuple(e.out_shapes[0]) in shapes.get(e.module, ())}
 
 
+def input_gradient_sums(events: Sequence[OpEvent], params: Sequence[TensorInfo],
+                        linears: Collection[str]) -> set[int]:
+    """The backward's adds that sum the gradients of an input the ``linears`` share (an add
+    attributed to one of them, as wide as its input features), which one merged GEMM's data
+    gradient gives summed (estimate/layouts/fused.py)."""
+    width = {p.module: p.shape[-1] for p in params if p.module in linears and len(p.shape) == 2}
+    return {i for i, e in enumerate(events)
+            if e.phase == "backward" and e.op == "aten.add.Tensor" and e.module in width and e.out_shapes
+            and e.out_shapes[0] and e.out_shapes[0][-1] == width[e.module]}
+
+
 def compiled_layout(acc: Accelerator, layout: str) -> str:
     """The activations' layout a compiled model's convolutions run in: channels-last on an
     NVIDIA GPU (Inductor's layout optimisation), as given elsewhere."""

@@ -62,7 +62,7 @@ from ...trace.records import Trace
 from . import constants as fitted
 from .bandwidth import bandwidth_share
 from .cpu import downsamples, extra_costs, op_kind, window_kind
-from .fusion import accumulated_gradients, compiled_layout, fused_chains, host_s, module_chains
+from .fusion import accumulated_gradients, compiled_layout, fused_chains, host_s, input_gradient_sums, module_chains
 from .gpu import (
     LAYOUTS,
     batch_norm_layout_factor,
@@ -318,6 +318,11 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         folded = folded | summed
         if summed:
             notes.append(f"gradient accumulation fusion: {len(summed)} gradient adds in the weight-gradient GEMMs")
+    if trace.settings.get("merged_linears"):  # Megatron-core's linear_qkv and linear_fc1
+        sums = input_gradient_sums(trace.events, trace.params, set(trace.settings["merged_linears"]))
+        folded = folded | sums
+        if sums:
+            notes.append(f"merged linears: {len(sums)} input-gradient sums in their one data-gradient GEMM")
     missing: set[str] = set()
     ops: list[OpTime] = []
     flops_by_dtype: dict[str, int] = {}

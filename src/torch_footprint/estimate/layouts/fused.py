@@ -19,8 +19,8 @@ traced step keeps for the backward what those kernels keep.
 What these replace are the modules' forwards, on the traced copy of the model; the operators'
 arithmetic (FLOPs, bytes moved) is the same but for the recomputation in the backward.
 
-Two more of Megatron-core's fusions change only the time, not what is kept (read by
-``kernels.roofline``, :func:`rope_modules` and ``kernels.fusion.accumulated_gradients``):
+Three more of Megatron-core's fusions change only the time, not what is kept (read by
+``kernels.roofline``: :func:`rope_modules`, :func:`merged_linears`, ``kernels.fusion``):
 
 * RoPE (``apply_rope_fusion``): Transformer Engine's fused rotary kernel, one pass over the
   query and one over the key each way, where the Hugging Face code runs a product, a rotation
@@ -29,7 +29,11 @@ Two more of Megatron-core's fusions change only the time, not what is kept (read
 * Gradient accumulation (``gradient_accumulation_fusion``): the weight-gradient GEMM adds into
   the fp32 ``main_grad`` buffer itself (its epilogue), where autograd accumulates a separate
   gradient into ``.grad`` with an add of its own. Megatron-LM's default, and Bridge's and NeMo's
-  wherever the fused kernel is installed (NVIDIA's containers)."""
+  wherever the fused kernel is installed (NVIDIA's containers).
+* Merged linears: the query, key and value projections are one linear (``linear_qkv``), the
+  gate and up projections another (``linear_fc1``), as Megatron-Bridge maps a Hugging Face
+  checkpoint onto Megatron-core (its ``QKVMapping`` and ``GatedMLPMapping``): their shared input's
+  gradient comes out of one GEMM, where autograd sums the separate linears' gradients with an add."""
 
 from __future__ import annotations
 
@@ -157,3 +161,17 @@ def rope_modules(model: nn.Module) -> list[str]:
     return [name for name, mod in model.named_modules()
             if name and type(mod).__name__.endswith("Attention") and not any(
                 type(c).__name__.endswith("Attention") for c in mod.children())]
+
+
+MERGED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # linear_qkv, linear_fc1
+
+
+def merged_linears(model: nn.Module) -> list[str]:
+    """The linears Megatron-core runs merged (module docstring): each member of a complete group
+    of :data:`MERGED` under one parent module."""
+    out = []
+    for name, mod in model.named_modules():
+        for group in MERGED:
+            if all(isinstance(getattr(mod, k, None), nn.Linear) for k in group):
+                out += [f"{name}.{k}" if name else k for k in group]
+    return sorted(out)
