@@ -42,7 +42,7 @@ from ..dtypes import torch_dtype_of_rate
 from ..errors import FootprintError
 from ..hardware.local import cpu_name, cpu_threads, cuda_device_name, device_key, last_level_cache_bytes
 from . import contention, cpu_tables
-from .streaming import _copy, _matvec_by_k, _stream_matvec, stream_bytes
+from .streaming import MATVEC_K, MATVEC_K_QUICK, _copy, _matvec_by_k, _stream_matvec, stream_bytes
 from .timer import CpuClock, CudaClock, measure
 
 # The per-operator figures are host time, which swings with the host's clock: two H100
@@ -290,11 +290,12 @@ def calibrate(device: str = "cpu", quick: bool = False,
         step(f"one-row matmul over {big // 2**20} MiB")
         result["matvec_gbs"] = _stream_matvec(device, big, reps) / 1e9
         step("few-row products by layout, rows and reduction length")
-        result["matvec_gbs_by_k"] = _matvec_by_k(device, big, max(3, reps - 2))
+        ks = MATVEC_K_QUICK if quick else MATVEC_K
+        result["matvec_gbs_by_k"] = _matvec_by_k(device, big, max(3, reps - 2), ks=ks)
         if "bf16" in matmul:
             step("few-row bf16 products (nn.Linear's layout)")
             result["matvec_bf16_gbs_by_k"] = _matvec_by_k(device, big, max(3, reps - 2), torch.bfloat16,
-                                                          ("t",))
+                                                          ("t",), ks)
     step("small operator overhead")
     view_s = _view_overhead(device)
     result["view_overhead_us"] = view_s * 1e6

@@ -21,22 +21,33 @@ def _stream_matvec(device: str, nbytes: int, reps: int) -> float:
     """Bytes per second a one-row matmul reads its matrix at, the matrix far larger than the
     caches: a decode step's weights stream this way, often slower than a plain copy."""
     k = 4096
-    w = torch.randn(k, nbytes // (4 * k), device=device)
+    w = _random_like_rows(k, nbytes // (4 * k), device, torch.float32)
     x = torch.randn(1, k, device=device)
     t = _time(lambda: x @ w, device, reps)
     return w.numel() * 4 / t
 
 
+def _random_like_rows(rows: int, cols: int, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """A (rows, cols) tensor whose every row is one row of normal random numbers: the values a
+    weight matrix has, written at copy speed (drawing a GiB of normals one by one takes seconds
+    on a CPU, more in bf16, and a matmul's speed does not depend on which normals they are)."""
+    out = torch.empty(rows, cols, device=device, dtype=dtype)
+    out.copy_(torch.randn(1, cols, device=device).to(dtype).expand(rows, cols))
+    return out
+
+
 MATVEC_K = (512, 1024, 2048, 4096, 8192)  # reduction lengths of the few-row products timed on CPUs
+MATVEC_K_QUICK = MATVEC_K[::2]  # --quick: every other one (the tables interpolate in log K between them)
 MATVEC_TABLE_ROWS = (1, 2, 4)  # their rows: a decode step's batch
 MATVEC_MATRIX_BYTES = 8 * 2**20  # each weight matrix: a decode step streams many of about this size
 
 
 def _matvec_by_k(device: str, nbytes: int, reps: int, dtype: torch.dtype = torch.float32,
-                 layouts: tuple[str, ...] = ("n", "t")) -> dict[str, dict[str, list[list[float]]]]:
+                 layouts: tuple[str, ...] = ("n", "t"),
+                 ks: tuple[int, ...] = MATVEC_K) -> dict[str, dict[str, list[list[float]]]]:
     """{layout: {rows: [[K, GB/s], ...]}}: the rate few-row products stream weight matrices at,
     as a decode step does (many matrices of MATVEC_MATRIX_BYTES in turn, ``nbytes`` in all,
-    beyond the caches), by layout, rows and reduction length K. Layout "t" is ``x @ W.t()``
+    beyond the caches), by layout, rows and reduction length K (those of ``ks``). Layout "t" is ``x @ W.t()``
     with W stored (N, K) as ``nn.Linear`` keeps its weight, "n" is ``x @ W`` with W stored
     (K, N) (GPT-2's Conv1D). On this 2-core EPYC: one row 10.8 GB/s in "t" at K = 768 and
     15.4 in "n", and 2 rows half that, 4 rows a third: the BLAS packs the matrix once rows
@@ -47,8 +58,8 @@ def _matvec_by_k(device: str, nbytes: int, reps: int, dtype: torch.dtype = torch
     # the matrices are views of one buffer: one allocation the C library maps on its own and
     # gives back to the system when freed (many matrices of 8 MiB each would stay in its heap,
     # resident, after the calibration)
-    buffer = torch.empty(count * MATVEC_MATRIX_BYTES // elem, device=device, dtype=dtype).normal_()
-    for k in MATVEC_K:
+    buffer = _random_like_rows(count, MATVEC_MATRIX_BYTES // elem, device, dtype).flatten()
+    for k in ks:
         n = max(MATVEC_MATRIX_BYTES // (elem * k), 1)
         for layout in layouts:
             ws = [_matrix_view(buffer, i * k * n, k, n, layout) for i in range(count)]
