@@ -235,9 +235,10 @@ def attention_of_row(r: dict[str, Any]) -> str:
 def fused_kernels_of(r: dict[str, Any]) -> bool:
     """Whether the row's stack runs fused norms and gated activations (--fused-kernels): NeMo AutoModel
     where its kernels column names TE (BackendConfig rms_norm: te, and its experts' activations compiled,
-    nemo_automodel/components/moe/experts.py); Megatron-core implies them on its own."""
+    nemo_automodel/components/moe/experts.py); a row whose source names them (its ``fused_kernels``);
+    Megatron-core implies them on its own."""
     framework = str(r.get("framework") or "").lower()
-    return "automodel" in framework and "| TE" in str(r.get("quote") or "")
+    return bool(r.get("fused_kernels")) or ("automodel" in framework and "| TE" in str(r.get("quote") or ""))
 
 
 def tensor_parallel_extras(r: dict[str, Any]) -> dict[str, bool]:
