@@ -81,7 +81,7 @@ LLAMACPP_OUTPUT = 1024
 # TensorRT-LLM's batch-1 generation rows print no output length: the table's other rows' 128
 BATCH1_OUTPUT = 128
 # a dataset's rows draw their lengths from the shipped histogram of that name (estimate/llm/lengths.toml)
-DATASETS: dict[str, str] = {"mlperf-openorca-24576": "mlperf-openorca"}
+DATASETS: dict[str, str] = {"mlperf-openorca-24576": "mlperf-openorca", "sharegpt": "sharegpt"}
 SIM_REQUESTS = 3000  # offline runs of more requests are simulated on their first 3,000 (steady state)
 
 

@@ -148,6 +148,17 @@ def test_drawn_mlperf_openorca_lengths_keep_the_published_means() -> None:
     assert max(o for _, o in pairs) <= 1024
 
 
+def test_drawn_sharegpt_lengths_keep_the_benchmarks_published_totals() -> None:
+    # vLLM's benchmark_serving at its defaults (1,000 ShareGPT prompts, seed 0, Llama-3.1-8B's tokenizer)
+    # prints "Total input tokens: 215196" and about 197,000 generated (vllm-project/vllm pull requests 15720
+    # and 17004); its filters keep prompts of 4 to 1,024 tokens and outputs of 4 or more
+    pairs = drawn("sharegpt", 50_000, seed=0)
+    assert statistics.fmean(p for p, _ in pairs) == pytest.approx(215.196, rel=0.05)
+    assert statistics.fmean(o for _, o in pairs) == pytest.approx(197.3, rel=0.05)
+    assert min(p for p, _ in pairs) >= 4 and max(p for p, _ in pairs) <= 1024
+    assert min(o for _, o in pairs) >= 4
+
+
 def test_trace_files(tmp_path: Path) -> None:
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text('{"timestamp": 10.5, "input_tokens": 100, "output_tokens": 10}\n'

@@ -22,7 +22,8 @@ class Simulation(Record):
     lengths: str = opt("fixed", metavar="NAME")
     """request lengths: fixed (--prompt + --output), or drawn from a shipped histogram of a real service:
     azure-conv (Azure's 2023 conversation trace, Splitwise; median 1,020 in, 129 out), mlperf-openorca (MLPerf
-    Inference's Llama-2-70B samples; mean 222 in, 294 out)"""
+    Inference's Llama-2-70B samples; mean 222 in, 294 out), sharegpt (ShareGPT's first turns as vLLM's and
+    SGLang's serving benchmarks draw them; median 103 in, 135 out)"""
     request_trace: str | None = opt(metavar="FILE")
     """requests from a JSONL or CSV file: input_tokens, output_tokens and, optionally, a send time in seconds
     (arrival or timestamp); without times, sent by --concurrency clients"""
