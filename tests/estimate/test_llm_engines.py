@@ -93,6 +93,8 @@ def test_llamacpp_rule(tiny) -> None:
     (["--engine", "vllm", "--gpu-memory-utilization", "1.5"], "must be in (0, 1]"),
     (["--engine", "vllm", "--gpu-memory-utilization", "0.01"], "no available memory for the cache blocks"),
     (["--engine", "sglang", "--mem-fraction-static", "0.01"], "increase --mem-fraction-static"),
+    (["--engine", "sglang", "--num-scheduler-steps", "8"], "SGLang has no --num-scheduler-steps"),
+    (["--engine", "vllm", "--num-scheduler-steps", "0"], "--num-scheduler-steps must be at least 1"),
 ])
 def test_bad_knobs_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
                                            message: str) -> None:

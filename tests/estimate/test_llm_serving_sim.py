@@ -59,6 +59,21 @@ def test_prefix_caching_skips_the_cached_tokens_and_their_blocks() -> None:
     assert m["requests"] == 1 and m["ttft_s"]["p50"] == pytest.approx(0.05)
 
 
+def test_multi_step_scheduling_holds_a_new_request_until_the_window_ends() -> None:
+    # one request decoding from t = 0 (prefill 0.1 s, then steps of 1 s); a second sent at 1.5 s. One step
+    # at a time: admitted at the step starting at 2.1 s, its 100 tokens beside the first's decode
+    # (1 s + 0.1 s): first token at 3.2 s, TTFT 1.7 s
+    first, second = Sent(0.0, 100, 10), Sent(1.5, 100, 10)
+    assert sim([first, second])["ttft_s"]["mean"] == pytest.approx((0.1 + 1.7) / 2)
+    # four steps a window: the window the decode step at 0.1 s opens runs to 4.1 s, where the second is
+    # admitted: first token at 4.1 + 1.1 = 5.2 s, TTFT 3.7 s; the first request's own stays 0.1 s
+    four = sim([first, second], tricks=Tricks(scheduler_steps=4))
+    assert four["ttft_s"]["mean"] == pytest.approx((0.1 + 3.7) / 2)
+    # the first's tokens 2-5 in the window's steps, 6 beside the second's prefill (4.1-5.2 s), 7-10 in steps of
+    # 1.1 s at batch 2: done at 9.6 s; the second's 2-5 in those, 6-10 alone: done at 14.6 s, e2e 13.1 s
+    assert four["e2e_s"]["mean"] == pytest.approx((9.6 + 13.1) / 2)
+
+
 def test_speculative_tokens_per_step() -> None:
     # (1 - a^(K+1)) / (1 - a): K = 3, a = 0.5 -> (1 - 1/16) / (1/2) = 1.875; nothing accepted: 1 token
     assert tokens_per_step(3, 0.5) == pytest.approx(1.875)

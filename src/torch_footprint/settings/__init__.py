@@ -226,6 +226,9 @@ class Serving(Record):
     """with --engine llamacpp: the cache's cells, allocated whole (llama-server's --ctx-size, default 4096)"""
     ubatch_size: int | None = opt(metavar="TOKENS")
     """with --engine llamacpp: tokens per micro-batch, what the compute buffer is sized for (default 512)"""
+    num_scheduler_steps: int | None = opt(metavar="N")
+    """with --engine vllm (its V0 engine, 0.6 to 0.9): decode steps between scheduling points (multi-step
+    scheduling, default 1); a request that arrives meanwhile waits for them"""
     chunk: int | None = opt(metavar="TOKENS")
     """chunked prefill: tokens per chunk"""
     simulate: bool = opt(False)
@@ -243,7 +246,7 @@ class Serving(Record):
 
     def check(self) -> None:
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "ctx_size",
-                     "ubatch_size", "concurrency", "num_prompts"):
+                     "ubatch_size", "concurrency", "num_prompts", "num_scheduler_steps"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise FootprintError(f"--{name.replace('_', '-')} must be at least 1, got {value}")

@@ -102,7 +102,12 @@ class Tricks:
       those admitted in it, its query tokens, the keys they read, and the query-key pairs of
       each request against its own keys (the traced step's attention); ``admission_lag``: a
       closed loop's next request joins that many steps later while others run (the client
-      sends it only once the engine's next step is under way)."""
+      sends it only once the engine's next step is under way);
+    * ``scheduler_steps``: decode steps run between two scheduling points (vLLM's multi-step
+      scheduling, its V0 engine's ``--num-scheduler-steps``): once a step admits nothing, the
+      next ``scheduler_steps - 1`` only decode, and a request that arrives meanwhile waits for
+      the window to end (vllm/engine/llm_engine.py: the cached schedule is run again while
+      ``_has_remaining_steps``; a prompt is one step, ``Scheduler._get_num_lookahead_slots``)."""
 
     prefix_hit: float = 0.0
     tokens_per_step: float = 1.0
@@ -115,6 +120,7 @@ class Tricks:
     # closed loop: the steps a client's next request misses while the engine is busy (0: it joins the
     # step after its predecessor's last)
     admission_lag: int = 0
+    scheduler_steps: int = 1
 
 
 @dataclass(eq=False)  # each request is itself: two with the same progress are not the same request
@@ -165,6 +171,7 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
     gaps = out.gaps
     tps = tricks.tokens_per_step
     ahead = tps + tricks.lookahead  # the cache a decode step writes beyond the request's tokens
+    window = 0  # decode-only steps left before the next scheduling point (multi-step scheduling)
 
     def make(i: int, at: float) -> _Request:
         s = stream[i]
@@ -230,7 +237,9 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             r.tick = it
         if gone:
             decoding = [r for r in decoding if r not in gone]
-        tokens -= len(decoding)
+        if not decoding:  # the window's batch has finished: the engine schedules again
+            window = 0
+        tokens = 0 if window else tokens - len(decoding)  # inside a window nothing is prefilled or admitted
         prefill_tokens = admitted = 0
         chunks: list[tuple[int, int]] = []  # (query tokens, keys read) of each prompt chunk in this step
         # chunked prefill: running requests still in their prompt, then new ones while they fit
@@ -247,7 +256,7 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             tokens -= take
             prefill_tokens += take
             chunks.append((take, r.prefilled))
-        while waiting and (tokens > 0 or tricks.arrive_prefilled) and len(running) < max_num_seqs:
+        while waiting and not window and (tokens > 0 or tricks.arrive_prefilled) and len(running) < max_num_seqs:
             r = waiting[0]
             if r.after >= it and running:  # its client has not sent it yet: the engine is busy
                 break
@@ -282,6 +291,10 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             reads = sum(keys) + sum(k for _, k in chunks)
             own = sum(keys) + sum(q * k for q, k in chunks)
             dt += tricks.host(len(decoding) + len(chunks), admitted, len(decoding) + prefill_tokens, reads, own)
+        if window:
+            window -= 1
+        elif decoding and not prefill_tokens and not admitted:
+            window = tricks.scheduler_steps - 1
         before = now
         now += dt
         out.prefill_s += prefill_tokens * cost.prefill_per_token
