@@ -71,7 +71,8 @@ ENGINES = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm", "llama.
 KNOBS = {"gpu_memory_utilization": "gpu_memory_utilization", "mem_fraction_static": "mem_fraction_static",
          "kv_cache_free_gpu_mem_fraction": "kv_cache_free_gpu_memory_fraction", "max_num_seqs": "max_num_seqs",
          "max_batch_size": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
-         "max_num_tokens": "max_num_batched_tokens", "num_scheduler_steps": "num_scheduler_steps"}
+         "max_num_tokens": "max_num_batched_tokens", "num_scheduler_steps": "num_scheduler_steps",
+         "enable_chunked_prefill": "enable_chunked_prefill"}
 WEIGHTS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "nvfp4", "gguf-q4_0": "q4_0", "ggml-q4_1": "q4_1",
            "gguf-f16": "fp16",
            "gguf-q8_0": "q8_0"}

@@ -59,6 +59,17 @@ def test_v0_profiles_the_longest_request() -> None:
     assert longest_profile(v0, 1000) == 2048
     assert longest_profile(v0, 20000) == 20000
     assert longest_profile(v0, 32768) == 512
+    # chunked prefill given off: the longest request again, however long the context
+    assert longest_profile(v0, 32768, 0.0) == 32768 and longest_profile(v0, 1000, 1.0) == 512
+
+
+def test_v0_prefills_apart_below_32k_and_v1_mixes(tiny) -> None:
+    # V0 (arg_utils.py): chunked prefill off unless max_model_len reaches 32K (the tiny model's 256 does not);
+    # given on, on; V1 always chunks; SGLang mixes only with --enable-mixed-chunk
+    assert _cache(tiny, version="0.6.0").knobs["enable_chunked_prefill"] == 0
+    assert _cache(tiny, version="0.6.0", enable_chunked_prefill=1).knobs["enable_chunked_prefill"] == 1
+    assert _cache(tiny).knobs["enable_chunked_prefill"] == 1
+    assert profile("sglang").knobs["enable_mixed_chunk"] == 0
 
 
 def test_v0_rule_on_the_tiny_model(tiny) -> None:

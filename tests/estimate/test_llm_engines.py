@@ -95,6 +95,8 @@ def test_llamacpp_rule(tiny) -> None:
     (["--engine", "sglang", "--mem-fraction-static", "0.01"], "increase --mem-fraction-static"),
     (["--engine", "sglang", "--num-scheduler-steps", "8"], "SGLang has no --num-scheduler-steps"),
     (["--engine", "vllm", "--num-scheduler-steps", "0"], "--num-scheduler-steps must be at least 1"),
+    (["--engine", "vllm", "--enable-chunked-prefill", "2"], "--enable-chunked-prefill takes 0 or 1, got 2"),
+    (["--engine", "vllm", "--enable-mixed-chunk", "1"], "vLLM has no --enable-mixed-chunk"),
 ])
 def test_bad_knobs_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
                                            message: str) -> None:

@@ -74,6 +74,16 @@ def test_multi_step_scheduling_holds_a_new_request_until_the_window_ends() -> No
     assert four["e2e_s"]["mean"] == pytest.approx((9.6 + 13.1) / 2)
 
 
+def test_unmixed_steps_prefill_first_and_pause_the_decodes() -> None:
+    # the same two requests, prompts in steps of their own (vLLM V0 without chunked prefill, SGLang): the
+    # step at 2.1 s prefills the second alone (0.1 s): its first token at 2.2 s, TTFT 0.7 s; the first's
+    # decode waits for it, then both decode in steps of 1.1 s: the first's tenth token at 2.1 + 0.1 + 7 x 1.1
+    # = 9.9 s; the second's eighth then too, its last two alone at 10.9 and 11.9 s (e2e 10.4 s)
+    m = sim([Sent(0.0, 100, 10), Sent(1.5, 100, 10)], tricks=Tricks(mixed=False))
+    assert m["ttft_s"]["mean"] == pytest.approx((0.1 + 0.7) / 2)
+    assert m["e2e_s"]["mean"] == pytest.approx((9.9 + 10.4) / 2)
+
+
 def test_speculative_tokens_per_step() -> None:
     # (1 - a^(K+1)) / (1 - a): K = 3, a = 0.5 -> (1 - 1/16) / (1/2) = 1.875; nothing accepted: 1 token
     assert tokens_per_step(3, 0.5) == pytest.approx(1.875)

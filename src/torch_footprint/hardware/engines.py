@@ -48,6 +48,9 @@ class EngineProfile:
     profile_tokens: str = "budget"
     chunked_above: int = 0
     chunked_tokens: int = 0
+    # the knob that runs prompt chunks beside the decodes in one step (vLLM's enable_chunked_prefill,
+    # SGLang's enable_mixed_chunk); off, a step that prefills decodes nothing ("" : always mixed)
+    mixed_knob: str = ""
     sampler_bytes_per_logit: float = 0.0  # the profile's sampler run: bytes per logit of max_num_seqs x vocabulary
     # the rotary embedding's cos/sin table (max positions x rotary dims, the model's dtype) is
     # built with the model and counted in its weights, on every rank

@@ -229,6 +229,12 @@ class Serving(Record):
     num_scheduler_steps: int | None = opt(metavar="N")
     """with --engine vllm (its V0 engine, 0.6 to 0.9): decode steps between scheduling points (multi-step
     scheduling, default 1); a request that arrives meanwhile waits for them"""
+    enable_chunked_prefill: int | None = opt(metavar="0|1")
+    """with --engine vllm: 1 runs prompt chunks beside the decodes in one step; 0 (vLLM V0's default below a
+    max_model_len of 32K) prefills waiting prompts first, in steps that decode nothing"""
+    enable_mixed_chunk: int | None = opt(metavar="0|1")
+    """with --engine sglang: 1 runs prompt chunks beside the decodes; 0 (the default) prefills in steps of their
+    own"""
     chunk: int | None = opt(metavar="TOKENS")
     """chunked prefill: tokens per chunk"""
     simulate: bool = opt(False)
@@ -250,6 +256,9 @@ class Serving(Record):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise FootprintError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        for name in ("enable_chunked_prefill", "enable_mixed_chunk"):
+            if getattr(self, name) not in (None, 0, 1):
+                raise FootprintError(f"--{name.replace('_', '-')} takes 0 or 1, got {getattr(self, name)}")
         for name in ("gpu_memory_utilization", "mem_fraction_static", "kv_cache_free_gpu_memory_fraction"):
             value = getattr(self, name)
             if value is not None and not 0 < value <= 1:

@@ -46,7 +46,8 @@ def default_lengths(prompt: int | None, output: int | None, most: int | None) ->
 
 
 KNOBS = ("max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size",
-         "mem_fraction_static", "kv_cache_free_gpu_memory_fraction", "ctx_size", "ubatch_size", "num_scheduler_steps")
+         "mem_fraction_static", "kv_cache_free_gpu_memory_fraction", "ctx_size", "ubatch_size", "num_scheduler_steps",
+         "enable_chunked_prefill", "enable_mixed_chunk")
 
 
 def engine_knobs(s: Serving) -> dict[str, float]:

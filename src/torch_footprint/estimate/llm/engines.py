@@ -51,11 +51,18 @@ def _no_room(p: EngineProfile, tokens: int, max_model_len: int) -> str | None:
     return None
 
 
-def longest_profile(p: EngineProfile, max_model_len: int) -> int:
+def chunked_prefill(p: EngineProfile, max_model_len: int, given: float | None = None) -> bool:
+    """Whether vLLM V0 prefills in chunks beside the decodes: as ``given``, else where
+    arg_utils.py turns it on for long contexts (``chunked_above`` tokens and more)."""
+    if given is not None:
+        return bool(given)
+    return bool(p.chunked_above and max_model_len >= p.chunked_above)
+
+
+def longest_profile(p: EngineProfile, max_model_len: int, given: float | None = None) -> int:
     """vLLM V0's profile batch without a token budget given: max(max_model_len, 2048) tokens
-    (vllm/config.py SchedulerConfig), or chunked prefill's budget where arg_utils.py turns it on
-    for long contexts (``chunked_above`` tokens and more)."""
-    if p.chunked_above and max_model_len >= p.chunked_above:
+    (vllm/config.py SchedulerConfig), or chunked prefill's budget where it is on."""
+    if chunked_prefill(p, max_model_len, given):
         return p.chunked_tokens
     return max(max_model_len, 2048)
 
@@ -107,9 +114,11 @@ def engine_cache(p: EngineProfile, given: dict[str, float], mem: _Memory, total:
     per_block = max(mem.kv(block) - mem.kv(0), 1)
     non_torch = int((p.non_torch_tp_gib if tp > 1 and nvlink else p.non_torch_gib) * GIB)
     held: dict[str, int] = {"weights": mem.weights + (rope_table(mem) if p.rope_table else 0)}
+    if p.chunked_above and p.mixed_knob:  # vLLM V0: chunked prefill on by default for long contexts only
+        knobs[p.mixed_knob] = float(chunked_prefill(p, max_model_len, given.get(p.mixed_knob)))
     if p.profile_tokens_knob:
         if p.profile_tokens == "longest" and p.profile_tokens_knob not in given:
-            knobs[p.profile_tokens_knob] = longest_profile(p, max_model_len)
+            knobs[p.profile_tokens_knob] = longest_profile(p, max_model_len, given.get(p.mixed_knob))
         per_token = mem.act_per_token
         if p.inplace_add_norm and mem.st.hidden_size and hasattr(_text(mem.st.config), "rms_norm_eps"):
             # RMSNorm models: the engine's norm with the residual add is one kernel writing over its inputs

@@ -159,7 +159,12 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
     fixed = (a.prompt, a.output) if a.lengths == "fixed" and a.trace is None else None
     # one step cost for every rate (the same lengths at other times): its priced points are shared
     cost = StepCost(setup.decode_s, setup.prefill_per_token, _contexts(streams[0], fixed), max(2, min(seqs, 64)))
-    tricks = Tricks(prefix_hit=a.prefix_hit, scheduler_steps=max(int(cache.knobs.get("num_scheduler_steps", 1)), 1))
+    mixed_knob = profile(cache.engine).mixed_knob if cache.engine else ""
+    tricks = Tricks(prefix_hit=a.prefix_hit, scheduler_steps=max(int(cache.knobs.get("num_scheduler_steps", 1)), 1),
+                    mixed=not mixed_knob or bool(cache.knobs.get(mixed_knob, 1)))
+    if not tricks.mixed:
+        notes.append(f"{cache.title} prefills waiting prompts first, in steps of their own ({mixed_knob} off): the "
+                     "decodes wait")
     if tricks.scheduler_steps > 1:
         notes.append(f"multi-step scheduling: {tricks.scheduler_steps} decode steps between scheduling points; a "
                      "request that arrives meanwhile waits for them")

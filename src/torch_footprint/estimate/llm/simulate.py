@@ -107,7 +107,11 @@ class Tricks:
       scheduling, its V0 engine's ``--num-scheduler-steps``): once a step admits nothing, the
       next ``scheduler_steps - 1`` only decode, and a request that arrives meanwhile waits for
       the window to end (vllm/engine/llm_engine.py: the cached schedule is run again while
-      ``_has_remaining_steps``; a prompt is one step, ``Scheduler._get_num_lookahead_slots``)."""
+      ``_has_remaining_steps``; a prompt is one step, ``Scheduler._get_num_lookahead_slots``);
+    * ``mixed``: prompt chunks run beside the decodes in one step (vLLM's chunked prefill,
+      TensorRT-LLM's in-flight batching); otherwise the prompts that fit go first, and a step
+      that prefills decodes nothing (vLLM's V0 scheduler without chunked prefill, SGLang
+      without ``--enable-mixed-chunk``)."""
 
     prefix_hit: float = 0.0
     tokens_per_step: float = 1.0
@@ -121,6 +125,7 @@ class Tricks:
     # step after its predecessor's last)
     admission_lag: int = 0
     scheduler_steps: int = 1
+    mixed: bool = True
 
 
 @dataclass(eq=False)  # each request is itself: two with the same progress are not the same request
@@ -203,20 +208,11 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
         waiting.appendleft(victim)
         out.preempted += 1
 
-    while len(out.done) < n:
-        while pending and stream[pending[0]].at <= now:
-            i = pending.popleft()
-            waiting.append(make(i, stream[i].at))
-        if not running and not waiting:
-            if not pending:
-                break
-            now = stream[pending[0]].at
-            continue
-        tokens = budget
-        out.iterations += 1
-        it = out.iterations
+    def decodes(it: int) -> list[_Request]:
+        """The requests that decode in step ``it``: each takes a token and perhaps a block; the
+        newest are preempted where none is free."""
+        nonlocal free
         decoding = [r for r in running if r.generated and r.prefilled == r.prompt]
-        # each decoding request takes a token and perhaps a block; preempt the newest where none is free
         gone: set[_Request] | None = None  # preempted in this pass (requests are hashed as themselves)
         for r in decoding:
             if gone is not None and r in gone:  # preempted by an older request in this pass
@@ -235,14 +231,13 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
                 free -= extra
                 r.blocks += extra
             r.tick = it
-        if gone:
-            decoding = [r for r in decoding if r not in gone]
-        if not decoding:  # the window's batch has finished: the engine schedules again
-            window = 0
-        tokens = 0 if window else tokens - len(decoding)  # inside a window nothing is prefilled or admitted
-        prefill_tokens = admitted = 0
-        chunks: list[tuple[int, int]] = []  # (query tokens, keys read) of each prompt chunk in this step
-        # chunked prefill: running requests still in their prompt, then new ones while they fit
+        return [r for r in decoding if r not in gone] if gone else decoding
+
+    def prefills(it: int, tokens: int, chunks: list[tuple[int, int]]) -> tuple[int, int]:
+        """Chunked prefill in step ``it`` within ``tokens``: running requests still in their
+        prompt, then new ones while they fit; (tokens prefilled, requests admitted)."""
+        nonlocal free
+        prefilled = admitted = 0
         for r in running:
             if r.prefilled >= r.prompt or tokens <= 0:
                 continue
@@ -254,9 +249,9 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             r.blocks += max(extra, 0)
             r.prefilled += take
             tokens -= take
-            prefill_tokens += take
+            prefilled += take
             chunks.append((take, r.prefilled))
-        while waiting and not window and (tokens > 0 or tricks.arrive_prefilled) and len(running) < max_num_seqs:
+        while waiting and (tokens > 0 or tricks.arrive_prefilled) and len(running) < max_num_seqs:
             r = waiting[0]
             if r.after >= it and running:  # its client has not sent it yet: the engine is busy
                 break
@@ -269,11 +264,37 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
             r.blocks += max(extra, 0)
             r.prefilled += take
             tokens -= take
-            prefill_tokens += take
+            prefilled += take
             admitted += 1
             running.append(r)
             if take:
                 chunks.append((take, r.prefilled))
+        return prefilled, admitted
+
+    while len(out.done) < n:
+        while pending and stream[pending[0]].at <= now:
+            i = pending.popleft()
+            waiting.append(make(i, stream[i].at))
+        if not running and not waiting:
+            if not pending:
+                break
+            now = stream[pending[0]].at
+            continue
+        out.iterations += 1
+        it = out.iterations
+        chunks: list[tuple[int, int]] = []  # (query tokens, keys read) of each prompt chunk in this step
+        decoding: list[_Request] = []
+        prefill_tokens = admitted = 0
+        if tricks.mixed or window:  # the decodes first, prompt chunks beside them in what the budget leaves
+            decoding = decodes(it)
+            if not decoding:  # the window's batch has finished: the engine schedules again
+                window = 0
+            if not window:  # inside a window nothing is prefilled or admitted
+                prefill_tokens, admitted = prefills(it, budget - len(decoding), chunks)
+        else:  # prompts first, and a step that prefills decodes nothing
+            prefill_tokens, admitted = prefills(it, budget, chunks)
+            if not prefill_tokens:
+                decoding = decodes(it)
         if not decoding and not prefill_tokens:
             out.iterations -= 1
             if admitted:
