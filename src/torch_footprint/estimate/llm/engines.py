@@ -118,7 +118,7 @@ def engine_cache(p: EngineProfile, given: dict[str, float], mem: _Memory, total:
         knobs[p.mixed_knob] = float(chunked_prefill(p, max_model_len, given.get(p.mixed_knob)))
     if p.profile_tokens_knob:
         if p.profile_tokens == "longest" and p.profile_tokens_knob not in given:
-            knobs[p.profile_tokens_knob] = longest_profile(p, max_model_len, given.get(p.mixed_knob))
+            knobs[p.profile_tokens_knob] = longest_profile(p, max_model_len, knobs.get(p.mixed_knob))
         per_token = mem.act_per_token
         if p.inplace_add_norm and mem.st.hidden_size and hasattr(_text(mem.st.config), "rms_norm_eps"):
             # RMSNorm models: the engine's norm with the residual add is one kernel writing over its inputs
