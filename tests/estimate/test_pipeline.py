@@ -179,7 +179,8 @@ def test_gradient_accumulation_repeats_the_micro_step_and_syncs_once():
     one = api.fit(str(LLAMA), IDS, grads="zero", **base).rows[0].step  # gradients kept, as from the 2nd micro-batch
     four = api.fit(str(LLAMA), IDS, grad_accum=4, **base).rows[0].step
     assert one is not None and four is not None
-    micro = sum(v for k, v in one.compute_s.items() if k != "optimizer")
+    # the compute of one micro-batch (its slowdown beside the hidden all-reduce apart: that is per step)
+    micro = sum(v for k, v in one.compute_s.items() if k not in ("optimizer", "beside hidden collectives"))
     # 4 forwards and backwards, one optimizer step, DDP's all-reduce once (no_sync on the other three)
     assert four.compute_s["micro-batches"] == pytest.approx(4 * micro)
     assert four.compute_s["optimizer"] == pytest.approx(one.compute_s["optimizer"])

@@ -164,8 +164,10 @@ def render_fit(res: Any, console: Console) -> None:
     for r in rows:
         if r.step is not None and (r.accelerator.id == res.pick or (res.pick is None and r is rows[0])):
             st = r.step
+            slower = st.compute_s.get("beside hidden collectives", 0.0)
+            beside = f" ({_t(slower)} of it the slowdown beside hidden collectives)" if slower else ""
             console.print(Text(f"{r.accelerator.id}: step {_t(st.time_s)} = compute {_t(sum(st.compute_s.values()))}"
-                               f" + communication not hidden {_t(st.exposed_s)} (of {_t(st.comm_s)}: "
+                               f"{beside} + communication not hidden {_t(st.exposed_s)} (of {_t(st.comm_s)}: "
                                + "; ".join(f"{c.op} of {c.what} {_t(c.time_s)}" for c in st.collectives)
                                + f"; link {st.link.source if st.link else '?'})", style="dim"))
     if res.pick:

@@ -11,7 +11,7 @@ from ...errors import FootprintError
 from ...hardware.db import Accelerator
 from ...trace import Trace
 from ..kernels.roofline import Prediction, estimate_latency
-from .comm import StepTime, link_of, step_time
+from .comm import StepTime, add_contention, link_of, step_time
 from .sharding import STRATEGIES, rank_peak
 
 BENCH_STRATEGIES = (*STRATEGIES, "tp")
@@ -90,7 +90,7 @@ def predict_rank(trace: Trace, strategy: str, dp: int, tp: int = 1, acc: Acceler
             notes.append(f"no interconnect figure for {acc.id}: communication not timed "
                          "(run `footprint calibrate --nproc N`, or add link_gbs to its row)")
         else:
-            step = step_time(trace, phase_times(pred, share), dp_strategy, dp, link, tp)
+            step = add_contention(step_time(trace, phase_times(pred, share), dp_strategy, dp, link, tp), acc)
             step.notes.append(f"link: {link.source}" if link else "one rank: no communication")
     return RankPrediction(strategy, dp, tp, peak, step, notes)
 

@@ -41,7 +41,7 @@ from ..kernels import constants as fitted
 from ..kernels.bandwidth import transfer_s
 from ..kernels.prediction import Prediction
 from ..kernels.roofline import estimate_latency
-from .comm import Collective, Link, StepTime, activation_bytes, link_of, step_time
+from .comm import Collective, Link, StepTime, activation_bytes, add_contention, link_of, step_time
 from .cp_ep import context_parallel, expert_parallel
 from .memo import once
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
@@ -334,7 +334,7 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
                                                                                              fitted.current())
     if step is not None and (p.cp > 1 or p.ep > 1):
         add_cp_ep(step, trace, pred, p, acc, network)
-    return step
+    return add_contention(step, acc) if step is not None else None
 
 
 def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: Accelerator,
@@ -408,4 +408,5 @@ def predict_pipeline(trace: Trace, pp: int, vpp: int, microbatches: int, schedul
                              vpp=vpp, microbatches=microbatches, schedule=schedule, link=link, tp_link=None,
                              replica_link=None, pp_link=link)
         step.notes.append(f"link: {link.source}")
+        add_contention(step, acc)
     return RankPrediction("pp", 1, 1, peak, step, stages=figures)
