@@ -75,5 +75,10 @@ def test_async_tp_hides_the_tensor_parallel_collectives_behind_their_phase():
     assert plain.exposed_s == pytest.approx(sum(tp.values()))
     assert overlapped.exposed_s == pytest.approx(max(0.0, tp["row-parallel outputs"] - fwd)
                                                  + max(0.0, tp["column-parallel input gradients"] - bwd))
+    # a layout without tensor parallelism has nothing to overlap: refused where it is traced
     with pytest.raises(FootprintError, match="--async-tp overlaps the tensor-parallel collectives"):
-        Parallel(gpus=2, async_tp=True)
+        api.fit(str(LLAMA), IDS, async_tp=True, **{**base, "tp": None})
+    # the planner runs it on the layouts it searches with tensor parallelism, not on the others
+    res = api.plan(str(LLAMA), gpu=["h100-sxm"], gpus=2, seq=64, global_batch=4, async_tp=True)
+    assert {r.layout.tensor for r in res.rows} == {1, 2}
+    assert all(r.layout.async_tp == (r.layout.tensor > 1) for r in res.rows)

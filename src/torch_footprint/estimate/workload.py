@@ -45,6 +45,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
                              "or more")
     if p.vocab_parallel and p.tensor <= 1:
         raise FootprintError("--vocab-parallel splits the vocabulary among tensor-parallel ranks: add --tp 2 or more")
+    if p.async_tp and p.tensor <= 1:
+        raise FootprintError("--async-tp overlaps the tensor-parallel collectives: add --tp 2 or more")
     prec = precision_of(w)
     param_dtype, autocast = setups.precision(prec)
     cuda = cuda_sm is not None

@@ -222,8 +222,6 @@ class Parallel(Record):
         if self.strategy == "tp" and self.pp * self.cp > 1:
             raise FootprintError(f"--strategy tp puts every GPU in one tensor-parallel group: --pp {self.pp} and "
                                  f"--cp {self.cp} leave no GPU for them; give --tp instead")
-        if self.async_tp and self.tensor <= 1:
-            raise FootprintError("--async-tp overlaps the tensor-parallel collectives: add --tp 2 or more")
         self._check_pipeline()
         replica = self.tensor * self.pp * self.cp
         if self.gpus % replica:
