@@ -369,3 +369,43 @@ def test_nvfp4_on_a_gpu_without_a_listed_fp4_rate_runs_at_fp8(llama2) -> None:
     s = Priced(batch=1, prompt=8, output=8, weights=weight_scheme("fp4"))
     row = serve(llama2, s, [b200], max_context=None).rows[0]
     assert any("no fp4 rate listed: matrix work at the fp8 rate" in n for n in row.notes)
+
+
+def test_gpt_oss_checkpoints_in_mxfp4_weigh_what_their_model_card_prints() -> None:
+    # OpenAI's gpt-oss model card (arXiv:2508.10925, table 1): checkpoints of 12.8 GiB and 60.8 GiB, the
+    # experts in MXFP4, what the config's modules_to_not_convert names (attention, router, embeddings,
+    # head) in bf16; the activations and the cache in bf16 though the config names no dtype
+    from torch_footprint import api
+
+    for model, card in (("hf:openai/gpt-oss-20b", 12.8), ("hf:openai/gpt-oss-120b", 60.8)):
+        row = api.llm(model, gpu=["h100-sxm"], prompt=16, output=4).rows[0]
+        assert row.weights_bytes / 2**30 == pytest.approx(card, rel=0.005)
+    st = trace_serving("hf:openai/gpt-oss-20b", batch=1, prompt=4)
+    assert st.dtype == "bfloat16"
+
+
+def test_mxfp4_prices_a_byte_per_two_weights_and_a_scale_per_32() -> None:
+    from torch_footprint.estimate.llm.quantization import Param, checkpoint_scheme
+
+    class Config:
+        quantization_config = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
+
+    scheme = checkpoint_scheme(Config())
+    assert scheme is not None and scheme.name == "mxfp4"
+    # 2 experts of 64 x 96 (input last): 12,288 weights in 6,144 bytes, 3 scales on each of 128 rows
+    experts = Param("model.layers.0.mlp.experts.down_proj", (2, 64, 96), "linear", 0, 2, 2)
+    assert scheme.bytes_of(experts) == 6_144 + 384
+    # a module the config keeps out stays in bf16
+    q = Param("model.layers.1.self_attn.q_proj.weight", (64, 96), "linear", 1, 2, 2)
+    assert scheme.bytes_of(q) == 2 * 64 * 96
+
+
+def test_a_checkpoint_scheme_not_priced_is_refused_not_taken_as_the_dtype() -> None:
+    from torch_footprint.errors import FootprintError
+    from torch_footprint.estimate.llm.quantization import checkpoint_scheme
+
+    class Config:
+        quantization_config = {"quant_method": "hqq", "bits": 3}
+
+    with pytest.raises(FootprintError, match=r"quantization_config \(hqq, bits 3\) is not a scheme"):
+        checkpoint_scheme(Config())

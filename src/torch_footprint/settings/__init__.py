@@ -30,7 +30,7 @@ __all__ = ["RECORDS", "Calibration", "Grads", "Measurement", "Memory", "Optimize
 
 Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
 Quant = Literal["fp32", "bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "nvfp4",
-                "q4_0", "q4_1", "q8_0", "q4_k_m", "q5_k_m", "q6_k"]
+                "mxfp4", "q4_0", "q4_1", "q8_0", "q4_k_m", "q5_k_m", "q6_k"]
 Attention = Literal["eager", "sdpa", "fused", "flash2", "flash3", "cudnn"]
 KvCache = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
 Engine = Literal["vllm", "sglang", "trtllm", "llamacpp", "transformers"]  # one profile each in hardware/engines/
@@ -193,8 +193,8 @@ class Serving(Record):
     """generated tokens per request (default 256, or what the model's maximum leaves after --prompt)"""
     quant: Quant | None = opt(metavar="SCHEME", deprecated={"--weights": None}, aliases_of_values=QUANT_ALIASES,
                               what="weight scheme")
-    """weights stored as fp32, bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4, nvfp4, q4_0,
-    q4_1, q8_0, q4_k_m, q5_k_m, q6_k (default: as the checkpoint stores them)"""
+    """weights stored as fp32, bf16, fp16, fp8, fp8-block128, int8, int4-g128 (GPTQ), int4-g128-awq, nf4, nvfp4,
+    mxfp4, q4_0, q4_1, q8_0, q4_k_m, q5_k_m, q6_k (default: as the checkpoint stores them)"""
     kv: KvCache | None = opt(metavar="DTYPE", what="KV-cache scheme")
     """KV cache: fp32, bf16, fp16, fp8, int8 (default: the activations')"""
     engine: Engine | None = opt(metavar="NAME", what="engine")

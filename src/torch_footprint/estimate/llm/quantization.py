@@ -29,6 +29,12 @@ Sources, one per scheme (``Scheme.source``), and the storage each prices:
   packed two a byte, an fp8 e4m3 scale per 16 weights along the input, an fp32 global scale
   and input scale per matrix; embeddings, head and norms in bf16. The matrix work runs at the
   accelerator's fp4 rate, else its fp8 rate (TensorRT-LLM's fp4 GEMMs need Blackwell).
+* MXFP4 (the OCP Microscaling format, openai/gpt-oss's checkpoints: ``*_blocks`` and
+  ``*_scales``): e2m1 values packed two a byte, an e8m0 scale (one byte) per 32 weights along
+  the input; what the config's ``modules_to_not_convert`` names (gpt-oss: attention, router,
+  embeddings, head) and norms and biases in bf16. Matrix work at the accelerator's fp4 rate,
+  else at the 16-bit rate (Hopper dequantizes to bf16 in the GEMM: vLLM's Marlin and Triton
+  MXFP4 kernels).
 * int8 per channel (compressed-tensors ``W8A16``): one byte per weight, a 16-bit scale per
   output channel; embeddings, head and norms in 16 bits.
 * GGUF (llama.cpp ``ggml-common.h`` blocks; ``llama-quant.cpp`` picks each tensor's type):
@@ -43,10 +49,11 @@ Sources, one per scheme (``Scheme.source``), and the storage each prices:
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import FootprintError
 from ...settings import QUANT_ALIASES
@@ -154,6 +161,11 @@ def _nvfp4(p: Param) -> int:
     return p.numel // 2 + -(-p.row // 16) * (p.numel // p.row) + 8 * stacks
 
 
+def _mxfp4(p: Param) -> int:
+    """e2m1 values two a byte, an e8m0 scale per 32 along the input (OCP MX, gpt-oss's ``_blocks``, ``_scales``)."""
+    return p.numel // 2 + -(-p.row // 32) * (p.numel // p.row)
+
+
 def _int8(p: Param) -> int:
     return p.numel + 2 * (p.numel // p.row)  # a 16-bit scale per output channel
 
@@ -203,6 +215,9 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("fp8-block128", "fp8 e4m3, a scale per 128 x 128 block (DeepSeek-V3)",
            "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json", _keep16(_fp8_blocks),
            compute="fp8"),
+    Scheme("mxfp4", "MXFP4: fp4 e2m1, an e8m0 scale per 32 weights (OCP MX, gpt-oss)",
+           "https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf",
+           _keep16(_mxfp4), compute="fp4"),
     Scheme("int8", "int8 per output channel, 16-bit scales (W8A16)", _CT, _keep16(_int8)),
     Scheme("int4-g128", "int4, groups of 128, GPTQ layout (qweight, qzeros, scales, g_idx)", _GPTQ,
            _keep16(_int4_groups(True)), sixteen="fp16"),
@@ -248,15 +263,41 @@ def kv_scheme(name: str) -> int:
 
 
 def checkpoint_scheme(config: object) -> Scheme | None:
-    """The scheme a config says its checkpoint is stored in, where it is one of ours
-    (``quantization_config``: fp8 with 128 x 128 blocks)."""
+    """The scheme a config's ``quantization_config`` says its checkpoint is stored in (None:
+    no such section): fp8 (per tensor, or in 128 x 128 blocks), MXFP4, GPTQ and AWQ int4 in
+    groups of 128, bitsandbytes NF4, ModelOpt NVFP4; the tensors its ``modules_to_not_convert``
+    names kept in 16 bits. Any other is refused in one line rather than priced as the dtype."""
     q = getattr(config, "quantization_config", None)
     if q is None:
         return None
     get = q.get if isinstance(q, dict) else lambda k, d=None: getattr(q, k, d)
     method = str(get("quant_method", "") or "").lower()
-    if method == "fp8" and list(get("weight_block_size", []) or []) == [128, 128]:
-        return SCHEMES["fp8-block128"]
+    bits, group = get("bits"), get("group_size")
+    name = None
     if method == "fp8":
-        return SCHEMES["fp8"]
-    return None
+        name = "fp8-block128" if list(get("weight_block_size", []) or []) == [128, 128] else "fp8"
+    elif method == "mxfp4":
+        name = "mxfp4"
+    elif method in ("gptq", "awq") and bits == 4 and group == 128:
+        name = "int4-g128" if method == "gptq" else "int4-g128-awq"
+    elif method == "bitsandbytes" and get("load_in_4bit") and get("bnb_4bit_quant_type") == "nf4":
+        name = "nf4"
+    elif method == "modelopt" and str(get("quant_algo", "")).upper() == "NVFP4":
+        name = "nvfp4"
+    if name is None:
+        what = ", ".join(f"{k} {get(k)}" for k in ("bits", "group_size", "quant_algo") if get(k) is not None)
+        raise FootprintError(f"the checkpoint's quantization_config ({method or 'no quant_method'}"
+                             f"{', ' + what if what else ''}) is not a scheme torch-footprint prices: give --quant "
+                             f"with the nearest of {', '.join(SCHEMES)}")
+    scheme = SCHEMES[name]
+    keep = [str(m) for m in (get("modules_to_not_convert") or [])]
+    if not keep:
+        return scheme
+    price = scheme.price
+
+    def kept(p: Param) -> int:
+        module = p.name.rsplit(".", 1)[0]
+        if any(fnmatch.fnmatchcase(module, k) or fnmatch.fnmatchcase(module, k + ".*") for k in keep):
+            return 2 * p.numel
+        return price(p)
+    return replace(scheme, price=kept, label=f"{scheme.label}; not {', '.join(keep)}")

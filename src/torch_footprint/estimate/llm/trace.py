@@ -360,6 +360,13 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
     return pre, (d1, d2), cache, (s1, s2)
 
 
+def _quantized_without_dtype(config: Any) -> bool:
+    """Whether ``config`` describes a quantized checkpoint but names no dtype for the rest of it."""
+    stored = vars(config)  # transformers 5 keeps the dtype as ``dtype`` (its ``torch_dtype`` warns), 4.x as both
+    return getattr(config, "quantization_config", None) is not None and not any(
+        stored.get(k) for k in ("dtype", "torch_dtype"))
+
+
 def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str | None = None,
                   trust_remote_code: bool = False, on_step: Callable[[str], None] | None = None,
                   check_context: Callable[[int | None], int | None] | None = None, reuse: bool = True,
@@ -378,6 +385,15 @@ def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str
     step("building the model")
     work = prepare(model, "1,1:int64", dtype=dtype, trust_remote_code=trust_remote_code)
     m = work.model
+    if dtype is None and isinstance(model, str) and _quantized_without_dtype(m.config):
+        # a quantized checkpoint keeps what it leaves unquantized, and runs its activations, in 16 bits
+        # (its scheme's); a config that names no dtype would otherwise build in fp32
+        from .quantization import checkpoint_scheme
+
+        scheme = checkpoint_scheme(m.config)
+        if scheme is not None:
+            work = prepare(model, "1,1:int64", dtype=scheme.sixteen, trust_remote_code=trust_remote_code)
+            m = work.model
     kw = cache_argument(m)
     config = m.config
     tcfg = text_config(m)
