@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, r: dict[type, Any]) -> int:
 COMMAND = Command(
     "llm", COMMANDS["llm"][1], run, takes={**api.VERBS["llm"], View: ("json", "html", "debug")},
     helps={"model": "a causal language model: hf:ID (configs shipped for Llama, Mistral, Mixtral, Qwen2, Gemma, "
-                    "DeepSeek, Mamba...), a local folder with config.json",
+                    "gpt-oss, DeepSeek, Mamba...), a local folder with config.json",
            "batch": "concurrent requests (default 1)", "gpus": "devices per model replica",
            "gpu": "only these accelerators (repeatable; default: all); one gives the full breakdown",
            "device": "where --measure runs (default cpu)", "json": "also write the answer as JSON",
