@@ -54,6 +54,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ...errors import FootprintError
 from ...settings import QUANT_ALIASES
@@ -301,3 +302,14 @@ def checkpoint_scheme(config: object) -> Scheme | None:
             return 2 * p.numel
         return price(p)
     return replace(scheme, price=kept, label=f"{scheme.label}; not {', '.join(keep)}")
+
+
+def unquantized_dtype(config: Any) -> str | None:
+    """The 16-bit dtype a quantized checkpoint keeps what it leaves unquantized in, and runs its
+    activations in (its scheme's), where its config names no dtype (a build would take fp32);
+    None otherwise."""
+    stored = vars(config)  # transformers 5 keeps ``dtype`` (its ``torch_dtype`` warns), 4.x ``torch_dtype``
+    if getattr(config, "quantization_config", None) is None or any(stored.get(k) for k in ("dtype", "torch_dtype")):
+        return None
+    scheme = checkpoint_scheme(config)
+    return scheme.sixteen if scheme is not None else None

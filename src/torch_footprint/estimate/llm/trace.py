@@ -1,32 +1,29 @@
-"""A language model traced as an engine serves it: a prefill of P tokens, then decode steps
-with the model's own cache object: the one it builds and returns when a prefill asks for a
-cache and gives none, as ``generate`` lets it (transformers' ``DynamicCache`` built from the
-config, or a cache class of the model's own). A model that returns no cache (an encoder's
-language-model head) is declined: it has no decode step to price. A forward that reads a
-tensor's value on the way (a padding mask of ones it built itself, a router) is traced on
-real CPU tensors with random weights, where the parameters fit the tracer's real-run limit.
+"""A language model traced as an engine serves it: a prefill of P tokens, then decode steps with the model's own
+cache object: the one it builds and returns when a prefill asks for a cache and gives none, as ``generate`` lets
+it (transformers' ``DynamicCache`` built from the config, or a cache class of the model's own). A model that
+returns no cache (an encoder's language-model head) is declined: it has no decode step to price. A forward that
+reads a tensor's value on the way (a padding mask of ones it built itself, a router) is traced on real CPU
+tensors with random weights, where the parameters fit the tracer's real-run limit.
 
-What the cache holds comes from its storages (each whole: a windowed layer's slice keeps
-its step's concatenation alive), layer by layer and outside the layers, after each of two
-decode steps: the bytes a token adds to a layer (the slope), what a layer keeps
-whatever the length (a state-space layer's state), and the most tokens a layer keeps (a
-sliding-window layer's window, from the layer's own ``get_max_cache_shape()``). A config
+What the cache holds comes from its storages (each whole: a windowed layer's slice keeps its step's
+concatenation alive), layer by layer and outside the layers, after each of two decode steps: the bytes a token
+adds to a layer (the slope), what a layer keeps whatever the length (a state-space layer's state), and the most
+tokens a layer keeps (a sliding-window layer's window, from the layer's own ``get_max_cache_shape()``). A config
 whose fields contradict each other gets what the model builds from it.
 
-The two decode steps run at cache lengths P and P + 1 with the same operators; every
-operator's FLOPs and bytes are affine in the cache length, so the two traces give each
-operator's exact line, evaluated at any length by :meth:`ServingTrace.decode_at`. Two
-conventions of serving engines (vLLM, TensorRT-LLM, llama.cpp) replace transformers' eager
-code there, and are stated in the notes:
+The two decode steps run at cache lengths P and P + 1 with the same operators; every operator's FLOPs and bytes
+are affine in the cache length, so the two traces give each operator's exact line, evaluated at any length by
+:meth:`ServingTrace.decode_at`. Two conventions of serving engines (vLLM, TensorRT-LLM, llama.cpp) replace
+transformers' eager code there, and are stated in the notes:
 
-* the cache is written in place (a preallocated or paged cache): transformers' growing
-  concatenations and grouped-query copies (``repeat_kv``) are counted for the new token only;
-* attention reads each cached byte once per step (grouped-query kernels read a key/value
-  head once for all its query heads).
+* the cache is written in place (a preallocated or paged cache): transformers' growing concatenations and
+  grouped-query copies (``repeat_kv``) are counted for the new token only;
+* attention reads each cached byte once per step (grouped-query kernels read a key/value head once for all its
+  query heads).
 
-Multi-head latent attention (DeepSeek-V2/V3): engines cache the compressed latent (the
-output of ``kv_a_proj_with_mqa``: ``kv_lora_rank + qk_rope_head_dim`` values per token and
-layer), not the per-head keys and values transformers keeps; the latent is what is counted.
+Multi-head latent attention (DeepSeek-V2/V3): engines cache the compressed latent (the output of
+``kv_a_proj_with_mqa``: ``kv_lora_rank + qk_rope_head_dim`` values per token and layer), not the per-head keys
+and values transformers keeps; the latent is what is counted.
 """
 
 from __future__ import annotations
@@ -53,6 +50,7 @@ from ..layouts.pipeline import EXPERT_COUNT_KEYS
 from ..workload import fused_attention_step
 from .cache import CacheLayer, Latent, cache_layers, latents, storage_bytes
 from .experts import group_experts
+from .quantization import unquantized_dtype
 
 CACHE_KWARGS = ("cache", "past_key_values", "cache_params")  # transformers models' cache argument (5.x: cache)
 EXPERT_TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_top_k")
@@ -360,40 +358,26 @@ def _trace_steps(m: nn.Module, kw: str, name: str, batch: int, prompt: int, meta
     return pre, (d1, d2), cache, (s1, s2)
 
 
-def _quantized_without_dtype(config: Any) -> bool:
-    """Whether ``config`` describes a quantized checkpoint but names no dtype for the rest of it."""
-    stored = vars(config)  # transformers 5 keeps the dtype as ``dtype`` (its ``torch_dtype`` warns), 4.x as both
-    return getattr(config, "quantization_config", None) is not None and not any(
-        stored.get(k) for k in ("dtype", "torch_dtype"))
-
-
 def trace_serving(model: nn.Module | str, *, batch: int, prompt: int, dtype: str | None = None,
                   trust_remote_code: bool = False, on_step: Callable[[str], None] | None = None,
                   check_context: Callable[[int | None], int | None] | None = None, reuse: bool = True,
                   attention: str | None = None) -> ServingTrace:
-    """Trace a prefill of ``batch`` x ``prompt`` tokens and two decode steps with the model's cache.
-    ``check_context(max_context)`` runs once the model is built, before any trace (a prompt
-    beyond learned position embeddings fails inside the model otherwise); where it returns a
-    number, that is the prompt traced (a default length fitted to the model's maximum). ``reuse``:
-    repeated layers replay a traced one's operators and cache writes where provably equal.
-    ``attention`` (``--attention``): the model's attention run as transformers'
-    ``attn_implementation`` says, or every layer as one fused kernel (a kernel named is priced
-    as that kernel: FlashAttention-2 or -3, cuDNN's), as engines run it."""
+    """Trace a prefill of ``batch`` x ``prompt`` tokens and two decode steps with the model's cache, built
+    in ``dtype`` (default the config's, or a quantized checkpoint's 16-bit one). ``check_context(max_context)``
+    runs once the model is built, before any trace (a prompt beyond learned position embeddings fails inside
+    the model otherwise); where it returns a number, that is the prompt traced (a default length fitted to the
+    model's maximum). ``reuse``: repeated layers replay a traced one's operators and cache writes where
+    provably equal. ``attention`` (``--attention``): the model's attention run as transformers'
+    ``attn_implementation`` says, or every layer as one fused kernel (a kernel named is priced as that
+    kernel: FlashAttention-2 or -3, cuDNN's), as engines run it."""
     if batch < 1 or prompt < 1:
         raise FootprintError(f"batch and prompt must be at least 1, got batch {batch}, prompt {prompt}")
     step = on_step or (lambda _msg: None)
     step("building the model")
     work = prepare(model, "1,1:int64", dtype=dtype, trust_remote_code=trust_remote_code)
+    if dtype is None and isinstance(model, str) and (sixteen := unquantized_dtype(work.model.config)):
+        work = prepare(model, "1,1:int64", dtype=sixteen, trust_remote_code=trust_remote_code)
     m = work.model
-    if dtype is None and isinstance(model, str) and _quantized_without_dtype(m.config):
-        # a quantized checkpoint keeps what it leaves unquantized, and runs its activations, in 16 bits
-        # (its scheme's); a config that names no dtype would otherwise build in fp32
-        from .quantization import checkpoint_scheme
-
-        scheme = checkpoint_scheme(m.config)
-        if scheme is not None:
-            work = prepare(model, "1,1:int64", dtype=scheme.sixteen, trust_remote_code=trust_remote_code)
-            m = work.model
     kw = cache_argument(m)
     config = m.config
     tcfg = text_config(m)
