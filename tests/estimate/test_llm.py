@@ -377,11 +377,14 @@ def test_gpt_oss_checkpoints_in_mxfp4_weigh_what_their_model_card_prints() -> No
     # head) in bf16; the activations and the cache in bf16 though the config names no dtype
     from torch_footprint import api
 
+    kv = {}
     for model, card in (("hf:openai/gpt-oss-20b", 12.8), ("hf:openai/gpt-oss-120b", 60.8)):
-        row = api.llm(model, gpu=["h100-sxm"], prompt=16, output=4).rows[0]
-        assert row.weights_bytes / 2**30 == pytest.approx(card, rel=0.005)
-    st = trace_serving("hf:openai/gpt-oss-20b", batch=1, prompt=4)
-    assert st.dtype == "bfloat16"
+        res = api.llm(model, gpu=["h100-sxm"], prompt=16, output=4)
+        assert res.rows[0].weights_bytes / 2**30 == pytest.approx(card, rel=0.005)
+        kv[model] = (res.kv_scheme, res.kv_bytes_per_token)
+    # a token's cache: layers x key and value x 8 heads x 64 x 2 bytes (bf16, not the fp32 of a build without dtype)
+    assert kv["hf:openai/gpt-oss-20b"] == ("bfloat16", 24 * 2 * 8 * 64 * 2)
+    assert kv["hf:openai/gpt-oss-120b"] == ("bfloat16", 36 * 2 * 8 * 64 * 2)
 
 
 def test_mxfp4_prices_a_byte_per_two_weights_and_a_scale_per_32() -> None:
