@@ -142,3 +142,21 @@ def test_compute_beside_hidden_collectives_runs_slower_on_a_gpu():
     assert row.step is not None
     hidden = sum(c.time_s for c in row.step.collectives if c.overlapped)
     assert row.step.compute_s["beside hidden collectives"] == pytest.approx(0.189 * hidden)
+
+
+def test_a_modules_output_bytes_are_read_once_for_a_trace_and_its_slices():
+    # the MLP's forward: Linear(100, 50) on 4 rows outputs 4 x 50 fp32 = 800 bytes, the ReLU the same,
+    # Linear(50, 10) 4 x 10 x 4 = 160; a slice of the trace (a pipeline rank's, dataclasses.replace)
+    # shares its events, and the pass over them is made once for both, and let go with them
+    import gc
+
+    from torch_footprint.estimate.layouts import memo
+
+    t = _mlp_trace()
+    part = dataclasses.replace(t, params=t.params[:2])
+    assert [comm.activation_bytes(x, m) for x in (t, part) for m in ("0", "1", "2", "9")] == [800, 800, 160, 0] * 2
+    assert len([k for k, v in memo._SHARED.items() if v[0] is t.events]) == 1
+    key = id(t.events)
+    del t, part
+    gc.collect()
+    assert key not in memo._SHARED

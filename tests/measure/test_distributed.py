@@ -55,8 +55,11 @@ def test_small_all_reduce_latency_is_nccls_own_model():
 
 
 def test_ddp_buckets_are_one_mib_then_25():
-    assert comm.ddp_buckets(60 * 2**20) == [2**20, 25 * 2**20, 25 * 2**20, 9 * 2**20]
-    assert comm.ddp_buckets(1000) == [1000]
+    # (size, count) in order: 1 MiB, two of 25 MiB, the 9 MiB left
+    assert comm.ddp_buckets(60 * 2**20) == [(2**20, 1), (25 * 2**20, 2), (9 * 2**20, 1)]
+    assert comm.ddp_buckets(26 * 2**20) == [(2**20, 1), (25 * 2**20, 1)]
+    assert comm.ddp_buckets(1000) == [(1000, 1)]
+    assert comm.ddp_buckets(0) == []
 
 
 def _mlp_trace():

@@ -96,7 +96,7 @@ def _sweep(trace: Trace, static: tuple[torch.Tensor, ...], factor: Mapping[int, 
         a_sz = (a_nb.to(torch.float64) * f[a_uid]).floor().to(torch.long)
     else:
         a_sz = a_nb
-    pre_alloc = torch.tensor([uid in before for uid in a_uid.tolist()], dtype=torch.bool) if before else None
+    pre_alloc = torch.isin(a_uid, torch.tensor(sorted(before), dtype=torch.long)) if before else None
     birth_ev = torch.full((u,), NEVER, dtype=torch.long)
     sz = torch.zeros(u, dtype=torch.long)
     if size:

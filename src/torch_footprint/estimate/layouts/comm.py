@@ -65,7 +65,7 @@ from ...errors import FootprintError
 from ...hardware.db import Accelerator
 from ...hardware.networks import Network
 from ...trace import Trace
-from .memo import once
+from .memo import once, once_shared
 from .sharding import wrap_units
 from .tensor_parallel import tp_plan_of_trace
 
@@ -227,28 +227,37 @@ def add_contention(step: StepTime, acc: Accelerator) -> StepTime:
     return step
 
 
-def ddp_buckets(nbytes: int) -> list[int]:
-    """DDP's gradient buckets: the first of 1 MiB, the rest of 25 MiB (the last what is left)."""
-    out, left = [], nbytes
-    cap = DDP_FIRST_BUCKET
-    while left > 0:
-        out.append(min(cap, left))
-        left -= out[-1]
-        cap = DDP_BUCKET
-    return out
+def ddp_buckets(nbytes: int) -> list[tuple[int, int]]:
+    """DDP's gradient buckets as (bytes, how many of that size) in their order: the first of 1 MiB,
+    the rest of 25 MiB, the last what is left (a 70B model's gradients fill some 5,600)."""
+    if nbytes <= 0:
+        return []
+    first = min(DDP_FIRST_BUCKET, nbytes)
+    full, last = divmod(nbytes - first, DDP_BUCKET)
+    return [(size, count) for size, count in ((first, 1), (DDP_BUCKET, full), (last, 1)) if size and count]
 
 
 def activation_bytes(trace: Trace, path: str) -> int:
     """Bytes of the output of module ``path`` in the forward (what a row-parallel linear all-reduces)."""
-    return once(trace, ("output bytes", path), lambda: _output_bytes(trace, path))
+    return once_shared(trace, trace.events, "output bytes", lambda: _output_bytes(trace)).get(path, 0)
 
 
-def _output_bytes(trace: Trace, path: str) -> int:
-    best = 0
+def _output_bytes(trace: Trace) -> dict[str, int]:
+    """Each module's largest output in the forward, in one pass over the trace (a view, such as
+    a linear's transposed weight, is not an output of the module's own)."""
+    best: dict[str, int] = {}
     for e in trace.events:
-        if e.module == path and e.phase == "forward" and e.out_shapes and e.out_dtypes:
-            best = max(best, math.prod(e.out_shapes[0]) * getattr(torch, e.out_dtypes[0]).itemsize)
+        if e.phase == "forward" and e.kind != "view" and e.out_shapes and e.out_dtypes:
+            nbytes = math.prod(e.out_shapes[0]) * getattr(torch, e.out_dtypes[0]).itemsize
+            if nbytes > best.get(e.module, 0):
+                best[e.module] = nbytes
     return best
+
+
+def param_bytes(trace: Trace) -> tuple[int, int]:
+    """The trace's parameter bytes, and its trainable ones' (a rank's gradients), once per trace."""
+    return once(trace, "parameter bytes", lambda: (sum(p.nbytes for p in trace.params),
+                                                   sum(p.nbytes for p in trace.params if p.trainable)))
 
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -287,16 +296,15 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
     if link is None or tp_link is None:
         raise FootprintError("no interconnect figure for this accelerator: add link_gbs to its row, or run "
                              "`footprint calibrate --nproc N` on this machine")
-    grads = sum(p.nbytes for p in trace.params if p.trainable)
-    weights = sum(p.nbytes for p in trace.params)
+    weights, grads = param_bytes(trace)
     fwd, bwd = compute.get("forward", 0.0), compute.get("backward", 0.0)
     cs = out.collectives
     exposed = 0.0
     if n > 1 and strategy in ("ddp", "zero1"):
         buckets = ddp_buckets(grads)
-        t = sum(all_reduce_s(b, n, link) for b in buckets)
-        cs.append(Collective("gradient buckets", "all-reduce", grads, len(buckets), "backward", True, t))
-        last = all_reduce_s(buckets[-1] if buckets else 0, n, link)
+        t = sum(all_reduce_s(b, n, link) * k for b, k in buckets)
+        cs.append(Collective("gradient buckets", "all-reduce", grads, sum(k for _, k in buckets), "backward", True, t))
+        last = all_reduce_s(buckets[-1][0] if buckets else 0, n, link)
         exposed += last + max(0.0, t - last - bwd)
         if strategy == "zero1":
             t = gather_s(weights, n, link)

@@ -157,13 +157,14 @@ def stage_map(trace: Trace, p: int, v: int = 1) -> StageMap:
 
 
 def _stage_map(trace: Trace, p: int, v: int) -> StageMap:
-    path, n = blocks_of_trace(trace)
+    path, n = once(trace, "repeated blocks", lambda: blocks_of_trace(trace))
     chunks = p * v
     if not n:
         raise FootprintError(f"--pp {p} x --vpp {v} = {chunks} stages: found no run of repeated blocks")
     weights = trace.settings.get("stage_weights")
     sizes = split_blocks(n, chunks, tuple(weights) if weights else None, f"--pp {p} x --vpp {v} = {chunks} stages")
-    chunk_of_block = torch.tensor([c for c, k in enumerate(sizes) for _ in range(k)], dtype=torch.int64)
+    chunk_list = [c for c, k in enumerate(sizes) for _ in range(k)]
+    chunk_of_block = torch.tensor(chunk_list, dtype=torch.int64)
     pre = path + "."
 
     block, phase, first = once(trace, ("event blocks", path, n), lambda: _event_blocks(trace, pre, n))
@@ -188,10 +189,9 @@ def _stage_map(trace: Trace, p: int, v: int) -> StageMap:
     prev = torch.cat([torch.zeros(1, dtype=torch.int64), fill.clamp(min=0)])[since + 1]
     events: list[int] = torch.where(fill == -2, prev, fill).tolist()
     modules: dict[str, int] = {m: events[i] for m, i in first.items()}
-    for mod in trace.modules:
-        b = _block_index(mod.path, pre, n)
-        if b >= 0:
-            modules[mod.path] = int(chunk_of_block[b])
+    in_blocks = once(trace, ("modules' blocks", path, n),
+                     lambda: [(mod.path, b) for mod in trace.modules if (b := _block_index(mod.path, pre, n)) >= 0])
+    modules.update((m, chunk_list[b]) for m, b in in_blocks)
     return StageMap(p, v, path, max(sizes[0], 1), events, modules)
 
 

@@ -204,16 +204,18 @@ def _rank_figures(trace: Trace, peak: MemoryPeak, pp: int, vpp: int) -> tuple[An
     grads = peak.persistent.get("gradients", 0) * sum(params) / total  # the gradients, as states are spread
     # live bytes at each operator's high point (peak.highs[i + 1]: event i), in the forward and
     # backward, and in the optimizer step
-    highs = peak.highs[1:] or [peak.peak_bytes] * len(trace.events)
+    highs = once(peak, "highs by event", lambda: torch.tensor(peak.highs[1:] or [peak.peak_bytes] * len(trace.events),
+                                                               dtype=torch.int64))
     steps, out_bytes = once(trace, "step events and kept output", lambda: _step_and_output(trace))
-    opt = max((highs[i] for i in steps if i < len(highs)), default=0)
+    steps = steps[steps < len(highs)]
+    opt = int(highs[steps].max()) if len(steps) else 0
     above = transients_above(trace, highs, sm, acts)
     # a stage boundary's activation: what each receive (:func:`receive_buffers`) holds
     boundary = activation_bytes(trace, f"{sm.blocks}.{sm.per_chunk - 1}")
     return sm, acts, params, total, grads, opt, above, boundary, out_bytes
 
 
-def _step_and_output(trace: Trace) -> tuple[list[int], int]:
+def _step_and_output(trace: Trace) -> tuple[torch.Tensor, int]:
     """The optimizer step's events, and the bytes the last stage keeps of each micro-batch until
     its backward: the model's output (the logits) and what its loss saved for the backward (the
     log-probabilities); GPipe holds all m of them at once, 1F1B one (the transient counts one)."""
@@ -224,7 +226,7 @@ def _step_and_output(trace: Trace) -> tuple[list[int], int]:
         freed = {f.storage: f.after for f in trace.frees}
         out_bytes += sum(n for i in loss for uid, n in trace.events[i].allocs
                          if freed.get(uid, len(trace.events)) > loss[-1])
-    return [i for i, e in enumerate(trace.events) if e.phase == "optimizer"], out_bytes
+    return torch.tensor([i for i, e in enumerate(trace.events) if e.phase == "optimizer"], dtype=torch.int64), out_bytes
 
 
 def receive_buffers(framework: str, pp: int, vpp: int, rank: int, microbatches: int, held: float,

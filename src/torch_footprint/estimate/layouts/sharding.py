@@ -224,10 +224,9 @@ def rank_peak(trace: Trace, strategy: str = "ddp", n: int = 1, bucket_view: bool
         scale[uid] = f["weights"]
     # each rank steps the optimizer over the state it holds: the step's temporaries (Adam's
     # denominator, a foreach step's per-tensor lists) are shards of the whole model's too
-    for e in trace.events:
-        if e.phase == "optimizer":
-            for uid, _ in e.allocs:
-                scale.setdefault(uid, f["optimizer state"])
+    for uid in once(trace, "optimizer step's storages",
+                    lambda: [u for e in trace.events if e.phase == "optimizer" for u, _ in e.allocs]):
+        scale.setdefault(uid, f["optimizer state"])
     extra = 0
     training = bool(trace.settings.get("backward"))
     if strategy in ("ddp", "zero1") and training and not bucket_view:

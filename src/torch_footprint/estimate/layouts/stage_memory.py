@@ -13,12 +13,12 @@ from .memo import once
 from .pipeline import StageMap
 
 
-def transients_above(trace: Trace, highs: list[int], sm: StageMap, acts: list[int]) -> list[int | None]:
+def transients_above(trace: Trace, highs: torch.Tensor, sm: StageMap, acts: list[int]) -> list[int | None]:
     """Per pipeline rank, what its own operators (forward, loss, backward) hold at their worst
     beyond its micro-batch's saved activations at their fullest (``acts``), the model states
     still counted (the caller takes them out; None for a rank with no operator): the logits and
     their gradient on the last rank, an operator's outputs and scratch on each. At each event of
-    the whole model's replay of one micro-batch (``highs``: live bytes at its high point), the
+    the whole model's replay of one micro-batch (``highs``: live bytes at its high point, an int64 tensor), the
     saved activations alive then (storages the forward made that outlive it, from birth to free)
     are counted for the rank whose chunk made them only; the model's output (the logits) for the
     last rank only, which a one-rank step keeps through the whole backward and a pipeline's other
@@ -26,7 +26,7 @@ def transients_above(trace: Trace, highs: list[int], sm: StageMap, acts: list[in
     ranks, others = once(trace, ("pipeline others", sm.p, sm.v), lambda: _others_by_event(trace, sm))
     n = min(len(ranks), len(highs))
     ranks = ranks[:n]
-    above = (torch.tensor(highs[:n], dtype=torch.int64) - others[:n]
+    above = (highs[:n] - others[:n]
              - torch.tensor(acts, dtype=torch.int64)[ranks.clamp(min=0)])
     out: list[int | None] = [None] * sm.p
     for r in range(sm.p):
