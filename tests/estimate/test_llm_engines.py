@@ -124,3 +124,24 @@ def test_the_largest_batch_is_what_the_engine_admits(tiny) -> None:
         row = serve(tiny, Priced(batch=1, prompt=128, output=32, engine="vllm", knobs=knobs), gpu,
                     max_context=256).rows[0]
         assert row.max_batch == min(row.vllm.blocks // 10, knobs["max_num_seqs"])
+
+
+def test_vllm_serves_a_bf16_checkpoint_in_fp16_on_a_gpu_without_bf16() -> None:
+    # vllm/platforms/cuda.py: a T4 (compute capability 7.5) supports fp16 and fp32, not bf16, and
+    # _resolve_auto_dtype loads the bf16 checkpoint in fp16: priced exactly as the fp16 checkpoint
+    llama = str(Path(__file__).parents[1] / "configs" / "llama-tiny")
+    s = Priced(batch=2, prompt=64, output=16, engine="vllm")
+    as_bf16, as_fp16 = (serve(trace_serving(llama, batch=2, prompt=64, dtype=d), s, [get("t4")], max_context=256)
+                        for d in ("bfloat16", "float16"))
+    [bf16], [fp16] = as_bf16.rows, as_fp16.rows
+    assert (bf16.ttft_s, bf16.tpot_s, bf16.kv_bytes, bf16.weights_bytes) == (
+        fp16.ttft_s, fp16.tpot_s, fp16.kv_bytes, fp16.weights_bytes)
+    assert any("loads the bf16 checkpoint in fp16" in n for n in bf16.notes)
+    # eager PyTorch (no engine) runs bf16 on a T4 as emulated bf16, off the tensor cores: slower
+    plain = serve(trace_serving(llama, batch=2, prompt=64, dtype="bfloat16"), Priced(batch=2, prompt=64, output=16),
+                  [get("t4")], max_context=256).rows[0]
+    assert plain.ttft_s > bf16.ttft_s and not any("bf16" in n for n in plain.notes)
+    # an A100 has bf16 units: vLLM keeps the checkpoint's dtype
+    [a100] = serve(trace_serving(llama, batch=2, prompt=64, dtype="bfloat16"), s, [get("a100-sxm-80gb")],
+                   max_context=256).rows
+    assert not any("bf16" in n for n in a100.notes)

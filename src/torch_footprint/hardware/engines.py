@@ -80,6 +80,10 @@ class EngineProfile:
     # per step (step_ops), per scheduled request (sequence_ops), per admitted request (request_ops);
     # packed attention's rate as a fraction of the calibrated fp32 matrix rate (packed_matrix)
     host: dict[str, float] = field(default_factory=dict)
+    # a bf16 checkpoint on a GPU without bf16 units (NVIDIA before Ampere) is loaded in this dtype
+    # ("" : the engine keeps bf16), or in fp32 for the model types fp16 is unstable for
+    bf16_fallback: str = ""
+    fp16_unsafe: tuple[str, ...] = ()
 
     def runs_on(self, vendor: str) -> bool:
         """Whether the engine runs on this vendor's devices."""
@@ -156,6 +160,7 @@ def _profile(path: Path) -> EngineProfile:
     eras = tuple(raw.pop("eras", ()))
     raw["small_device_names"] = tuple(raw.get("small_device_names", ()))
     raw["vendors"] = tuple(raw.get("vendors", ()))
+    raw["fp16_unsafe"] = tuple(raw.get("fp16_unsafe", ()))
     for era in eras:
         if release(era.get("until")) is None:
             raise FootprintError(f"{path.name}: every era needs an 'until' version, got {era.get('until')!r}")

@@ -235,6 +235,16 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
             else:
                 row_notes.append(f"no {s.weights.compute} units: matrix work at the "
                                  f"{'bf16' if acc.peak('bf16') else 'fp16' if acc.peak('fp16') else 'fp32'} rate")
+        elif speed is not None and speed.bf16_fallback and acc.kind == "gpu" and _rate(st.dtype) == "bf16" \
+                and not acc.peak("bf16"):
+            kind = getattr(st.config, "model_type", "")
+            if kind in speed.fp16_unsafe:
+                row_notes.append(f"no bf16 units: {speed.title} loads {kind} in fp32 here (fp16 is unstable for it), "
+                                 "twice the weights and cache shown")
+            elif acc.peak(speed.bf16_fallback):
+                compute = speed.bf16_fallback
+                row_notes.append(f"no bf16 units: {speed.title} loads the bf16 checkpoint in {compute} (the same "
+                                 f"bytes), matrix work at the {compute} rate")
         on_gpu = speed is not None and acc.kind == "gpu"
         eff = dict(LLM_EFFICIENCY, **(speed.efficiency() if speed and on_gpu else {}), **(efficiency or {}))
         stated = speed.overhead_s() if speed and on_gpu else None
