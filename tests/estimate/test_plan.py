@@ -4,6 +4,7 @@ covers the layouts 8 GPUs allow and ranks those that fit; the launch configurati
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -127,6 +128,30 @@ def test_ctrl_c_keeps_the_best_found_so_far() -> None:
     res = api.plan(str(LLAMA), gpu=["h100-sxm"], gpus=8, seq=SEQ, global_batch=16, progress=progress)
     assert res.interrupted and res.rows  # the first trace key's layouts were priced before the interrupt
     assert res.to_dict()["interrupted"] is True
+    assert gc.get_freeze_count() == 0  # what the search set aside from the collector is given back
+
+
+def test_the_search_gives_back_what_it_set_aside_from_the_collector_and_leaves_the_callers_alone() -> None:
+    # the search freezes what lives once each trace is made (gc.freeze) and unfreezes at its end; where
+    # the caller froze objects of its own, it freezes nothing, and theirs stay frozen
+    import gc as collector
+
+    kept = [[i] for i in range(100)]
+    calls = []
+    real = collector.freeze
+    collector.freeze = lambda: (calls.append(collector.get_freeze_count()), real())[1]  # type: ignore[assignment]
+    try:
+        api.plan(str(LLAMA), gpu=["h100-sxm"], gpus=2, seq=SEQ, global_batch=4)
+        assert calls and collector.get_freeze_count() == 0
+        calls.clear()
+        real()
+        frozen = collector.get_freeze_count()
+        api.plan(str(LLAMA), gpu=["h100-sxm"], gpus=2, seq=SEQ, global_batch=4)
+        assert calls == [] and 0 < collector.get_freeze_count() <= frozen  # (frozen objects that died leave it)
+    finally:
+        collector.freeze = real  # type: ignore[assignment]
+        collector.unfreeze()
+    assert kept
 
 
 def test_states_bound_is_below_every_priced_need() -> None:
