@@ -145,3 +145,18 @@ def test_vllm_serves_a_bf16_checkpoint_in_fp16_on_a_gpu_without_bf16() -> None:
     [a100] = serve(trace_serving(llama, batch=2, prompt=64, dtype="bfloat16"), s, [get("a100-sxm-80gb")],
                    max_context=256).rows
     assert not any("bf16" in n for n in a100.notes)
+
+
+def test_vllm_loads_a_model_fp16_is_unstable_for_in_fp32_on_a_gpu_without_bf16() -> None:
+    # vllm/config/model.py _FLOAT16_NOT_SUPPORTED_MODELS (gemma3_text among them): on a T4, vLLM loads the
+    # bf16 Gemma-3 checkpoint in fp32, so the T4 row is the model traced in fp32 (4 bytes a parameter and a
+    # cached value, the A100 row's 2); --quant bf16 is vLLM's --dtype given: as given
+    from torch_footprint import api
+
+    res = api.llm("hf:google/gemma-3-1b-pt", gpu=["t4", "a100-sxm-80gb"], engine="vllm", prompt=128, output=16)
+    t4, a100 = res.rows
+    assert any("loads gemma3_text in fp32" in n for n in t4.notes) and not any("fp32" in n for n in a100.notes)
+    assert t4.kv_bytes == 2 * a100.kv_bytes
+    assert t4.weights_bytes == pytest.approx(2 * a100.weights_bytes, rel=1e-3)
+    given = api.llm("hf:google/gemma-3-1b-pt", gpu=["t4"], engine="vllm", prompt=128, output=16, quant="bf16").rows[0]
+    assert given.weights_bytes == a100.weights_bytes and not any("fp32" in n for n in given.notes)

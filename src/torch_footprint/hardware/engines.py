@@ -94,6 +94,16 @@ class EngineProfile:
         reaches where it states them."""
         return {k: self.speed[k] for k in ("memory", "matrix", "vector") if k in self.speed}
 
+    def loads_in(self, dtype: str, model_type: str, acc: Any) -> str | None:
+        """The dtype the engine loads a ``dtype`` checkpoint in on accelerator ``acc`` where that is
+        not the checkpoint's own (None: as it is): a bf16 checkpoint on a GPU without bf16 units in
+        ``bf16_fallback``, or in fp32 for the model types fp16 is unstable for."""
+        if not self.bf16_fallback or dtype != "bfloat16" or acc.kind != "gpu" or acc.peak("bf16"):
+            return None
+        if model_type in self.fp16_unsafe:
+            return "fp32"
+        return self.bf16_fallback if acc.peak(self.bf16_fallback) else None
+
     def overhead_s(self) -> float | None:
         """Host time per traced operator that the device does not hide (None: not stated)."""
         us = self.speed.get("overhead_us")

@@ -100,6 +100,7 @@ def _prepared(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simulat
     knobs = engine_knobs(s)
     prompt, output, _ = default_lengths(s.prompt, s.output, None)
     priced = Priced(batch=w.batch or DEFAULT_BATCH, prompt=prompt, output=output, weights=scheme,
+                    weights_given=scheme is not None,
                     kv_bytes=kv_scheme(s.kv) if s.kv else None, kv_name=s.kv, gpus=p.gpus, tp=tp, engine=s.engine,
                     chunk=s.chunk, knobs=knobs, max_model_len=s.max_model_len, engine_version=s.engine_version,
                     simulate=(s.concurrency, s.num_prompts or 10 * s.concurrency) if s.simulate else None,
@@ -159,6 +160,7 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     res = serve(st, priced, wanted, max_context=None if s.allow_longer else st.max_context,
                 efficiency=target.efficiencies)
     res.notes[:0] = fitted
+    _in_fp32(res, st, priced, wanted, w, s, target, progress)
     for row in res.rows:
         if row.vllm is not None and row.vllm.error:
             if len(res.rows) == 1:  # the one accelerator asked for: the engine would not start
@@ -168,6 +170,30 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
         res.notes.append(f"no prediction for {target.device or 'cpu'}: run `footprint calibrate` first to measure "
                          "its rates")
     return res
+
+
+def _in_fp32(res: LlmResult, st: ServingTrace, priced: Priced, wanted: list[Accelerator], w: Workload, s: Serving,
+             target: Target, progress: Callable[[str], None] | None) -> None:
+    """The rows of the accelerators the engine loads the checkpoint on in fp32 (a bf16 checkpoint
+    of a model type fp16 is unstable for, on a GPU without bf16 units: EngineProfile.loads_in),
+    priced again from the model traced in fp32. A dtype given with --quant is the engine's --dtype:
+    as given."""
+    from ...hardware.engines import profile
+
+    kind = getattr(st.config, "model_type", "")
+    speed = profile(s.engine) if s.engine and not priced.weights_given else None
+    wider = [a for a in wanted if speed is not None and speed.loads_in(st.dtype, kind, a) == "fp32"]
+    if not wider or speed is None:
+        return
+    st32 = trace_serving(w.model, batch=1, prompt=priced.prompt, dtype="float32", trust_remote_code=w.trust_remote_code,
+                         on_step=progress, reuse=w.reuse, attention=w.attention)
+    got = serve(st32, dataclasses.replace(priced, weights=weight_scheme("fp32")), wider,
+                max_context=None if s.allow_longer else st32.max_context, efficiency=target.efficiencies)
+    for row in got.rows:
+        row.notes.append(f"no bf16 units: {speed.title} loads {kind} in fp32 here (fp16 is unstable for it): "
+                         "priced in fp32")
+    by_acc = {id(row.accelerator): row for row in got.rows}
+    res.rows = [by_acc.get(id(row.accelerator), row) for row in res.rows]
 
 
 def plan_serving(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simulation, settings: Plan,

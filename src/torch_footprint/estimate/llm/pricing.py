@@ -63,6 +63,7 @@ class Priced:
     prompt: int = 1024
     output: int = 256
     weights: Scheme | None = None
+    weights_given: bool = False  # the scheme given (--quant: an engine's --dtype), not read off the checkpoint
     kv_bytes: int | None = None  # bytes per cached element (None: the traced dtype's)
     kv_name: str | None = None
     gpus: int = 1
@@ -235,14 +236,13 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
             else:
                 row_notes.append(f"no {s.weights.compute} units: matrix work at the "
                                  f"{'bf16' if acc.peak('bf16') else 'fp16' if acc.peak('fp16') else 'fp32'} rate")
-        elif speed is not None and speed.bf16_fallback and acc.kind == "gpu" and _rate(st.dtype) == "bf16" \
-                and not acc.peak("bf16"):
-            kind = getattr(st.config, "model_type", "")
-            if kind in speed.fp16_unsafe:
-                row_notes.append(f"no bf16 units: {speed.title} loads {kind} in fp32 here (fp16 is unstable for it), "
-                                 "twice the weights and cache shown")
-            elif acc.peak(speed.bf16_fallback):
-                compute = speed.bf16_fallback
+        elif speed is not None and not s.weights_given and (
+                loads := speed.loads_in(st.dtype, getattr(st.config, "model_type", ""), acc)):
+            if loads == "fp32":  # llm's own rows are traced again in fp32 (serve_model); a fleet's say so
+                row_notes.append(f"no bf16 units: {speed.title} loads {st.config.model_type} in fp32 here (fp16 "
+                                 "is unstable for it), twice the weights and cache shown")
+            else:
+                compute = loads
                 row_notes.append(f"no bf16 units: {speed.title} loads the bf16 checkpoint in {compute} (the same "
                                  f"bytes), matrix work at the {compute} rate")
         on_gpu = speed is not None and acc.kind == "gpu"
