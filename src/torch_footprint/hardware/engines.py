@@ -8,9 +8,12 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FootprintError
+
+if TYPE_CHECKING:
+    from .db import Accelerator
 
 try:
     import tomllib
@@ -94,7 +97,7 @@ class EngineProfile:
         reaches where it states them."""
         return {k: self.speed[k] for k in ("memory", "matrix", "vector") if k in self.speed}
 
-    def loads_in(self, dtype: str, model_type: str, acc: Any) -> str | None:
+    def loads_in(self, dtype: str, model_type: str, acc: Accelerator) -> str | None:
         """The dtype the engine loads a ``dtype`` checkpoint in on accelerator ``acc`` where that is
         not the checkpoint's own (None: as it is): a bf16 checkpoint on a GPU without bf16 units in
         ``bf16_fallback``, or in fp32 for the model types fp16 is unstable for."""

@@ -157,10 +157,12 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
         wanted += [find(rows, g) for g in target.gpu]
     elif not s.measure:
         wanted = [a for a in rows if a.bandwidth_gbs is not None or a.calibrated]
-    res = serve(st, priced, wanted, max_context=None if s.allow_longer else st.max_context,
-                efficiency=target.efficiencies)
+    wider = _loaded_in_fp32(st, priced, wanted, s)
+    res = serve(st, priced, [a for a in wanted if id(a) not in wider],
+                max_context=None if s.allow_longer else st.max_context, efficiency=target.efficiencies)
     res.notes[:0] = fitted
-    _in_fp32(res, st, priced, wanted, w, s, target, progress)
+    if wider:
+        _price_in_fp32(res, wanted, wider, priced, w, s, target, progress)
     for row in res.rows:
         if row.vllm is not None and row.vllm.error:
             if len(res.rows) == 1:  # the one accelerator asked for: the engine would not start
@@ -172,28 +174,33 @@ def serve_model(w: Workload, s: Serving, p: Parallel = Parallel(), target: Targe
     return res
 
 
-def _in_fp32(res: LlmResult, st: ServingTrace, priced: Priced, wanted: list[Accelerator], w: Workload, s: Serving,
-             target: Target, progress: Callable[[str], None] | None) -> None:
-    """The rows of the accelerators the engine loads the checkpoint on in fp32 (a bf16 checkpoint
-    of a model type fp16 is unstable for, on a GPU without bf16 units: EngineProfile.loads_in),
-    priced again from the model traced in fp32. A dtype given with --quant is the engine's --dtype:
-    as given."""
+def _loaded_in_fp32(st: ServingTrace, priced: Priced, wanted: list[Accelerator], s: Serving) -> dict[int, str]:
+    """The accelerators (by id) the engine loads the checkpoint on in fp32, with the engine's name: a
+    bf16 checkpoint of a model type fp16 is unstable for, on a GPU without bf16 units
+    (EngineProfile.loads_in). A dtype given with --quant is the engine's --dtype: as given."""
     from ...hardware.engines import profile
 
-    kind = getattr(st.config, "model_type", "")
-    speed = profile(s.engine) if s.engine and not priced.weights_given else None
-    wider = [a for a in wanted if speed is not None and speed.loads_in(st.dtype, kind, a) == "fp32"]
-    if not wider or speed is None:
-        return
+    if not s.engine or priced.weights_given:
+        return {}
+    speed, kind = profile(s.engine), getattr(st.config, "model_type", "")
+    return {id(a): speed.title for a in wanted if speed.loads_in(st.dtype, kind, a) == "fp32"}
+
+
+def _price_in_fp32(res: LlmResult, wanted: list[Accelerator], wider: dict[int, str], priced: Priced, w: Workload,
+                   s: Serving, target: Target, progress: Callable[[str], None] | None) -> None:
+    """The rows of ``wider``, priced from the model traced in fp32, put among ``res``'s in the order
+    the accelerators were asked for."""
     st32 = trace_serving(w.model, batch=1, prompt=priced.prompt, dtype="float32", trust_remote_code=w.trust_remote_code,
                          on_step=progress, reuse=w.reuse, attention=w.attention)
-    got = serve(st32, dataclasses.replace(priced, weights=weight_scheme("fp32")), wider,
-                max_context=None if s.allow_longer else st32.max_context, efficiency=target.efficiencies)
+    got = serve(st32, dataclasses.replace(priced, weights=weight_scheme("fp32")),
+                [a for a in wanted if id(a) in wider], max_context=None if s.allow_longer else st32.max_context,
+                efficiency=target.efficiencies)
+    kind = getattr(st32.config, "model_type", "")
     for row in got.rows:
-        row.notes.append(f"no bf16 units: {speed.title} loads {kind} in fp32 here (fp16 is unstable for it): "
-                         "priced in fp32")
-    by_acc = {id(row.accelerator): row for row in got.rows}
-    res.rows = [by_acc.get(id(row.accelerator), row) for row in res.rows]
+        row.notes.append(f"no bf16 units: {wider[id(row.accelerator)]} loads {kind} in fp32 here (fp16 is unstable "
+                         "for it): priced in fp32")
+    by_acc = {id(row.accelerator): row for row in [*res.rows, *got.rows]}
+    res.rows = [by_acc[id(a)] for a in wanted]
 
 
 def plan_serving(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simulation, settings: Plan,
