@@ -48,7 +48,7 @@ def _wrap(model: nn.Module, strategy: str, world: int, factory: Any, device: str
     from torch.distributed.device_mesh import init_device_mesh
 
     from ..estimate.layouts.sharding import fsdp_units, modules_of
-    from ..estimate.layouts.tensor_parallel import check_tp
+    from ..estimate.layouts.tensor_parallel import check_tp, per_rank_heads
 
     dev_type = torch.device(device).type
     if strategy in ("ddp", "zero1"):
@@ -80,6 +80,7 @@ def _wrap(model: nn.Module, strategy: str, world: int, factory: Any, device: str
         plan = check_tp(model, world)
         parallelize_module(model, mesh, {p: ColwiseParallel() if s == "colwise" else RowwiseParallel()
                                          for p, s in plan.items()}, src_data_rank=None)  # same weights everywhere
+        per_rank_heads(model, plan, world)  # the attention reshapes one rank's columns by its heads
         return model, factory(list(model.parameters()))
     raise ValueError(f"unknown strategy {strategy!r}")
 

@@ -15,14 +15,22 @@ Large Transformer Models", section 4.2.2) the norms and residuals hold 1/T of th
 sequence each, and an all-gather and a reduce-scatter replace each all-reduce.
 
 The plan is found by the linears' names, in the model's repeated blocks: the names of
-Llama, Mistral, Qwen, Gemma and most Hugging Face decoders (q/k/v/o_proj, gate/up/down_proj;
-an ``out_proj`` beside a ``q_proj``, as OPT's)
-and of BERT-style encoders (query/key/value, fc1/fc2). GPT-2 keeps its projections in
-``Conv1D`` modules with fused query/key/value, which DTensor's plans do not split.
+Llama, Mistral, Qwen, Gemma and most Hugging Face decoders (q/k/v/o_proj, gate/up/down_proj),
+the fused projections of Phi-3, GPT-NeoX, Falcon, Persimmon, CodeGen, MPT and StarCoder
+(qkv_proj, query_key_value, Wqkv, c_attn; gate_up_proj, dense_h_to_4h/dense_4h_to_h, c_fc,
+fc_in/fc_out), and BERT-style encoders (query/key/value, intermediate.dense, fc1/fc2). A
+fused projection is split by output columns as Megatron-LM's ``linear_qkv`` and
+``linear_fc1`` are (each rank holds its heads' queries, keys and values, its share of gate
+and up). An output projection whose name says nothing (``out_proj``, ``dense``, ``c_proj``,
+``o``) is row parallel beside a column-parallel sibling, or, named ``dense`` in an
+``output`` module, beside one in its parent (BERT's ``attention.output.dense`` and
+``output.dense``). GPT-2 keeps its projections in ``Conv1D`` modules, which DTensor's plans
+do not split.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -36,8 +44,14 @@ from ...trace.records import Trace
 from .memo import once
 
 COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1",
-                     "w1", "w3", "wq", "wk", "wv"})
-ROWWISE = frozenset({"o_proj", "down_proj", "fc2", "w2", "wo"})
+                     "w1", "w3", "wq", "wk", "wv", "qkv_proj", "query_key_value", "Wqkv", "c_attn",
+                     "gate_up_proj", "dense_h_to_4h", "c_fc", "fc_in"})
+ROWWISE = frozenset({"o_proj", "down_proj", "fc2", "w2", "wo", "dense_4h_to_h", "fc_out"})
+BESIDE = frozenset({"out_proj", "dense", "c_proj", "o"})  # row parallel beside a column-parallel sibling
+ATTENTION = frozenset({"q_proj", "query", "wq", "qkv_proj", "query_key_value", "Wqkv", "c_attn"})
+# an attention module's own head counts, divided on one rank (the attention reshapes by them)
+HEAD_COUNTS = ("num_heads", "num_key_value_heads", "num_kv_heads", "num_attention_heads", "n_heads", "n_head",
+               "kv_heads", "all_head_size")
 
 
 def plan_of(modules: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -47,16 +61,22 @@ def plan_of(modules: Iterable[tuple[str, str]]) -> dict[str, str]:
     mods = list(modules)
     blocks = [path + "." for path, kind in mods if kind in ("ModuleList", "Sequential") and path]
     plan: dict[str, str] = {}
-    for path, kind in mods:
-        if kind != "Linear" or not any(path.startswith(b) for b in blocks):
-            continue
-        leaf = path.rsplit(".", 1)[-1]
-        if leaf in COLWISE:
+    linears = [path for path, kind in mods  # nn.Linear and its subclasses by name (Falcon's FalconLinear)
+               if kind.endswith("Linear") and any(path.startswith(b) for b in blocks)]
+    for path in linears:
+        parent, _, leaf = path.rpartition(".")
+        if leaf in COLWISE or (leaf == "dense" and parent.endswith(".intermediate")):  # BERT's MLP input
             plan[path] = "colwise"
         elif leaf in ROWWISE:
             plan[path] = "rowwise"
-    for path, kind in mods:  # OPT's, BART's and Whisper's attention output: beside a split q_proj
-        if kind == "Linear" and path.endswith(".out_proj") and plan.get(path[:-len("out_proj")] + "q_proj"):
+    split = {path.rpartition(".")[0] for path, style in plan.items() if style == "colwise"}
+    for path in linears:  # an output projection beside a split one: OPT's out_proj, GPT-NeoX's dense
+        parent, _, leaf = path.rpartition(".")
+        if path in plan or leaf not in BESIDE:
+            continue
+        outer = parent.rpartition(".")[0]
+        if parent in split or (leaf == "dense" and parent.endswith(".output")
+                               and any(p == outer or p.startswith(outer + ".") for p in split)):
             plan[path] = "rowwise"
     return plan
 
@@ -74,10 +94,13 @@ def tp_plan_of_trace(trace: Trace) -> dict[str, str]:
 def _heads(model: nn.Module) -> dict[str, int]:
     cfg: Any = getattr(model, "config", None)
     out: dict[str, int] = {}
-    for key, label in (("num_attention_heads", "attention heads"), ("num_key_value_heads", "key/value heads")):
+    for key, label in (("num_attention_heads", "attention heads"), ("num_key_value_heads", "key/value heads"),
+                       ("num_kv_heads", "key/value heads")):
         v = getattr(cfg, key, None)
         if isinstance(v, int) and v > 0:
-            out[label] = v
+            out.setdefault(label, v)
+    if getattr(cfg, "multi_query", False) is True and not getattr(cfg, "new_decoder_architecture", False):
+        out["key/value heads"] = 1  # one key/value head that every query head reads (Falcon-7B, StarCoder)
     return out
 
 
@@ -99,6 +122,8 @@ def check_tp(model: nn.Module, tp: int) -> dict[str, str]:
     mods = dict(model.named_modules())
     for path, style in plan.items():
         lin = mods[path]
+        if not isinstance(lin, nn.Linear):
+            raise FootprintError(f"--tp {tp}: {path} is a {type(lin).__name__}, not an nn.Linear to split")
         width = lin.out_features if style == "colwise" else lin.in_features
         if width % tp:
             raise FootprintError(f"--tp {tp} does not divide the {width} "
@@ -110,14 +135,31 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
     """Make ``model`` (in place) one rank's share under ``tp``-way tensor parallelism: each
     column-parallel linear keeps out_features/tp outputs (and its bias's share), each
     row-parallel one in_features/tp inputs (its bias whole); an attention module's own head
-    counts (``num_heads``, ``num_key_value_heads``) divided too. Returns the plan."""
+    counts (``num_heads``, ``num_key_value_heads``) divided too, and a norm beside a split
+    linear over its whole output (OLMo-2's ``q_norm`` and ``k_norm``) holds its share. Returns
+    the plan."""
     plan = check_tp(model, tp)
     if tp == 1:
         return plan
     mods = dict(model.named_modules())
+    widths: dict[str, set[int]] = {}  # each module holding a column-parallel linear: their whole outputs
+    for path, style in plan.items():
+        if style == "colwise":
+            widths.setdefault(path.rpartition(".")[0], set()).add(mods[path].out_features)
+    for parent, outs in widths.items():
+        for name, child in mods[parent].named_children():
+            weight = getattr(child, "weight", None)
+            if f"{parent}.{name}" in plan or not isinstance(weight, nn.Parameter) or weight.dim() != 1:
+                continue
+            if weight.numel() in outs and weight.numel() % tp == 0:
+                for attr in ("weight", "bias"):
+                    t = getattr(child, attr, None)
+                    if isinstance(t, nn.Parameter) and t.shape == weight.shape:
+                        setattr(child, attr, nn.Parameter(t.new_empty(t.numel() // tp), requires_grad=t.requires_grad))
     for path, style in plan.items():
         lin = mods[path]
-        assert isinstance(lin, nn.Linear)
+        if not isinstance(lin, nn.Linear):
+            raise FootprintError(f"--tp {tp}: {path} is a {type(lin).__name__}, not an nn.Linear to split")
         w = lin.weight
         if style == "colwise":
             lin.weight = nn.Parameter(w.new_empty(w.shape[0] // tp, w.shape[1]), requires_grad=w.requires_grad)
@@ -128,13 +170,37 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
         else:
             lin.weight = nn.Parameter(w.new_empty(w.shape[0], w.shape[1] // tp), requires_grad=w.requires_grad)
             lin.in_features //= tp
-    for path in plan:  # an attention that reads its head count from itself (OPT's): one rank's heads
-        parent = mods[path.rsplit(".", 1)[0]] if path.endswith(".q_proj") else None
-        for name in ("num_heads", "num_key_value_heads") if parent is not None else ():
+    per_rank_heads(model, plan, tp)
+    return plan
+
+
+def per_rank_heads(model: nn.Module, plan: dict[str, str], tp: int) -> None:
+    """Give each attention module whose projections ``plan`` splits one rank's head counts (in
+    place): its own (``num_heads``, OPT's and Falcon's; ``n_heads``, MPT's; ...) and those of its
+    ``config``, a copy of the model's, where the attention reads them there (Phi-3 slices its
+    fused projection by them), so that its forward takes one rank's columns."""
+    mods = dict(model.named_modules())
+    attention = {path.rpartition(".")[0] for path in plan if path.rpartition(".")[2] in ATTENTION}
+    # and the modules holding the blocks, which build ALiBi's per-head biases by their head count
+    # (Bloom's, MPT's, Falcon's): one rank's heads' biases, as Megatron-DeepSpeed builds them
+    outer = {p for p in mods if not any(p == q or p.startswith(q + ".") for q in attention)
+             and any(q.startswith(p + ".") or not p for q in attention)}
+    shares: dict[int, Any] = {}
+    for path in sorted(attention | outer):
+        parent = mods[path]
+        for name in HEAD_COUNTS:
             n = parent.__dict__.get(name)
             if type(n) is int and n % tp == 0:
                 setattr(parent, name, n // tp)
-    return plan
+        cfg = parent.__dict__.get("config") if path in attention else None
+        if cfg is not None and isinstance(getattr(cfg, "num_attention_heads", None), int):
+            if id(cfg) not in shares:  # one copy for every module that shared the config: blocks stay alike
+                share = shares[id(cfg)] = copy.copy(cfg)
+                for name in ("num_attention_heads", "num_key_value_heads", "num_kv_heads"):
+                    n = getattr(share, name, None)
+                    if type(n) is int and n % tp == 0:
+                        setattr(share, name, n // tp)
+            parent.config = shares[id(cfg)]
 
 
 def split_vocab(model: nn.Module, tp: int) -> None:
