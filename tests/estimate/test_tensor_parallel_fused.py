@@ -3,7 +3,8 @@ than Llama: GPT-NeoX (one ``query_key_value``, an attention output called ``dens
 (``qkv_proj`` sliced by the config's head counts, ``gate_up_proj``), Falcon's new decoder
 (``FalconLinear``), StarCoder2 (an MLP of ``c_fc`` and ``c_proj``), BERT (``intermediate.dense``
 and two ``output.dense``), Bloom (ALiBi biases built by the model's head count) and OLMo-2
-(``q_norm`` and ``k_norm`` over the whole projection, not a head).
+(``q_norm`` and ``k_norm`` over the whole projection, not a head); and DeepSeek's multi-head
+latent attention (its up projections split, its down projections duplicated).
 
 Megatron-LM splits a fused projection by output columns (``linear_qkv``, ``linear_fc1``): each rank
 holds its heads' queries, keys and values. So one rank of two holds half of every block's linear
@@ -39,7 +40,8 @@ BLOCKS = (".layers.", ".layer.", ".h.")
 
 def _folder(tmp_path: Path, kind: str, **extra: object) -> str:
     (tmp_path / kind).mkdir()
-    (tmp_path / kind / "config.json").write_text(json.dumps({"model_type": kind, **BASE, **CONFIGS[kind], **extra}))
+    config = {"model_type": kind, **BASE, **CONFIGS.get(kind, {}), **extra}
+    (tmp_path / kind / "config.json").write_text(json.dumps(config))
     return str(tmp_path / kind)
 
 
@@ -87,6 +89,24 @@ def test_the_fused_projections_hold_their_share_by_hand(tmp_path: Path) -> None:
     assert olmo2["self_attn.q_norm.weight"] == [32] and olmo2["self_attn.k_norm.weight"] == [16]
 
 
+def test_multi_head_latent_attention_splits_its_up_projections_by_head_by_hand(tmp_path: Path) -> None:
+    # DeepSeek-V3's attention (Megatron-core's MLA): the up projections q_b_proj and kv_b_proj split by
+    # heads, o_proj by rows; the down projections q_a_proj (64 -> 32) and kv_a_proj_with_mqa (64 -> 32 +
+    # 8 rotary) duplicated on every rank. Dense MLPs only (first_k_dense_replace covers both layers).
+    folder = _folder(tmp_path, "deepseek_v3", architectures=["DeepseekV3ForCausalLM"], intermediate_size=128,
+                     num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=8,
+                     qk_nope_head_dim=16, v_head_dim=16, first_k_dense_replace=2, n_routed_experts=4,
+                     num_experts_per_tok=2, moe_intermediate_size=32, n_group=1, topk_group=1)
+    whole, _, _ = _rank(folder, 1)
+    half, shapes, scores = _rank(folder, 2)
+    duplicated = 2 * 16 * (64 * 32 + 64 * 40) * 2  # tokens x (q_a + kv_a) MACs x layers
+    assert 2 * half == whole + duplicated
+    # q_b_proj 32 -> 4 heads x (16 + 8), kv_b_proj 32 -> 4 heads x (16 + 16): a rank's 2 heads of each
+    assert shapes["self_attn.q_b_proj.weight"] == [48, 32] and shapes["self_attn.kv_b_proj.weight"] == [64, 32]
+    assert shapes["self_attn.q_a_proj.weight"] == [32, 64] and shapes["self_attn.o_proj.weight"] == [64, 32]
+    assert scores and {tuple(s) for s in scores} == {(4, 16, 16)}  # batch 2 x 2 heads
+
+
 def test_output_projections_named_for_nothing_split_only_beside_a_split_one() -> None:
     mods = [("m.h", "ModuleList"), ("m.h.0.attention.query_key_value", "Linear"),
             ("m.h.0.attention.dense", "Linear"), ("m.h.0.mlp.dense_h_to_4h", "FalconLinear"),
@@ -110,3 +130,35 @@ def test_one_key_value_head_for_every_query_head_is_not_split(tmp_path: Path,
     assert main(["fit", folder, "--input-ids", "2,16", "--train", "--gpus", "2", "--tp", "2", "--gpu", "h100-sxm"]) == 2
     err = capsys.readouterr().err
     assert err == "footprint: error: --tp 2 does not divide the model's 1 key/value heads\n"
+
+
+SHARED_EXPERTS = {  # a mixture of experts beside shared experts, which see the MoE block's tokens flattened
+    "qwen2_moe": {"architectures": ["Qwen2MoeForCausalLM"], "intermediate_size": 128, "num_key_value_heads": 2,
+                  "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                  "shared_expert_intermediate_size": 64},
+    "deepseek_v3": {"architectures": ["DeepseekV3ForCausalLM"], "intermediate_size": 128, "num_key_value_heads": 4,
+                    "q_lora_rank": 32, "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
+                    "v_head_dim": 16, "first_k_dense_replace": 1, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                    "moe_intermediate_size": 32, "n_shared_experts": 1, "n_group": 1, "topk_group": 1},
+}
+
+
+@pytest.mark.parametrize("kind", list(SHARED_EXPERTS))
+def test_sequence_parallelism_moves_no_matrix_work_in_a_mixture_with_shared_experts(tmp_path: Path,
+                                                                                     kind: str) -> None:
+    # Korthikanti et al. 2022, 4.2.2: sequence parallelism splits only what lies between the split
+    # linears (norms, residuals), so a rank multiplies what it does without it; between the blocks
+    # it holds 16 / 2 = 8 of the 16 tokens.
+    folder = _folder(tmp_path, kind, **SHARED_EXPERTS[kind])
+    w = Workload(folder, inputs={"input_ids": "2,16:int64"})
+    train = Training(train=True, optimizer="adamw")
+    plain, _ = trace_step(w, train, Parallel(gpus=2, tp=2))
+    sp, _ = trace_step(w, train, Parallel(gpus=2, tp=2, sequence_parallel=True))
+
+    def macs(trace: object) -> int:
+        return sum(e.macs for e in trace.events if e.phase == "forward" and ".layers." in e.module)  # type: ignore[attr-defined]
+
+    assert macs(plain) > 0 and macs(sp) == macs(plain)
+    norms = [e.out_shapes[0] for e in sp.events if e.phase == "forward" and e.module.endswith("input_layernorm")
+             and e.op == "aten.mul.Tensor"]
+    assert norms and all(s == [2, 8, 64] for s in norms)

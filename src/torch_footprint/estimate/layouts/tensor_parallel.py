@@ -45,10 +45,10 @@ from .memo import once
 
 COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1",
                      "w1", "w3", "wq", "wk", "wv", "qkv_proj", "query_key_value", "Wqkv", "c_attn",
-                     "gate_up_proj", "dense_h_to_4h", "c_fc", "fc_in"})
+                     "gate_up_proj", "dense_h_to_4h", "c_fc", "fc_in", "q_b_proj", "kv_b_proj"})
 ROWWISE = frozenset({"o_proj", "down_proj", "fc2", "w2", "wo", "dense_4h_to_h", "fc_out"})
 BESIDE = frozenset({"out_proj", "dense", "c_proj", "o"})  # row parallel beside a column-parallel sibling
-ATTENTION = frozenset({"q_proj", "query", "wq", "qkv_proj", "query_key_value", "Wqkv", "c_attn"})
+ATTENTION = frozenset({"q_proj", "query", "wq", "qkv_proj", "query_key_value", "Wqkv", "c_attn", "q_b_proj"})
 # an attention module's own head counts, divided on one rank (the attention reshapes by them)
 HEAD_COUNTS = ("num_heads", "num_key_value_heads", "num_kv_heads", "num_attention_heads", "n_heads", "n_head",
                "kv_heads", "all_head_size")
@@ -244,19 +244,19 @@ class _ShardSavingLinear(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx: Any, full: torch.Tensor, shard: torch.Tensor, weight: torch.Tensor,
-                bias: torch.Tensor | None, tp: int) -> torch.Tensor:
+                bias: torch.Tensor | None, tp: int, dim: int) -> torch.Tensor:
         ctx.save_for_backward(shard, weight)
-        ctx.tp, ctx.has_bias = tp, bias is not None
+        ctx.tp, ctx.dim, ctx.has_bias = tp, dim, bias is not None
         return F.linear(full, weight, bias)
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         shard, weight = ctx.saved_tensors
-        full = torch.cat([shard] * ctx.tp, dim=SEQUENCE_DIM).to(grad.dtype)
+        full = torch.cat([shard] * ctx.tp, dim=ctx.dim).to(grad.dtype)
         grad_w = grad.flatten(0, -2).t() @ full.flatten(0, -2)
         grad_b = grad.flatten(0, -2).sum(0) if ctx.has_bias else None
-        return grad @ weight.to(grad.dtype), None, grad_w, grad_b, None
+        return grad @ weight.to(grad.dtype), None, grad_w, grad_b, None, None
 
 
 SEQUENCE_DIM = 1  # Hugging Face's hidden states are [batch, sequence, hidden]
@@ -309,19 +309,38 @@ def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> 
 
     def colwise(x: torch.Tensor, lin: nn.Linear) -> torch.Tensor:
         shard = getattr(x, "_footprint_shard", None)
-        if shard is None:  # the input was made from the gathered one: keep a shard of its own
-            shard = _shard(x, tp)
-        return _ShardSavingLinear.apply(x, shard, lin.weight, lin.bias, tp)
+        dim = SEQUENCE_DIM
+        if shard is None:  # the input was made from the gathered one: keep a shard of its own, of its
+            # sequence (MLA's latents are [batch, 1, sequence, rank]; a shared expert's tokens are flat)
+            dims = [d for d in range(x.dim() - 1) if x.shape[d] > 1 and x.shape[d] % tp == 0]
+            if not dims:
+                return F.linear(x, lin.weight, lin.bias)
+            dim = SEQUENCE_DIM if SEQUENCE_DIM in dims else max(dims, key=lambda d: x.shape[d])
+            shard = x.narrow(dim, 0, x.shape[dim] // tp).clone()
+        return _ShardSavingLinear.apply(x, shard, lin.weight, lin.bias, tp, dim)
 
+    def unit(path: str) -> str:
+        """The block's child holding ``path`` (its attention, its MLP): where the sequence is gathered,
+        and scattered again unless the row-parallel linear is that child's own (a shared expert's is
+        deeper, on the MoE block's tokens flattened)."""
+        if not path.startswith(outer + "."):
+            return path.rpartition(".")[0]
+        return ".".join(path.split(".")[: outer.count(".") + 3])
+
+    nested = {unit(p) for p, style in plan.items() if style == "rowwise" and unit(p) != p.rpartition(".")[0]}
+    for u in nested:
+        mods[u].register_forward_hook(lambda _m, _a, out: (_shard(out[0], tp), *out[1:])
+                                      if isinstance(out, tuple) else _shard(out, tp))
     for path, style in plan.items():
         lin = mods[path]
         if style == "rowwise":
-            lin.register_forward_hook(lambda _m, _a, out: _shard(out, tp))
+            if unit(path) not in nested:
+                lin.register_forward_hook(lambda _m, _a, out: _shard(out, tp))
             continue
-        parent = mods[path.rsplit(".", 1)[0]]
-        if not getattr(parent, "_footprint_sp", False):
-            parent.register_forward_pre_hook(gather, with_kwargs=True)
-            parent._footprint_sp = True  # type: ignore[assignment]
+        gathers = mods[unit(path)]
+        if not getattr(gathers, "_footprint_sp", False):
+            gathers.register_forward_pre_hook(gather, with_kwargs=True)
+            gathers._footprint_sp = True  # type: ignore[assignment]
         lin.forward = partial(colwise, lin=lin)  # type: ignore[method-assign]
     get_out = getattr(model, "get_output_embeddings", None)
     head = get_out() if callable(get_out) else None
