@@ -3,8 +3,10 @@ than Llama: GPT-NeoX (one ``query_key_value``, an attention output called ``dens
 (``qkv_proj`` sliced by the config's head counts, ``gate_up_proj``), Falcon's new decoder
 (``FalconLinear``), StarCoder2 (an MLP of ``c_fc`` and ``c_proj``), BERT (``intermediate.dense``
 and two ``output.dense``), Bloom (ALiBi biases built by the model's head count) and OLMo-2
-(``q_norm`` and ``k_norm`` over the whole projection, not a head); and DeepSeek's multi-head
-latent attention (its up projections split, its down projections duplicated).
+(``q_norm`` and ``k_norm`` over the whole projection, not a head); Qwen3.5's gated delta net
+(split by its key and value heads, its convolution by channels, as Megatron-core and vLLM split
+it); and DeepSeek's multi-head latent attention (its up projections split, its down projections
+duplicated).
 
 Megatron-LM splits a fused projection by output columns (``linear_qkv``, ``linear_fc1``): each rank
 holds its heads' queries, keys and values. So one rank of two holds half of every block's linear
@@ -14,6 +16,7 @@ every product in a block is split by heads or by the MLP's width (a closed form)
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,10 @@ CONFIGS = {
     "bert": {"architectures": ["BertForMaskedLM"], "intermediate_size": 128},
     "bloom": {"architectures": ["BloomForCausalLM"], "n_embed": 64, "n_layer": 2, "n_head": 4},
     "olmo2": {"architectures": ["Olmo2ForCausalLM"], "intermediate_size": 128, "num_key_value_heads": 2},
+    "qwen3_5_text": {"architectures": ["Qwen3_5ForCausalLM"], "intermediate_size": 128, "num_key_value_heads": 2,
+                     "head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                     "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+                     "layer_types": ["linear_attention", "full_attention"]},
 }
 BLOCKS = (".layers.", ".layer.", ".h.")
 
@@ -63,8 +70,8 @@ def test_one_rank_of_two_does_half_of_every_blocks_matrix_work(tmp_path: Path, k
     half, _, scores2 = _rank(folder, 2)
     assert whole > 0 and 2 * half == whole
     # the attention itself on 2 of the 4 heads: [batch, heads, 16, 16] or [batch x heads, 16, 16]
-    assert scores1 and scores2 and {tuple(s[:-2]) for s in scores1} in ({(2, 4)}, {(8,)})
-    assert {tuple(s[:-2]) for s in scores2} == ({(2, 2)} if len(scores1[0]) == 4 else {(4,)})
+    assert scores1 and {math.prod(s[:-2]) for s in scores1} == {8}
+    assert [s[-2:] for s in scores2] == [s[-2:] for s in scores1] and {math.prod(s[:-2]) for s in scores2} == {4}
 
 
 def test_the_fused_projections_hold_their_share_by_hand(tmp_path: Path) -> None:
@@ -87,6 +94,15 @@ def test_the_fused_projections_hold_their_share_by_hand(tmp_path: Path) -> None:
     # OLMo-2's norms over the whole query (4 x 16) and key (2 x 16) projections: a rank's share of each
     _, olmo2, _ = _rank(_folder(tmp_path, "olmo2"), 2)
     assert olmo2["self_attn.q_norm.weight"] == [32] and olmo2["self_attn.k_norm.weight"] == [16]
+    # Qwen3.5's gated delta net, 2 key heads and 4 value heads of 16: in_proj_qkv 64 -> 2 x 32 + 64 = 128
+    # (one rank 64), in_proj_z 64 -> 64 (32), in_proj_a and _b 64 -> 4 (2), its depthwise convolution
+    # over the 128 channels (64), its per-value-head decay A_log and step bias dt_bias (2), out_proj 64 -> 64
+    # (32 inputs)
+    _, delta, _ = _rank(_folder(tmp_path, "qwen3_5_text"), 2)
+    assert delta["linear_attn.in_proj_qkv.weight"] == [64, 64] and delta["linear_attn.in_proj_z.weight"] == [32, 64]
+    assert delta["linear_attn.in_proj_a.weight"] == [2, 64] and delta["linear_attn.in_proj_b.weight"] == [2, 64]
+    assert delta["linear_attn.conv1d.weight"] == [64, 1, 4] and delta["linear_attn.out_proj.weight"] == [64, 32]
+    assert delta["linear_attn.A_log"] == [2] and delta["linear_attn.dt_bias"] == [2]
 
 
 def test_multi_head_latent_attention_splits_its_up_projections_by_head_by_hand(tmp_path: Path) -> None:
@@ -162,3 +178,49 @@ def test_sequence_parallelism_moves_no_matrix_work_in_a_mixture_with_shared_expe
     norms = [e.out_shapes[0] for e in sp.events if e.phase == "forward" and e.module.endswith("input_layernorm")
              and e.op == "aten.mul.Tensor"]
     assert norms and all(s == [2, 8, 64] for s in norms)
+
+
+ATTENTION_OF_ITS_OWN = '''
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(64, 64) for _ in range(4))
+        self.shape = (4, 16)  # its heads by a name tensor parallelism cannot know
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (p(x).view(b, t, *self.shape).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        return self.o_proj(nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, -1))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Attention() for _ in range(2))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
+
+
+def build():
+    return Model()
+'''
+
+
+def test_an_attention_that_one_ranks_share_breaks_is_one_line_naming_the_split(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "own.py").write_text(ATTENTION_OF_ITS_OWN)
+    model = f"{tmp_path / 'own.py'}:build"
+    assert main(["fit", model, "--input", "2,16,64", "--train", "--gpu", "h100-sxm"]) == 0  # whole, it runs
+    capsys.readouterr()
+    assert main(["fit", model, "--input", "2,16,64", "--train", "--gpus", "2", "--tp", "2", "--gpu", "h100-sxm"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("footprint: error: --tp 2: one rank's share of Model does not run, so its attention or MLP "
+                          "is not one this tool knows how to split (the model raised RuntimeError")
+    assert err.count("\n") == 1 and "layers.0" in err

@@ -124,6 +124,11 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero",
                                         fuse_attention=fuse, loss=t.loss, cuda=cuda))
+    except FootprintError as e:
+        if p.tensor > 1 and str(e).startswith("the model raised"):  # the split model, not the model, failed
+            raise FootprintError(f"--tp {p.tensor}: one rank's share of {type(m).__name__} does not run, so its "
+                                 f"attention or MLP is not one this tool knows how to split ({e})") from e
+        raise
     finally:
         unattend()
         undo()

@@ -45,13 +45,16 @@ from .memo import once
 
 COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1",
                      "w1", "w3", "wq", "wk", "wv", "qkv_proj", "query_key_value", "Wqkv", "c_attn",
-                     "gate_up_proj", "dense_h_to_4h", "c_fc", "fc_in", "q_b_proj", "kv_b_proj"})
+                     "gate_up_proj", "dense_h_to_4h", "c_fc", "fc_in", "q_b_proj", "kv_b_proj",
+                     "in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b"})
 ROWWISE = frozenset({"o_proj", "down_proj", "fc2", "w2", "wo", "dense_4h_to_h", "fc_out"})
 BESIDE = frozenset({"out_proj", "dense", "c_proj", "o"})  # row parallel beside a column-parallel sibling
-ATTENTION = frozenset({"q_proj", "query", "wq", "qkv_proj", "query_key_value", "Wqkv", "c_attn", "q_b_proj"})
+ATTENTION = frozenset({"q_proj", "query", "wq", "qkv_proj", "query_key_value", "Wqkv", "c_attn", "q_b_proj",
+                       "in_proj_qkvz", "in_proj_qkv"})  # the last two: gated delta nets' (Qwen3-Next, Qwen3.5)
 # an attention module's own head counts, divided on one rank (the attention reshapes by them)
 HEAD_COUNTS = ("num_heads", "num_key_value_heads", "num_kv_heads", "num_attention_heads", "n_heads", "n_head",
-               "kv_heads", "all_head_size")
+               "kv_heads", "all_head_size", "num_k_heads", "num_v_heads")
+DELTA_NET_WIDTHS = ("key_dim", "value_dim", "conv_dim")  # a gated delta net's, by its heads
 
 
 def plan_of(modules: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -147,8 +150,21 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
         if style == "colwise":
             widths.setdefault(path.rpartition(".")[0], set()).add(mods[path].out_features)
     for parent, outs in widths.items():
+        heads = mods[parent].__dict__.get("num_v_heads")  # a delta net's own per-head decay and step bias
+        for name, prm in list(mods[parent].named_parameters(recurse=False)) if type(heads) is int else ():
+            if prm.dim() == 1 and prm.numel() == heads and heads % tp == 0:
+                setattr(mods[parent], name, nn.Parameter(prm.new_empty(heads // tp), requires_grad=prm.requires_grad))
         for name, child in mods[parent].named_children():
             weight = getattr(child, "weight", None)
+            if isinstance(child, nn.Conv1d) and child.groups == child.in_channels == child.out_channels \
+                    and child.groups % tp == 0:  # a depthwise convolution over split channels (a delta net's)
+                child.weight = nn.Parameter(weight.new_empty(weight.shape[0] // tp, *weight.shape[1:]),
+                                            requires_grad=weight.requires_grad)
+                if child.bias is not None:
+                    child.bias = nn.Parameter(child.bias.new_empty(child.bias.shape[0] // tp),
+                                              requires_grad=child.bias.requires_grad)
+                child.in_channels = child.out_channels = child.groups = child.groups // tp
+                continue
             if f"{parent}.{name}" in plan or not isinstance(weight, nn.Parameter) or weight.dim() != 1:
                 continue
             if weight.numel() in outs and weight.numel() % tp == 0:
@@ -188,7 +204,8 @@ def per_rank_heads(model: nn.Module, plan: dict[str, str], tp: int) -> None:
     shares: dict[int, Any] = {}
     for path in sorted(attention | outer):
         parent = mods[path]
-        for name in HEAD_COUNTS:
+        delta_net = path in attention and "num_v_heads" in parent.__dict__
+        for name in HEAD_COUNTS + (DELTA_NET_WIDTHS if delta_net else ()):
             n = parent.__dict__.get(name)
             if type(n) is int and n % tp == 0:
                 setattr(parent, name, n // tp)
