@@ -224,3 +224,20 @@ def test_an_attention_that_one_ranks_share_breaks_is_one_line_naming_the_split(
     assert err.startswith("footprint: error: --tp 2: one rank's share of Model does not run, so its attention or MLP "
                           "is not one this tool knows how to split (the model raised RuntimeError")
     assert err.count("\n") == 1 and "layers.0" in err
+
+
+def test_gpt_oss_attention_sinks_are_per_head_and_split_with_the_heads() -> None:
+    # gpt-oss's attention keeps one learned sink logit per head (a 1-D parameter of the attention
+    # itself): one rank of two holds its 2 heads' sinks and does half of the attention's work
+    folder = str(Path(__file__).parents[1] / "configs" / "gpt-oss-tiny")
+    w = Workload(folder, inputs={"input_ids": "2,16:int64"})
+    train = Training(train=True, optimizer="adamw")
+    whole, _ = trace_step(w, train)
+    half, _ = trace_step(w, train, Parallel(gpus=2, tp=2))
+
+    def attention(trace: object) -> int:
+        return sum(e.macs for e in trace.events if e.phase == "forward" and ".self_attn" in e.module)  # type: ignore[attr-defined]
+
+    assert attention(whole) > 0 and 2 * attention(half) == attention(whole)
+    sinks = {q.name: q.shape for q in half.params if q.name.endswith("sinks")}
+    assert sinks and all(shape == [2] for shape in sinks.values())

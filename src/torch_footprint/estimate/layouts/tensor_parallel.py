@@ -46,7 +46,8 @@ from .memo import once
 COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1",
                      "w1", "w3", "wq", "wk", "wv", "qkv_proj", "query_key_value", "Wqkv", "c_attn",
                      "gate_up_proj", "dense_h_to_4h", "c_fc", "fc_in", "q_b_proj", "kv_b_proj",
-                     "in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b"})
+                     "in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b",
+                     "output_gate"})
 ROWWISE = frozenset({"o_proj", "down_proj", "fc2", "w2", "wo", "dense_4h_to_h", "fc_out"})
 BESIDE = frozenset({"out_proj", "dense", "c_proj", "o"})  # row parallel beside a column-parallel sibling
 ATTENTION = frozenset({"q_proj", "query", "wq", "qkv_proj", "query_key_value", "Wqkv", "c_attn", "q_b_proj",
@@ -150,10 +151,19 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
         if style == "colwise":
             widths.setdefault(path.rpartition(".")[0], set()).add(mods[path].out_features)
     for parent, outs in widths.items():
-        heads = mods[parent].__dict__.get("num_v_heads")  # a delta net's own per-head decay and step bias
-        for name, prm in list(mods[parent].named_parameters(recurse=False)) if type(heads) is int else ():
-            if prm.dim() == 1 and prm.numel() == heads and heads % tp == 0:
-                setattr(mods[parent], name, nn.Parameter(prm.new_empty(heads // tp), requires_grad=prm.requires_grad))
+        # an attention's own per-head tensors: gpt-oss's sinks, a delta net's decay and step bias, a
+        # lightning attention's decay rates
+        own = mods[parent]
+        heads = {n for n in (*(own.__dict__.get(k) for k in ("num_v_heads", "num_heads", "num_attention_heads")),
+                             getattr(own.__dict__.get("config"), "num_attention_heads", None))
+                 if type(n) is int and n % tp == 0}
+        for name, prm in list(own.named_parameters(recurse=False)) if heads else ():
+            if prm.dim() == 1 and prm.numel() in heads:
+                setattr(own, name, nn.Parameter(prm.new_empty(prm.numel() // tp), requires_grad=prm.requires_grad))
+        for name, buf in list(own.named_buffers(recurse=False)) if heads else ():
+            lead = next((d for d in range(buf.dim() - 1) if buf.shape[d] != 1), None)  # [heads, ...] or [1, heads, ...]
+            if lead is not None and buf.shape[lead] in heads:
+                setattr(own, name, buf.narrow(lead, 0, buf.shape[lead] // tp).clone())
         for name, child in mods[parent].named_children():
             weight = getattr(child, "weight", None)
             if isinstance(child, nn.Conv1d) and child.groups == child.in_channels == child.out_channels \
