@@ -31,6 +31,7 @@ do not split.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -298,6 +299,19 @@ def _shard(x: torch.Tensor, tp: int) -> torch.Tensor:
     return x.narrow(SEQUENCE_DIM, 0, x.shape[SEQUENCE_DIM] // tp).clone()
 
 
+PER_TOKEN_INPUT = "per_layer_input"  # Gemma-3n's and Gemma-4's per-layer embeddings, [batch, sequence, width]
+
+
+def _scatter_input(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], at: int,
+                   tp: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A block's per-token input (given by position ``at`` or by name) cut to this rank's share of the sequence."""
+    if len(args) > at and isinstance(args[at], torch.Tensor):
+        return (*args[:at], _shard(args[at], tp), *args[at + 1:]), kwargs
+    if isinstance(kwargs.get(PER_TOKEN_INPUT), torch.Tensor):
+        return args, {**kwargs, PER_TOKEN_INPUT: _shard(kwargs[PER_TOKEN_INPUT], tp)}
+    return args, kwargs
+
+
 def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> None:
     """Make one rank's share (after :func:`shrink_for_tp`) hold 1/tp of the sequence outside
     the split linears (module docstring): the first block's input scattered; the modules
@@ -323,6 +337,11 @@ def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> 
     # the first block takes the sequence scattered (Megatron-LM scatters the embedding's output;
     # here the model's positions and masks are made from the whole sequence before the blocks)
     mods[f"{outer}.0"].register_forward_pre_hook(scatter, with_kwargs=True)
+    for block in mods[outer]:  # a per-token input each block takes beside its hidden states: its tokens' share
+        names = list(inspect.signature(block.forward).parameters)
+        if PER_TOKEN_INPUT in names:
+            block.register_forward_pre_hook(partial(_scatter_input, at=names.index(PER_TOKEN_INPUT), tp=tp),
+                                            with_kwargs=True)
 
     def gathered(shard: torch.Tensor) -> torch.Tensor:
         full = torch.cat([shard] * tp, dim=SEQUENCE_DIM)
