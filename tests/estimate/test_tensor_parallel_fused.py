@@ -2,11 +2,11 @@
 than Llama: GPT-NeoX (one ``query_key_value``, an attention output called ``dense``), Phi-3
 (``qkv_proj`` sliced by the config's head counts, ``gate_up_proj``), Falcon's new decoder
 (``FalconLinear``), StarCoder2 (an MLP of ``c_fc`` and ``c_proj``), BERT (``intermediate.dense``
-and two ``output.dense``), Bloom (ALiBi biases built by the model's head count) and OLMo-2
-(``q_norm`` and ``k_norm`` over the whole projection, not a head); Qwen3.5's gated delta net
-(split by its key and value heads, its convolution by channels, as Megatron-core and vLLM split
-it); and DeepSeek's multi-head latent attention (its up projections split, its down projections
-duplicated).
+and two ``output.dense``), GPT-2 (``Conv1D``, its weight stored transposed), Bloom (ALiBi biases
+built by the model's head count), OLMo-2 (``q_norm`` and ``k_norm`` over the whole projection,
+not a head), Qwen3.5's gated delta net (split by its key and value heads, its convolution by
+channels, as Megatron-core and vLLM split it), DeepSeek's multi-head latent attention (its up
+projections split, its down projections duplicated) and gpt-oss's per-head sinks.
 
 Megatron-LM splits a fused projection by output columns (``linear_qkv``, ``linear_fc1``): each rank
 holds its heads' queries, keys and values. So one rank of two holds half of every block's linear
@@ -37,6 +37,8 @@ CONFIGS = {
     "bert": {"architectures": ["BertForMaskedLM"], "intermediate_size": 128},
     "bloom": {"architectures": ["BloomForCausalLM"], "n_embed": 64, "n_layer": 2, "n_head": 4},
     "olmo2": {"architectures": ["Olmo2ForCausalLM"], "intermediate_size": 128, "num_key_value_heads": 2},
+    "gpt2": {"architectures": ["GPT2LMHeadModel"], "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 64,
+             "n_inner": 128},
     "qwen3_5_text": {"architectures": ["Qwen3_5ForCausalLM"], "intermediate_size": 128, "num_key_value_heads": 2,
                      "head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
                      "linear_key_head_dim": 16, "linear_value_head_dim": 16,
@@ -94,6 +96,12 @@ def test_the_fused_projections_hold_their_share_by_hand(tmp_path: Path) -> None:
     # OLMo-2's norms over the whole query (4 x 16) and key (2 x 16) projections: a rank's share of each
     _, olmo2, _ = _rank(_folder(tmp_path, "olmo2"), 2)
     assert olmo2["self_attn.q_norm.weight"] == [32] and olmo2["self_attn.k_norm.weight"] == [16]
+    # GPT-2's Conv1D, its weight stored [inputs, outputs]: c_attn 64 -> 3 x 64 (one rank 96 and their biases),
+    # c_proj 64 -> 64 (32 inputs, its bias whole), the MLP's c_fc 64 -> 128 (64) and c_proj 128 -> 64 (64 inputs)
+    _, gpt2, _ = _rank(_folder(tmp_path, "gpt2"), 2)
+    assert gpt2["attn.c_attn.weight"] == [64, 96] and gpt2["attn.c_attn.bias"] == [96]
+    assert gpt2["attn.c_proj.weight"] == [32, 64] and gpt2["attn.c_proj.bias"] == [64]
+    assert gpt2["mlp.c_fc.weight"] == [64, 64] and gpt2["mlp.c_proj.weight"] == [64, 64]
     # Qwen3.5's gated delta net, 2 key heads and 4 value heads of 16: in_proj_qkv 64 -> 2 x 32 + 64 = 128
     # (one rank 64), in_proj_z 64 -> 64 (32), in_proj_a and _b 64 -> 4 (2), its depthwise convolution
     # over the 128 channels (64), its per-value-head decay A_log and step bias dt_bias (2), out_proj 64 -> 64

@@ -24,8 +24,9 @@ fused projection is split by output columns as Megatron-LM's ``linear_qkv`` and
 and up). An output projection whose name says nothing (``out_proj``, ``dense``, ``c_proj``,
 ``o``) is row parallel beside a column-parallel sibling, or, named ``dense`` in an
 ``output`` module, beside one in its parent (BERT's ``attention.output.dense`` and
-``output.dense``). GPT-2 keeps its projections in ``Conv1D`` modules, which DTensor's plans
-do not split.
+``output.dense``). GPT-2's ``Conv1D`` modules (c_attn, c_fc, c_proj: weights stored transposed)
+split as linears do in the prediction; DTensor's plans, which the measurement hands the plan
+to, split only ``nn.Linear``.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ ATTENTION = frozenset({"q_proj", "query", "wq", "qkv_proj", "query_key_value", "
                        "in_proj_qkvz", "in_proj_qkv"})  # the last two: gated delta nets' (Qwen3-Next, Qwen3.5)
 # an attention module's own head counts, divided on one rank (the attention reshapes by them)
 HEAD_COUNTS = ("num_heads", "num_key_value_heads", "num_kv_heads", "num_attention_heads", "n_heads", "n_head",
-               "kv_heads", "all_head_size", "num_k_heads", "num_v_heads")
+               "kv_heads", "all_head_size", "num_k_heads", "num_v_heads", "split_size")  # the last: GPT-2's q/k/v
 DELTA_NET_WIDTHS = ("key_dim", "value_dim", "conv_dim")  # a gated delta net's, by its heads
 
 
@@ -67,7 +68,7 @@ def plan_of(modules: Iterable[tuple[str, str]]) -> dict[str, str]:
     blocks = [path + "." for path, kind in mods if kind in ("ModuleList", "Sequential") and path]
     plan: dict[str, str] = {}
     linears = [path for path, kind in mods  # nn.Linear and its subclasses by name (Falcon's FalconLinear)
-               if kind.endswith("Linear") and any(path.startswith(b) for b in blocks)]
+               if (kind.endswith("Linear") or kind == "Conv1D") and any(path.startswith(b) for b in blocks)]
     for path in linears:
         parent, _, leaf = path.rpartition(".")
         if leaf in COLWISE or (leaf == "dense" and parent.endswith(".intermediate")):  # BERT's MLP input
@@ -109,6 +110,20 @@ def _heads(model: nn.Module) -> dict[str, int]:
     return out
 
 
+def _is_conv1d(m: nn.Module) -> bool:
+    """GPT-2's ``Conv1D``: a linear whose weight is stored transposed ([nx inputs, nf outputs])."""
+    return type(m).__name__ == "Conv1D" and isinstance(getattr(m, "nf", None), int)
+
+
+def _width(lin: nn.Module, path: str, tp: int, style: str) -> int:
+    """The features a split divides: a column-parallel linear's outputs, a row-parallel one's inputs."""
+    if _is_conv1d(lin):
+        return int(lin.nf if style == "colwise" else lin.nx)  # type: ignore[arg-type]
+    if not isinstance(lin, nn.Linear):
+        raise FootprintError(f"--tp {tp}: {path} is a {type(lin).__name__}, not an nn.Linear to split")
+    return lin.out_features if style == "colwise" else lin.in_features
+
+
 def check_tp(model: nn.Module, tp: int) -> dict[str, str]:
     """The plan for ``tp`` ranks, or a one-line error: no splittable linears, or a head
     count or a linear's width that ``tp`` does not divide."""
@@ -126,10 +141,7 @@ def check_tp(model: nn.Module, tp: int) -> dict[str, str]:
             raise FootprintError(f"--tp {tp} does not divide the model's {n} {label}")
     mods = dict(model.named_modules())
     for path, style in plan.items():
-        lin = mods[path]
-        if not isinstance(lin, nn.Linear):
-            raise FootprintError(f"--tp {tp}: {path} is a {type(lin).__name__}, not an nn.Linear to split")
-        width = lin.out_features if style == "colwise" else lin.in_features
+        width = _width(mods[path], path, tp, style)
         if width % tp:
             raise FootprintError(f"--tp {tp} does not divide the {width} "
                                  f"{'output' if style == 'colwise' else 'input'} features of {path}")
@@ -150,7 +162,7 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
     widths: dict[str, set[int]] = {}  # each module holding a column-parallel linear: their whole outputs
     for path, style in plan.items():
         if style == "colwise":
-            widths.setdefault(path.rpartition(".")[0], set()).add(mods[path].out_features)
+            widths.setdefault(path.rpartition(".")[0], set()).add(_width(mods[path], path, tp, style))
     for parent, outs in widths.items():
         # an attention's own per-head tensors: gpt-oss's sinks, a delta net's decay and step bias, a
         # lightning attention's decay rates
@@ -185,10 +197,16 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
                         setattr(child, attr, nn.Parameter(t.new_empty(t.numel() // tp), requires_grad=t.requires_grad))
     for path, style in plan.items():
         lin = mods[path]
-        if not isinstance(lin, nn.Linear):
-            raise FootprintError(f"--tp {tp}: {path} is a {type(lin).__name__}, not an nn.Linear to split")
         w = lin.weight
-        if style == "colwise":
+        if _is_conv1d(lin):  # GPT-2's: the weight stored [inputs, outputs], its widths nx and nf
+            out, keep = (1, "nf") if style == "colwise" else (0, "nx")
+            shape = list(w.shape)
+            shape[out] //= tp
+            lin.weight = nn.Parameter(w.new_empty(shape), requires_grad=w.requires_grad)
+            if style == "colwise":
+                lin.bias = nn.Parameter(lin.bias.new_empty(shape[1]), requires_grad=lin.bias.requires_grad)
+            setattr(lin, keep, getattr(lin, keep) // tp)
+        elif style == "colwise":
             lin.weight = nn.Parameter(w.new_empty(w.shape[0] // tp, w.shape[1]), requires_grad=w.requires_grad)
             if lin.bias is not None:
                 b = lin.bias
@@ -353,17 +371,18 @@ def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> 
             return (gathered(args[0]), *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": gathered(kwargs["hidden_states"])}
 
-    def colwise(x: torch.Tensor, lin: nn.Linear) -> torch.Tensor:
+    def colwise(x: torch.Tensor, lin: nn.Module) -> torch.Tensor:
         shard = getattr(x, "_footprint_shard", None)
         dim = SEQUENCE_DIM
         if shard is None:  # the input was made from the gathered one: keep a shard of its own, of its
             # sequence (MLA's latents are [batch, 1, sequence, rank]; a shared expert's tokens are flat)
             dims = [d for d in range(x.dim() - 1) if x.shape[d] > 1 and x.shape[d] % tp == 0]
             if not dims:
-                return F.linear(x, lin.weight, lin.bias)
+                return F.linear(x, lin.weight.t() if _is_conv1d(lin) else lin.weight, lin.bias)
             dim = SEQUENCE_DIM if SEQUENCE_DIM in dims else max(dims, key=lambda d: x.shape[d])
             shard = x.narrow(dim, 0, x.shape[dim] // tp).clone()
-        return _ShardSavingLinear.apply(x, shard, lin.weight, lin.bias, tp, dim)
+        weight = lin.weight.t() if _is_conv1d(lin) else lin.weight
+        return _ShardSavingLinear.apply(x, shard, weight, lin.bias, tp, dim)
 
     def unit(path: str) -> str:
         """The block's child holding ``path`` (its attention, its MLP): where the sequence is gathered,
