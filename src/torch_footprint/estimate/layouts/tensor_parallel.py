@@ -308,13 +308,20 @@ class _ShardSavingLinear(torch.autograd.Function):
 SEQUENCE_DIM = 1  # Hugging Face's hidden states are [batch, sequence, hidden]
 
 
+def _tokens_dim(x: torch.Tensor) -> int:
+    """Where a tensor's tokens run: the sequence of [batch, sequence, ...], or the rows of a
+    [tokens, width] one (OPT's MLP takes its tokens flattened)."""
+    return 0 if x.dim() == 2 else SEQUENCE_DIM
+
+
 def _shard(x: torch.Tensor, tp: int) -> torch.Tensor:
     """This rank's 1/tp of the sequence, in a storage of its own (a reduce-scatter's output;
     at the embedding, Megatron-LM clones its scattered view so the whole can be freed)."""
-    if x.shape[SEQUENCE_DIM] % tp:
-        raise FootprintError(f"--sequence-parallel: the sequence length {x.shape[SEQUENCE_DIM]} is not a "
+    dim = _tokens_dim(x)
+    if x.shape[dim] % tp:
+        raise FootprintError(f"--sequence-parallel: the sequence length {x.shape[dim]} is not a "
                              f"multiple of --tp {tp}")
-    return x.narrow(SEQUENCE_DIM, 0, x.shape[SEQUENCE_DIM] // tp).clone()
+    return x.narrow(dim, 0, x.shape[dim] // tp).clone()
 
 
 PER_TOKEN_INPUT = "per_layer_input"  # Gemma-3n's and Gemma-4's per-layer embeddings, [batch, sequence, width]
@@ -362,7 +369,7 @@ def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> 
                                             with_kwargs=True)
 
     def gathered(shard: torch.Tensor) -> torch.Tensor:
-        full = torch.cat([shard] * tp, dim=SEQUENCE_DIM)
+        full = torch.cat([shard] * tp, dim=_tokens_dim(shard))
         full._footprint_shard = shard  # type: ignore[attr-defined]  # what its linears keep; gone with it
         return full
 
@@ -373,7 +380,7 @@ def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> 
 
     def colwise(x: torch.Tensor, lin: nn.Module) -> torch.Tensor:
         shard = getattr(x, "_footprint_shard", None)
-        dim = SEQUENCE_DIM
+        dim = _tokens_dim(x)
         if shard is None:  # the input was made from the gathered one: keep a shard of its own, of its
             # sequence (MLA's latents are [batch, 1, sequence, rank]; a shared expert's tokens are flat)
             dims = [d for d in range(x.dim() - 1) if x.shape[d] > 1 and x.shape[d] % tp == 0]
