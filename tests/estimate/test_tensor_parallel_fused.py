@@ -259,3 +259,26 @@ def test_gpt_oss_attention_sinks_are_per_head_and_split_with_the_heads() -> None
     assert attention(whole) > 0 and 2 * attention(half) == attention(whole)
     sinks = {q.name: q.shape for q in half.params if q.name.endswith("sinks")}
     assert sinks and all(shape == [2] for shape in sinks.values())
+
+
+def test_a_mixer_left_whole_on_every_rank_is_named(tmp_path: Path) -> None:
+    # Jamba's Mamba mixers have no split here (Megatron-core splits them by heads): one rank holds them
+    # whole, which the answer says, while its attention and MLP layers split. Four layers: attention
+    # in layer 1 and 3 (attn_layer_period 2, offset 1), Mamba in 0 and 2; dense MLPs throughout.
+    folder = _folder(tmp_path, "jamba", architectures=["JambaForCausalLM"], num_hidden_layers=4, intermediate_size=128,
+                     num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=100,
+                     num_experts=1, mamba_d_state=8, mamba_expand=2, mamba_dt_rank=8, use_mamba_kernels=False)
+    w = Workload(folder, inputs={"input_ids": "2,16:int64"})
+    whole, _ = trace_step(w, Training(train=True, optimizer="adamw"))
+    half, notes = trace_step(w, Training(train=True, optimizer="adamw"), Parallel(gpus=2, tp=2))
+    said = [n for n in notes if "left whole" in n]
+    assert said == ["tensor parallel: left whole on every rank (no split known for them): "
+                    "JambaMambaMixer (dt_proj, in_proj, out_proj, x_proj)"]
+    mamba = {q.name: q.shape for q in half.params if ".mamba.in_proj" in q.name}
+    assert mamba == {q.name: q.shape for q in whole.params if ".mamba.in_proj" in q.name}  # whole
+    assert {q.shape[0] for q in half.params if q.name.endswith("self_attn.q_proj.weight")} == {32}  # split
+    llama = _folder(tmp_path, "llama", architectures=["LlamaForCausalLM"], intermediate_size=128,
+                    num_key_value_heads=2)
+    _, notes = trace_step(Workload(llama, inputs={"input_ids": "2,16:int64"}), Training(train=True, optimizer="adamw"),
+                          Parallel(gpus=2, tp=2))
+    assert notes and not [n for n in notes if "left whole" in n]  # everything split: nothing said

@@ -23,7 +23,7 @@ from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.fused import fuse_like_megatron, merged_linears, rope_modules
 from .layouts.pipeline import check_layout
 from .layouts.sharding import megatron_scales
-from .layouts.tensor_parallel import apply_sequence_parallel, shrink_for_tp, split_vocab
+from .layouts.tensor_parallel import apply_sequence_parallel, left_whole, shrink_for_tp, split_vocab, tp_plan
 
 DEFAULT_PRECISION = "fp32"
 
@@ -86,8 +86,11 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
                      "the key/value blocks round a ring")
     if p.tensor > 1:  # one rank's share, on a copy: a module the caller gave stays whole
         m = built.model = copy.deepcopy(m)
+        whole = left_whole(m, tp_plan(m))
         plan = shrink_for_tp(m, p.tensor)
         notes.append(f"tensor parallel over {p.tensor} ranks: one rank's share of the attention and MLP linears")
+        if whole:
+            notes.append("tensor parallel: left whole on every rank (no split known for them): " + "; ".join(whole))
         if p.vocab_parallel:
             split_vocab(m, p.tensor)
             notes.append(f"vocabulary parallel: the embedding, the head and the logits hold 1/{p.tensor} of the "

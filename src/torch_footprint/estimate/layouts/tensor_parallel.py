@@ -219,6 +219,32 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
     return plan
 
 
+DUPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa", "kv_a_proj"})  # MLA's down projections, by design
+
+
+def left_whole(model: nn.Module, plan: dict[str, str], share: float = 0.05) -> list[str]:
+    """The modules in the repeated blocks whose linears ``plan`` leaves whole on every rank, where
+    they hold at least ``share`` of the blocks' linear weights (a state-space mixer's, an
+    attention of a kind not split): "TYPE (leaf, leaf)" each, largest first."""
+    mods = dict(model.named_modules())
+    blocks = [p + "." for p, m in mods.items() if p and isinstance(m, (nn.ModuleList, nn.Sequential))]
+    whole: dict[str, list[Any]] = {}
+    total = 0
+    for path, m in mods.items():
+        if not (isinstance(m, nn.Linear) or _is_conv1d(m)) or not any(path.startswith(b) for b in blocks):
+            continue
+        n = m.weight.numel()
+        total += n
+        parent, _, leaf = path.rpartition(".")
+        if path not in plan and leaf not in DUPLICATED:
+            entry = whole.setdefault(type(mods[parent]).__name__, [0, set()])
+            entry[0] += n
+            entry[1].add(leaf)
+    big = sorted(((n, kind, leaves) for kind, (n, leaves) in whole.items() if total and n >= share * total),
+                 reverse=True)
+    return [f"{kind} ({', '.join(sorted(leaves))})" for _, kind, leaves in big]
+
+
 def per_rank_heads(model: nn.Module, plan: dict[str, str], tp: int) -> None:
     """Give each attention module whose projections ``plan`` splits one rank's head counts (in
     place): its own (``num_heads``, OPT's and Falcon's; ``n_heads``, MPT's; ...) and those of its
