@@ -282,3 +282,4 @@ def test_a_mixer_left_whole_on_every_rank_is_named(tmp_path: Path) -> None:
     _, notes = trace_step(Workload(llama, inputs={"input_ids": "2,16:int64"}), Training(train=True, optimizer="adamw"),
                           Parallel(gpus=2, tp=2))
     assert notes and not [n for n in notes if "left whole" in n]  # everything split: nothing said
+

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..errors import FootprintError
 from ..files import read_json, write_json
 
 COLLECTIVE_WORDS = ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "broadcast")
@@ -78,6 +79,11 @@ def _wrap(model: nn.Module, strategy: str, world: int, factory: Any, device: str
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
         plan = check_tp(model, world)
+        mods = dict(model.named_modules())
+        for path in plan:
+            if not isinstance(mods[path], nn.Linear):
+                raise FootprintError(f"--strategy tp: torch's DTensor plans split nn.Linear only, and {path} is a "
+                                     f"{type(mods[path]).__name__} (fit and predict price its split)")
         parallelize_module(model, mesh, {p: ColwiseParallel() if s == "colwise" else RowwiseParallel()
                                          for p, s in plan.items()}, src_data_rank=None)  # same weights everywhere
         per_rank_heads(model, plan, world)  # the attention reshapes one rank's columns by its heads
