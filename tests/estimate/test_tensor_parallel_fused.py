@@ -283,3 +283,40 @@ def test_a_mixer_left_whole_on_every_rank_is_named(tmp_path: Path) -> None:
                           Parallel(gpus=2, tp=2))
     assert notes and not [n for n in notes if "left whole" in n]  # everything split: nothing said
 
+
+
+NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "intermediate_size": 128, "num_key_value_heads": 2,
+              "head_dim": 16, "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 2, "ssm_state_size": 8,
+              "hybrid_override_pattern": "M*"}
+
+
+def test_a_mamba2_mixer_splits_by_heads_and_groups_by_hand(tmp_path: Path) -> None:
+    # Megatron-core's MambaMixer under tensor parallelism (megatron/core/ssm/mamba_mixer.py: d_inner,
+    # ngroups and nheads each divided by the TP size): Nemotron-H's mixer, 4 heads of 16 (inner width
+    # 64), 2 groups of state 8. in_proj 64 -> z 64 + x 64 + B, C 2 x 2 x 8 + dt 4 = 164, one rank 82;
+    # the depthwise convolution over x, B, C (96 channels, 48); the gated norm over 64 (32); A_log, D and
+    # dt_bias a head each (2); out_proj 64 -> 64 (32 inputs). Its work on a rank: exactly half.
+    folder = _folder(tmp_path, "nemotron_h", **NEMOTRON_H)
+    w = Workload(folder, inputs={"input_ids": "2,16:int64"})
+    whole, _ = trace_step(w, Training(train=True, optimizer="adamw"))
+    half, notes = trace_step(w, Training(train=True, optimizer="adamw"), Parallel(gpus=2, tp=2))
+    shapes = {q.name.split("layers.0.mixer.", 1)[1]: q.shape for q in half.params if "layers.0.mixer." in q.name}
+    assert shapes["in_proj.weight"] == [82, 64] and shapes["conv1d.weight"] == [48, 1, 4]
+    assert shapes["norm.weight"] == [32] and shapes["out_proj.weight"] == [64, 32]
+    assert shapes["A_log"] == shapes["D"] == shapes["dt_bias"] == [2]
+
+    def mixer(trace: object) -> int:
+        return sum(e.macs for e in trace.events if e.phase == "forward" and ".layers.0.mixer" in e.module)  # type: ignore[attr-defined]
+
+    assert mixer(whole) > 0 and 2 * mixer(half) == mixer(whole)
+    assert not [n for n in notes if "left whole" in n]
+
+
+def test_a_mamba2_mixer_whose_groups_tp_does_not_divide_is_refused(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # Megatron-core asserts ngroups % tensor_model_parallel_size == 0: one group cannot be split in two
+    folder = _folder(tmp_path, "nemotron_h", **{**NEMOTRON_H, "n_groups": 1})
+    assert main(["fit", folder, "--input-ids", "2,16", "--train", "--gpus", "2", "--tp", "2", "--gpu", "h100-sxm"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("footprint: error: --tp 2 does not divide the 1 groups of model.layers.0.mixer's state-space "
+                   "mixer (Megatron-core splits its heads and groups together)\n")

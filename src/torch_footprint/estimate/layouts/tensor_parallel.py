@@ -53,7 +53,10 @@ COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "quer
 ROWWISE = frozenset({"o_proj", "down_proj", "fc2", "w2", "wo", "dense_4h_to_h", "fc_out"})
 BESIDE = frozenset({"out_proj", "dense", "c_proj", "o"})  # row parallel beside a column-parallel sibling
 ATTENTION = frozenset({"q_proj", "query", "wq", "qkv_proj", "query_key_value", "Wqkv", "c_attn", "q_b_proj",
-                       "in_proj_qkvz", "in_proj_qkv"})  # the last two: gated delta nets' (Qwen3-Next, Qwen3.5)
+                       "in_proj_qkvz", "in_proj_qkv",  # gated delta nets' (Qwen3-Next, Qwen3.5)
+                       "in_proj"})  # a Mamba-2 mixer's (Nemotron-H, Granite 4, Falcon-H1, Bamba)
+MAMBA2 = frozenset({"in_proj", "conv1d", "norm", "out_proj"})  # a Mamba-2 mixer's modules (Mamba-1 adds x_proj)
+MAMBA2_WIDTHS = ("intermediate_size", "n_groups", "conv_dim")  # a Mamba-2 mixer's, by its heads and groups
 # an attention module's own head counts, divided on one rank (the attention reshapes by them)
 HEAD_COUNTS = ("num_heads", "num_key_value_heads", "num_kv_heads", "num_attention_heads", "n_heads", "n_head",
                "kv_heads", "all_head_size", "num_k_heads", "num_v_heads", "split_size")  # the last: GPT-2's q/k/v
@@ -69,10 +72,16 @@ def plan_of(modules: Iterable[tuple[str, str]]) -> dict[str, str]:
     plan: dict[str, str] = {}
     linears = [path for path, kind in mods  # nn.Linear and its subclasses by name (Falcon's FalconLinear)
                if (kind.endswith("Linear") or kind == "Conv1D") and any(path.startswith(b) for b in blocks)]
+    children: dict[str, set[str]] = {}
+    for path, _ in mods:
+        parent, _, leaf = path.rpartition(".")
+        children.setdefault(parent, set()).add(leaf)
     for path in linears:
         parent, _, leaf = path.rpartition(".")
         if leaf in COLWISE or (leaf == "dense" and parent.endswith(".intermediate")):  # BERT's MLP input
             plan[path] = "colwise"
+        elif leaf == "in_proj" and children[parent] >= MAMBA2 and "x_proj" not in children[parent]:
+            plan[path] = "colwise"  # a Mamba-2 mixer's, split by its heads and groups (Megatron-core's)
         elif leaf in ROWWISE:
             plan[path] = "rowwise"
     split = {path.rpartition(".")[0] for path, style in plan.items() if style == "colwise"}
@@ -141,6 +150,10 @@ def check_tp(model: nn.Module, tp: int) -> dict[str, str]:
             raise FootprintError(f"--tp {tp} does not divide the model's {n} {label}")
     mods = dict(model.named_modules())
     for path, style in plan.items():
+        groups = mods[path.rpartition(".")[0]].__dict__.get("n_groups") if path.endswith(".in_proj") else None
+        if type(groups) is int and groups % tp:
+            raise FootprintError(f"--tp {tp} does not divide the {groups} groups of {path.rpartition('.')[0]}'s "
+                                 "state-space mixer (Megatron-core splits its heads and groups together)")
         width = _width(mods[path], path, tp, style)
         if width % tp:
             raise FootprintError(f"--tp {tp} does not divide the {width} "
@@ -164,6 +177,8 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
         if style == "colwise":
             widths.setdefault(path.rpartition(".")[0], set()).add(_width(mods[path], path, tp, style))
     for parent, outs in widths.items():
+        if "ssm_state_size" in mods[parent].__dict__:  # a Mamba-2 mixer's gated norm over its inner width
+            outs.add(mods[parent].__dict__.get("intermediate_size", 0))
         # an attention's own per-head tensors: gpt-oss's sinks, a delta net's decay and step bias, a
         # lightning attention's decay rates
         own = mods[parent]
@@ -260,7 +275,8 @@ def per_rank_heads(model: nn.Module, plan: dict[str, str], tp: int) -> None:
     for path in sorted(attention | outer):
         parent = mods[path]
         delta_net = path in attention and "num_v_heads" in parent.__dict__
-        for name in HEAD_COUNTS + (DELTA_NET_WIDTHS if delta_net else ()):
+        mamba2 = path in attention and "ssm_state_size" in parent.__dict__
+        for name in HEAD_COUNTS + (DELTA_NET_WIDTHS if delta_net else ()) + (MAMBA2_WIDTHS if mamba2 else ()):
             n = parent.__dict__.get(name)
             if type(n) is int and n % tp == 0:
                 setattr(parent, name, n // tp)
