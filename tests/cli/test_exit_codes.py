@@ -56,6 +56,10 @@ CASES: dict[str, tuple[list[str], list[str], str]] = {
               ["--pid", "999999999"], "api.watch"),
 }
 
+# the verbs whose answer's 0 is asserted where the answer itself is checked, with the same arguments:
+# calibrate's is a real calibration of about 30 s
+ANSWERED_ELSEWHERE = {"calibrate": "tests/measure/test_calibrate.py::test_calibrate_saves_and_the_roofline_uses_it"}
+
 
 def _run(verb: str, args: list[str], saved: dict[str, str]) -> int:
     try:
@@ -80,7 +84,8 @@ def test_an_answer_is_0_and_bad_input_2(verb: str, saved: dict[str, str], capsys
     if verb == "llm":
         pytest.importorskip("transformers")
     good, bad, _ = CASES[verb]
-    assert _run(verb, good, saved) == 0, capsys.readouterr().err
+    if verb not in ANSWERED_ELSEWHERE:
+        assert _run(verb, good, saved) == 0, capsys.readouterr().err
     assert _run(verb, bad, saved) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
