@@ -1,12 +1,13 @@
 """Tensor parallelism on the architectures that fuse their projections or name them otherwise
 than Llama: GPT-NeoX (one ``query_key_value``, an attention output called ``dense``), Phi-3
 (``qkv_proj`` sliced by the config's head counts, ``gate_up_proj``), Falcon's new decoder
-(``FalconLinear``), StarCoder2 (an MLP of ``c_fc`` and ``c_proj``), BERT (``intermediate.dense``
-and two ``output.dense``), GPT-2 (``Conv1D``, its weight stored transposed), Bloom (ALiBi biases
-built by the model's head count), OLMo-2 (``q_norm`` and ``k_norm`` over the whole projection,
-not a head), Qwen3.5's gated delta net (split by its key and value heads, its convolution by
-channels, as Megatron-core and vLLM split it), DeepSeek's multi-head latent attention (its up
-projections split, its down projections duplicated) and gpt-oss's per-head sinks.
+(``FalconLinear``), StarCoder2 (an MLP of ``c_fc`` and ``c_proj``), ModernBERT (``Wi``, ``Wo``),
+BERT (``intermediate.dense`` and two ``output.dense``), GPT-2 (``Conv1D``, its weight stored
+transposed), Bloom (ALiBi biases built by the model's head count), OLMo-2 (``q_norm`` and
+``k_norm`` over the whole projection, not a head), Qwen3.5's gated delta net (split by its key
+and value heads, its convolution by channels, as Megatron-core and vLLM split it), DeepSeek's
+multi-head latent attention (its up projections split, its down projections duplicated),
+gpt-oss's per-head sinks and Nemotron-H's Mamba-2 mixer (by heads and groups).
 
 Megatron-LM splits a fused projection by output columns (``linear_qkv``, ``linear_fc1``): each rank
 holds its heads' queries, keys and values. So one rank of two holds half of every block's linear
@@ -38,6 +39,7 @@ CONFIGS = {
     "bert": {"architectures": ["BertForMaskedLM"], "intermediate_size": 128},
     "bloom": {"architectures": ["BloomForCausalLM"], "n_embed": 64, "n_layer": 2, "n_head": 4},
     "olmo2": {"architectures": ["Olmo2ForCausalLM"], "intermediate_size": 128, "num_key_value_heads": 2},
+    "modernbert-decoder": {"architectures": ["ModernBertDecoderForCausalLM"], "intermediate_size": 128},
     "gpt2": {"architectures": ["GPT2LMHeadModel"], "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 64,
              "n_inner": 128},
     "qwen3_5_text": {"architectures": ["Qwen3_5ForCausalLM"], "intermediate_size": 128, "num_key_value_heads": 2,

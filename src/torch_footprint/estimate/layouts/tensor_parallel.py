@@ -18,11 +18,11 @@ The plan is found by the linears' names, in the model's repeated blocks: the nam
 Llama, Mistral, Qwen, Gemma and most Hugging Face decoders (q/k/v/o_proj, gate/up/down_proj),
 the fused projections of Phi-3, GPT-NeoX, Falcon, Persimmon, CodeGen, MPT and StarCoder
 (qkv_proj, query_key_value, Wqkv, c_attn; gate_up_proj, dense_h_to_4h/dense_4h_to_h, c_fc,
-fc_in/fc_out), and BERT-style encoders (query/key/value, intermediate.dense, fc1/fc2). A
+fc_in/fc_out, ModernBERT's Wi), and BERT-style encoders (query/key/value, intermediate.dense, fc1/fc2). A
 fused projection is split by output columns as Megatron-LM's ``linear_qkv`` and
 ``linear_fc1`` are (each rank holds its heads' queries, keys and values, its share of gate
 and up). An output projection whose name says nothing (``out_proj``, ``dense``, ``c_proj``,
-``o``) is row parallel beside a column-parallel sibling, or, named ``dense`` in an
+``o``, ``Wo``) is row parallel beside a column-parallel sibling, or, named ``dense`` in an
 ``output`` module, beside one in its parent (BERT's ``attention.output.dense`` and
 ``output.dense``). GPT-2's ``Conv1D`` modules (c_attn, c_fc, c_proj: weights stored transposed)
 split as linears do in the prediction; DTensor's plans, which the measurement hands the plan
@@ -49,9 +49,9 @@ COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "quer
                      "w1", "w3", "wq", "wk", "wv", "qkv_proj", "query_key_value", "Wqkv", "c_attn",
                      "gate_up_proj", "dense_h_to_4h", "c_fc", "fc_in", "q_b_proj", "kv_b_proj",
                      "in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b",
-                     "output_gate"})
+                     "output_gate", "Wi"})
 ROWWISE = frozenset({"o_proj", "down_proj", "fc2", "w2", "wo", "dense_4h_to_h", "fc_out"})
-BESIDE = frozenset({"out_proj", "dense", "c_proj", "o"})  # row parallel beside a column-parallel sibling
+BESIDE = frozenset({"out_proj", "dense", "c_proj", "o", "Wo"})  # row parallel beside a column-parallel sibling
 ATTENTION = frozenset({"q_proj", "query", "wq", "qkv_proj", "query_key_value", "Wqkv", "c_attn", "q_b_proj",
                        "in_proj_qkvz", "in_proj_qkv",  # gated delta nets' (Qwen3-Next, Qwen3.5)
                        "in_proj"})  # a Mamba-2 mixer's (Nemotron-H, Granite 4, Falcon-H1, Bamba)
