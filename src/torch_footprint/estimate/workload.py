@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 import torch
+from torch import nn
 
 from ..dtypes import name_of
 from ..errors import FootprintError
@@ -23,7 +24,7 @@ from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.fused import fuse_like_megatron, merged_linears, rope_modules
 from .layouts.pipeline import check_layout
 from .layouts.sharding import megatron_scales
-from .layouts.tensor_parallel import apply_sequence_parallel, left_whole, shrink_for_tp, split_vocab, tp_plan
+from .layouts.tensor_parallel import apply_sequence_parallel, is_conv1d, shrink_for_tp, split_vocab, tp_plan
 
 DEFAULT_PRECISION = "fp32"
 
@@ -86,7 +87,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
                      "the key/value blocks round a ring")
     if p.tensor > 1:  # one rank's share, on a copy: a module the caller gave stays whole
         m = built.model = copy.deepcopy(m)
-        whole = left_whole(m, tp_plan(m))
+        whole = _left_whole(m, tp_plan(m))
         plan = shrink_for_tp(m, p.tensor)
         notes.append(f"tensor parallel over {p.tensor} ranks: one rank's share of the attention and MLP linears")
         if whole:
@@ -283,3 +284,29 @@ def trace_forward(w: Workload, t: Training = Training(), device: str = "cpu") ->
     finally:
         unattend()
     return trace, [*work.built.notes, *([attention] if attention else []), *trace.notes]
+
+
+DUPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa", "kv_a_proj"})  # MLA's down projections, by design
+
+
+def _left_whole(model: nn.Module, plan: dict[str, str], share: float = 0.05) -> list[str]:
+    """The modules in the repeated blocks whose linears ``plan`` leaves whole on every rank, where
+    they hold at least ``share`` of the blocks' linear weights (a state-space mixer's, an
+    attention of a kind not split): "TYPE (leaf, leaf)" each, largest first."""
+    mods = dict(model.named_modules())
+    blocks = [p + "." for p, m in mods.items() if p and isinstance(m, (nn.ModuleList, nn.Sequential))]
+    whole: dict[str, list[Any]] = {}
+    total = 0
+    for path, m in mods.items():
+        if not (isinstance(m, nn.Linear) or is_conv1d(m)) or not any(path.startswith(b) for b in blocks):
+            continue
+        n = m.weight.numel()
+        total += n
+        parent, _, leaf = path.rpartition(".")
+        if path not in plan and leaf not in DUPLICATED:
+            entry = whole.setdefault(type(mods[parent]).__name__, [0, set()])
+            entry[0] += n
+            entry[1].add(leaf)
+    big = sorted(((n, kind, leaves) for kind, (n, leaves) in whole.items() if total and n >= share * total),
+                 reverse=True)
+    return [f"{kind} ({', '.join(sorted(leaves))})" for _, kind, leaves in big]

@@ -52,9 +52,9 @@ COLWISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "quer
                      "output_gate", "Wi"})
 ROWWISE = frozenset({"o_proj", "down_proj", "fc2", "w2", "wo", "dense_4h_to_h", "fc_out"})
 BESIDE = frozenset({"out_proj", "dense", "c_proj", "o", "Wo"})  # row parallel beside a column-parallel sibling
+# an attention's first projection; the last three: gated delta nets' (Qwen3-Next, Qwen3.5), a Mamba-2 mixer's
 ATTENTION = frozenset({"q_proj", "query", "wq", "qkv_proj", "query_key_value", "Wqkv", "c_attn", "q_b_proj",
-                       "in_proj_qkvz", "in_proj_qkv",  # gated delta nets' (Qwen3-Next, Qwen3.5)
-                       "in_proj"})  # a Mamba-2 mixer's (Nemotron-H, Granite 4, Falcon-H1, Bamba)
+                       "in_proj_qkvz", "in_proj_qkv", "in_proj"})
 MAMBA2 = frozenset({"in_proj", "conv1d", "norm", "out_proj"})  # a Mamba-2 mixer's modules (Mamba-1 adds x_proj)
 MAMBA2_WIDTHS = ("intermediate_size", "n_groups", "conv_dim")  # a Mamba-2 mixer's, by its heads and groups
 # an attention module's own head counts, divided on one rank (the attention reshapes by them)
@@ -119,14 +119,14 @@ def _heads(model: nn.Module) -> dict[str, int]:
     return out
 
 
-def _is_conv1d(m: nn.Module) -> bool:
+def is_conv1d(m: nn.Module) -> bool:
     """GPT-2's ``Conv1D``: a linear whose weight is stored transposed ([nx inputs, nf outputs])."""
     return type(m).__name__ == "Conv1D" and isinstance(getattr(m, "nf", None), int)
 
 
 def _width(lin: nn.Module, path: str, tp: int, style: str) -> int:
     """The features a split divides: a column-parallel linear's outputs, a row-parallel one's inputs."""
-    if _is_conv1d(lin):
+    if is_conv1d(lin):
         return int(lin.nf if style == "colwise" else lin.nx)  # type: ignore[arg-type]
     if not isinstance(lin, nn.Linear):
         raise FootprintError(f"--tp {tp}: {path} is a {type(lin).__name__}, not an nn.Linear to split")
@@ -196,11 +196,11 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
             weight = getattr(child, "weight", None)
             if isinstance(child, nn.Conv1d) and child.groups == child.in_channels == child.out_channels \
                     and child.groups % tp == 0:  # a depthwise convolution over split channels (a delta net's)
-                child.weight = nn.Parameter(weight.new_empty(weight.shape[0] // tp, *weight.shape[1:]),
-                                            requires_grad=weight.requires_grad)
-                if child.bias is not None:
-                    child.bias = nn.Parameter(child.bias.new_empty(child.bias.shape[0] // tp),
-                                              requires_grad=child.bias.requires_grad)
+                for attr in ("weight", "bias"):
+                    t = getattr(child, attr)
+                    if t is not None:
+                        setattr(child, attr, nn.Parameter(t.new_empty(t.shape[0] // tp, *t.shape[1:]),
+                                                          requires_grad=t.requires_grad))
                 child.in_channels = child.out_channels = child.groups = child.groups // tp
                 continue
             if f"{parent}.{name}" in plan or not isinstance(weight, nn.Parameter) or weight.dim() != 1:
@@ -213,7 +213,7 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
     for path, style in plan.items():
         lin = mods[path]
         w = lin.weight
-        if _is_conv1d(lin):  # GPT-2's: the weight stored [inputs, outputs], its widths nx and nf
+        if is_conv1d(lin):  # GPT-2's: the weight stored [inputs, outputs], its widths nx and nf
             out, keep = (1, "nf") if style == "colwise" else (0, "nx")
             shape = list(w.shape)
             shape[out] //= tp
@@ -232,32 +232,6 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
             lin.in_features //= tp
     per_rank_heads(model, plan, tp)
     return plan
-
-
-DUPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa", "kv_a_proj"})  # MLA's down projections, by design
-
-
-def left_whole(model: nn.Module, plan: dict[str, str], share: float = 0.05) -> list[str]:
-    """The modules in the repeated blocks whose linears ``plan`` leaves whole on every rank, where
-    they hold at least ``share`` of the blocks' linear weights (a state-space mixer's, an
-    attention of a kind not split): "TYPE (leaf, leaf)" each, largest first."""
-    mods = dict(model.named_modules())
-    blocks = [p + "." for p, m in mods.items() if p and isinstance(m, (nn.ModuleList, nn.Sequential))]
-    whole: dict[str, list[Any]] = {}
-    total = 0
-    for path, m in mods.items():
-        if not (isinstance(m, nn.Linear) or _is_conv1d(m)) or not any(path.startswith(b) for b in blocks):
-            continue
-        n = m.weight.numel()
-        total += n
-        parent, _, leaf = path.rpartition(".")
-        if path not in plan and leaf not in DUPLICATED:
-            entry = whole.setdefault(type(mods[parent]).__name__, [0, set()])
-            entry[0] += n
-            entry[1].add(leaf)
-    big = sorted(((n, kind, leaves) for kind, (n, leaves) in whole.items() if total and n >= share * total),
-                 reverse=True)
-    return [f"{kind} ({', '.join(sorted(leaves))})" for _, kind, leaves in big]
 
 
 def per_rank_heads(model: nn.Module, plan: dict[str, str], tp: int) -> None:
@@ -427,10 +401,10 @@ def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> 
             # sequence (MLA's latents are [batch, 1, sequence, rank]; a shared expert's tokens are flat)
             dims = [d for d in range(x.dim() - 1) if x.shape[d] > 1 and x.shape[d] % tp == 0]
             if not dims:
-                return F.linear(x, lin.weight.t() if _is_conv1d(lin) else lin.weight, lin.bias)
+                return F.linear(x, lin.weight.t() if is_conv1d(lin) else lin.weight, lin.bias)
             dim = SEQUENCE_DIM if SEQUENCE_DIM in dims else max(dims, key=lambda d: x.shape[d])
             shard = x.narrow(dim, 0, x.shape[dim] // tp).clone()
-        weight = lin.weight.t() if _is_conv1d(lin) else lin.weight
+        weight = lin.weight.t() if is_conv1d(lin) else lin.weight
         return _ShardSavingLinear.apply(x, shard, weight, lin.bias, tp, dim)
 
     def unit(path: str) -> str:
