@@ -27,6 +27,7 @@ from .layouts.sharding import megatron_scales
 from .layouts.tensor_parallel import apply_sequence_parallel, is_conv1d, shrink_for_tp, split_vocab, tp_plan
 
 DEFAULT_PRECISION = "fp32"
+DUPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa", "kv_a_proj"})  # MLA's down projections, by design
 
 
 def precision_of(w: Workload) -> str:
@@ -284,9 +285,6 @@ def trace_forward(w: Workload, t: Training = Training(), device: str = "cpu") ->
     finally:
         unattend()
     return trace, [*work.built.notes, *([attention] if attention else []), *trace.notes]
-
-
-DUPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa", "kv_a_proj"})  # MLA's down projections, by design
 
 
 def _left_whole(model: nn.Module, plan: dict[str, str], share: float = 0.05) -> list[str]:

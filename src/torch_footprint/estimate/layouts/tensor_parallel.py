@@ -395,16 +395,16 @@ def apply_sequence_parallel(model: nn.Module, tp: int, plan: dict[str, str]) -> 
         return args, {**kwargs, "hidden_states": gathered(kwargs["hidden_states"])}
 
     def colwise(x: torch.Tensor, lin: nn.Module) -> torch.Tensor:
+        weight = lin.weight.t() if is_conv1d(lin) else lin.weight
         shard = getattr(x, "_footprint_shard", None)
         dim = _tokens_dim(x)
         if shard is None:  # the input was made from the gathered one: keep a shard of its own, of its
             # sequence (MLA's latents are [batch, 1, sequence, rank]; a shared expert's tokens are flat)
             dims = [d for d in range(x.dim() - 1) if x.shape[d] > 1 and x.shape[d] % tp == 0]
             if not dims:
-                return F.linear(x, lin.weight.t() if is_conv1d(lin) else lin.weight, lin.bias)
+                return F.linear(x, weight, lin.bias)
             dim = SEQUENCE_DIM if SEQUENCE_DIM in dims else max(dims, key=lambda d: x.shape[d])
             shard = x.narrow(dim, 0, x.shape[dim] // tp).clone()
-        weight = lin.weight.t() if is_conv1d(lin) else lin.weight
         return _ShardSavingLinear.apply(x, shard, weight, lin.bias, tp, dim)
 
     def unit(path: str) -> str:
