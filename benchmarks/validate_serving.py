@@ -3,7 +3,8 @@
 Reads the ``[[run]]`` rows of benchmarks/published/serving.toml (each a figure as its source
 printed it, with the address) and predicts each one the way a user of `footprint llm` would:
 the model's config traced on meta tensors, priced on the row's GPU with the row's engine
-(``--engine``: its memory rule and its speed defaults, hardware/engines/NAME.toml), weights
+(``--engine``: its memory rule and its speed defaults, hardware/engines/NAME.toml, at the row's
+release where it names one: ``--engine-version``, which picks that release's rules), weights
 and cache in the row's schemes, tensor parallelism as the row states, the engine knobs the row
 states and the engine's defaults otherwise:
 
@@ -64,7 +65,7 @@ from torch_footprint.estimate.llm.requests import distributions  # noqa: E402
 from torch_footprint.estimate.llm.serving_sim import Asked  # noqa: E402
 from torch_footprint.estimate.llm.trace import ServingTrace, trace_serving  # noqa: E402
 from torch_footprint.hardware.catalog import get  # noqa: E402
-from torch_footprint.hardware.engines import profiles  # noqa: E402
+from torch_footprint.hardware.engines import profiles, release  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "published" / "serving.toml"
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm", "llama.cpp": "llamacpp"}
@@ -133,6 +134,7 @@ def priced_of(row: dict[str, Any]) -> tuple[str, Priced, str]:
     kv = None if row["kv"] == "auto" else kv_scheme(row["kv"])
     tp = int(row.get("tp", 1))
     knobs = {KNOBS[k]: float(v) for k, v in row.items() if k in KNOBS}
+    version = str(row["engine_version"]) if release(str(row.get("engine_version", ""))) else None  # its rules
     scenario, metric = row["scenario"], row["metric"]
     lengths = "fixed"
     if scenario in ("offline_max_throughput", "request_rate") and row.get("dataset") not in (None, "synthetic-fixed",
@@ -145,21 +147,22 @@ def priced_of(row: dict[str, Any]) -> tuple[str, Priced, str]:
         prompt, output = LLAMACPP_PROMPT, LLAMACPP_OUTPUT
         if row.get("output_len"):
             output = int(row["output_len"])
-        s = Priced(batch=1, prompt=prompt, output=output, weights=scheme, kv_bytes=kv, gpus=tp, tp=tp, engine=engine)
+        s = Priced(batch=1, prompt=prompt, output=output, weights=scheme, kv_bytes=kv, gpus=tp, tp=tp, engine=engine,
+                   engine_version=version)
         return model, s, metric
     table = distributions().get(lengths, {})  # a data set's rows: traced at its median lengths, simulated drawn
     prompt = int(row.get("input_len") or table["median_prompt"])
     output = int(row.get("output_len") or table.get("median_output") or BATCH1_OUTPUT)
     if scenario == "static_batch":
         s = Priced(batch=int(row["batch"]), prompt=prompt, output=output, weights=scheme, kv_bytes=kv, gpus=tp,
-                   tp=tp, engine=engine, knobs=knobs)
+                   tp=tp, engine=engine, knobs=knobs, engine_version=version)
         return model, s, metric
     sim = min(int(row.get("num_prompts") or SIM_REQUESTS), SIM_REQUESTS)
     rate = float(row.get("request_rate", math.inf))
     # a finite rate: Poisson arrivals (seeded), the rate split evenly over the row's data-parallel replicas
     rates = [rate / float(row.get("dp", 1))] if scenario == "request_rate" and math.isfinite(rate) else None
     s = Priced(batch=1, prompt=prompt, output=output, weights=scheme, kv_bytes=kv, gpus=tp, tp=tp, engine=engine,
-               knobs=knobs, simulate=(sim, sim),
+               knobs=knobs, engine_version=version, simulate=(sim, sim),
                sim=Asked(prompt, output, sim, sim, rates=rates, lengths=lengths))
     return model, s, metric
 

@@ -81,7 +81,8 @@ class EngineProfile:
     attention: str = "per_request"
     # the engine's own host time ([host] in the TOML), in the calibrated CPU's operator dispatches:
     # per step (step_ops), per scheduled request (sequence_ops), per admitted request (request_ops);
-    # packed attention's rate as a fraction of the calibrated fp32 matrix rate (packed_matrix)
+    # packed attention's rate as a fraction of the calibrated fp32 matrix rate (packed_matrix); for a
+    # GPU engine, its Python between CUDA graphs in microseconds (step_us, sequence_us, request_us)
     host: dict[str, float] = field(default_factory=dict)
     # a bf16 checkpoint on a GPU without bf16 units (NVIDIA before Ampere) is loaded in this dtype
     # ("" : the engine keeps bf16), or in fp32 for the model types fp16 is unstable for
@@ -106,6 +107,13 @@ class EngineProfile:
         if model_type in self.fp16_unsafe:
             return "fp32"
         return self.bf16_fallback if acc.peak(self.bf16_fallback) else None
+
+    def python_s(self, scheduled: int, admitted: int = 0) -> float:
+        """A GPU engine's own Python in one scheduling step (its [host] ``step_us``, ``sequence_us`` per
+        scheduled request, ``request_us`` per admitted one), which the GPU waits for; 0 where not stated."""
+        h = self.host
+        return (h.get("step_us", 0.0) + h.get("sequence_us", 0.0) * scheduled
+                + h.get("request_us", 0.0) * admitted) * 1e-6
 
     def overhead_s(self) -> float | None:
         """Host time per traced operator that the device does not hide (None: not stated)."""

@@ -153,7 +153,8 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
     act = _activation_per_token(st)
     active, routed = active_params(st)
     notes = list(st.notes)
-    speed = profile(s.engine) if s.engine else None  # the engine's achieved rates (hardware/engines/NAME.toml)
+    # the engine's achieved rates and own time per step (hardware/engines/NAME.toml), at the release asked
+    speed = profile(s.engine).at(s.engine_version) if s.engine else None
 
     def reached(tokens: int) -> dict[int, float]:
         """The share of each expert's weights a step of ``tokens`` tokens reads (none: dense)."""
@@ -264,20 +265,35 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
             """Two all-reduces per layer of ``tokens`` tokens' hidden states (Megatron-LM)."""
             return 0.0 if link is None else 2 * n_layers * all_reduce_s(tokens * hidden * elem, tp, link)
 
+        steps = int((vllm.knobs if vllm is not None else {}).get("num_scheduler_steps", 1) or 1)
+
+        def python(b: int, prefill: bool = False, on_gpu: bool = on_gpu, steps: int = steps) -> float:
+            """The engine's own Python in a step of ``b`` requests (a prefill admits them), which its GPU
+            waits for: once every ``steps`` decode steps under multi-step scheduling."""
+            if not on_gpu or speed is None:
+                return 0.0
+            return speed.python_s(b, b) if prefill else speed.python_s(b) / steps
+
+        if python(1) and speed is not None:
+            h = speed.host
+            row_notes.append(f"{speed.title} {speed.version}'s own Python per step, which the GPU waits for: "
+                             f"{h.get('step_us', 0.0) / 1e3:g} ms + {h.get('sequence_us', 0.0):g} us a request"
+                             + (f", once every {steps} decode steps" if steps > 1 else ""))
         comm_prefill = tp_comm(s.batch * s.prompt)
         comm_decode = tp_comm(s.batch)
-        ttft = time_of(pre_g) + comm_prefill
+        ttft = time_of(pre_g) + comm_prefill + python(s.batch, prefill=True)
         engine = not acc.calibrated
         dec_g = dec_gs[engine]
-        tpot = {L: time_of(g) + comm_decode for L, g in dec_g.items()}
+        tpot = {L: time_of(g) + comm_decode + python(s.batch) for L, g in dec_g.items()}
         tpot_mean = tpot[mid]
         mb = max(max_batch, 1)
 
-        def output_rate(b: int, engine: bool = engine, time_of: Any = time_of, tp_comm: Any = tp_comm) -> float:
+        def output_rate(b: int, engine: bool = engine, time_of: Any = time_of, tp_comm: Any = tp_comm,
+                        python: Any = python) -> float:
             """Output tokens per second of ``b`` requests served whole: their prefill, then
             ``output`` decode steps (each at the mean step's time)."""
-            whole = (time_of(prefill_at_batch(b)) + tp_comm(b * s.prompt)
-                     + s.output * (time_of(decode_at_batch(b, engine)) + tp_comm(b)))
+            whole = (time_of(prefill_at_batch(b)) + tp_comm(b * s.prompt) + python(b, prefill=True)
+                     + s.output * (time_of(decode_at_batch(b, engine)) + tp_comm(b) + python(b)))
             return b * s.output / whole if whole else 0.0
         key = compute or _rate(st.dtype)
         # against the highest rate the prefill was priced at, where that is above the datasheet's
@@ -303,7 +319,8 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
             per_token = (time_of(prefill_at_batch(k)) + tp_comm(k * s.prompt) - one) / ((k - 1) * s.prompt)
             link_bps = link.bandwidth if link else PCIE4_GBS * 1e9 * LINK_EFFICIENCY
             setup = Setup(decode_s, per_token, vllm, n_layers, per_rank_weights, mem.kv(1024) / 1024, link_bps,
-                          s.gpus, acc, s.prices, admission=speed.admission if speed is not None else "prompt")
+                          s.gpus, acc, s.prices, admission=speed.admission if speed is not None else "prompt",
+                          engine_version=s.engine_version)
             simulated = simulate_serving(setup, s.sim or Asked(s.prompt, s.output, *s.simulate))  # type: ignore[misc]
         contexts = _doubling(256, limit or (1 << 20))
         by_context = [(c, mem.total(s.batch, min(s.prompt, c), c)) for c in contexts]

@@ -62,6 +62,7 @@ class Setup:
     # what admitting a request reserves: "prompt" (its prompt's blocks; preempted when the cache
     # runs out) or "whole" (prompt and output: never preempted, TensorRT-LLM's GUARANTEED_NO_EVICT)
     admission: str = "prompt"
+    engine_version: str | None = None  # the engine release whose rules apply (None: the newest)
 
 
 @dataclass
@@ -102,6 +103,9 @@ class EngineHost:
     request_ops: float
     op_s: float
     pair_s: float  # seconds per query-key pair beyond each request's own (0: attention per request)
+    # a GPU engine's Python between its CUDA graphs (EngineProfile.python_s), charged at each scheduling
+    # point only (multi-step scheduling runs the rest of a window without it)
+    python: EngineProfile | None = None
 
     @classmethod
     def of(cls, p: EngineProfile, acc: Accelerator, pair_flops: float) -> EngineHost | None:
@@ -115,11 +119,24 @@ class EngineHost:
         matrix = ((cal.get("matmul_tflops") or {}).get("fp32") or acc.tflops.get("fp32") or 0.0) * 1e12
         share = h.get("packed_matrix", 0.0)
         pair_s = pair_flops / (share * matrix) if p.attention == "packed" and share and matrix else 0.0
-        return cls(h.get("step_ops", 0.0), h.get("sequence_ops", 0.0), h.get("request_ops", 0.0), op_s, pair_s)
+        python = p if acc.kind == "gpu" and p.python_s(1, 1) else None
+        return cls(h.get("step_ops", 0.0), h.get("sequence_ops", 0.0), h.get("request_ops", 0.0), op_s, pair_s,
+                   python)
 
     def __call__(self, scheduled: int, admitted: int, queries: int, keys: int, own: int) -> float:
         ops = self.step_ops + self.sequence_ops * scheduled + self.request_ops * admitted
-        return ops * self.op_s + self.pair_s * max(queries * keys - own, 0)
+        python = self.python.python_s(scheduled, admitted) if self.python is not None else 0.0
+        return ops * self.op_s + python + self.pair_s * max(queries * keys - own, 0)
+
+    def describe(self) -> str:
+        """The rule in words, for the simulation's notes."""
+        if self.python is not None:
+            h = self.python.host
+            return (f"{h.get('step_us', 0.0) / 1e3:g} ms + {h.get('sequence_us', 0.0):g} us per scheduled request"
+                    + (f" + {h['request_us']:g} us per admitted one" if h.get("request_us") else "")
+                    + " at each scheduling point (its Python, which the GPU waits for)")
+        return (f"{self.step_ops:g} + {self.sequence_ops:g} per scheduled request + {self.request_ops:g} per "
+                f"admitted one, x {self.op_s * 1e6:.1f} us per operator")
 
 
 def tokens_per_step(k: int, a: float) -> float:
@@ -159,7 +176,8 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
     fixed = (a.prompt, a.output) if a.lengths == "fixed" and a.trace is None else None
     # one step cost for every rate (the same lengths at other times): its priced points are shared
     cost = StepCost(setup.decode_s, setup.prefill_per_token, _contexts(streams[0], fixed), max(2, min(seqs, 64)))
-    mixed_knob = profile(cache.engine).mixed_knob if cache.engine else ""
+    engine = profile(cache.engine).at(setup.engine_version) if cache.engine else None  # the release's rules
+    mixed_knob = engine.mixed_knob if engine else ""
     tricks = Tricks(prefix_hit=a.prefix_hit, scheduler_steps=max(int(cache.knobs.get("num_scheduler_steps", 1)), 1),
                     mixed=not mixed_knob or bool(cache.knobs.get(mixed_knob, 1)))
     if not tricks.mixed:
@@ -173,12 +191,11 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
     if blocks < 1:
         what = "the speculative draft's weights leave" if a.spec_k else "the weights leave"
         raise FootprintError(f"on {setup.acc.id}, {what} no room for the cache")
-    host = EngineHost.of(profile(cache.engine), setup.acc, a.pair_flops) if cache.engine else None
-    if host is not None:
-        tricks = replace(tricks, host=host, admission_lag=int(profile(cache.engine).host.get("admission_lag", 0)))
+    host = EngineHost.of(engine, setup.acc, a.pair_flops) if engine else None
+    if host is not None and engine is not None:
+        tricks = replace(tricks, host=host, admission_lag=int(engine.host.get("admission_lag", 0)))
         cost.whole_step = True  # its prefill-only steps run the whole forward (the step's fixed time too)
-        notes.append(f"{cache.title}'s own time per step: {host.step_ops:g} + {host.sequence_ops:g} per scheduled "
-                     f"request + {host.request_ops:g} per admitted one, x {host.op_s * 1e6:.1f} us per operator"
+        notes.append(f"{cache.title}'s own time per step: {host.describe()}"
                      + (f"; its packed attention {host.pair_s * 1e9:.2f} ns per query-key pair beyond each "
                         "request's own" if host.pair_s else ""))
     runs = []

@@ -307,7 +307,7 @@ def run(cost: StepCost, stream: list[Sent], *, concurrency: int | None, kv_block
         dt = cost.time_s(len(decoding), mean_ctx, prefill_tokens)
         if decoding and tricks.draft_s is not None:
             dt += tricks.draft_s(len(decoding), mean_ctx)
-        if tricks.host is not None:
+        if tricks.host is not None and not window:  # at a scheduling point (a multi-step window runs on without)
             keys = [int(r.prompt + r.generated) for r in decoding]
             reads = sum(keys) + sum(k for _, k in chunks)
             own = sum(keys) + sum(q * k for q, k in chunks)
