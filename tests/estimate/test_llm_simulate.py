@@ -72,3 +72,13 @@ def test_the_command_prints_the_simulation(capsys: pytest.CaptureFixture[str]) -
                  "--prompt", "64", "--output", "16"]) == 0
     out = capsys.readouterr().out
     assert "simulated serving" in out and "20 requests from 4 clients" in out and "TPOT p50/p90/p99" in out
+
+
+def test_a_large_batch_is_priced_past_the_compute_crossover() -> None:
+    # a step bound by the weights' read (1 s) up to batch 50, then by the matrix rate (20 ms a request):
+    # max(1, 0.02 b). From batches 1 and 8 alone the line is flat at 1 s; the step at batch 200 takes 4 s,
+    # at 100 2 s, each exact on the doublings of 8 around it (128 and 256; 64 and 128)
+    cost = StepCost(lambda b, ctx: max(1.0, 0.02 * b), 0.001, [100, 110], 8)
+    assert cost.decode_s(200, 105) == pytest.approx(4.0)
+    assert cost.decode_s(100, 105) == pytest.approx(2.0)
+    assert cost.decode_s(8, 105) == pytest.approx(1.0) and cost.decode_s(4, 105) == pytest.approx(1.0)

@@ -37,9 +37,12 @@ KV_POINTS = 120  # the cache's use over time: at most this many (time, fraction)
 
 @dataclass
 class StepCost:
-    """An iteration's time: ``decode(b, L)`` priced exactly at batches 1 and ``ref_batch`` for
-    a few context lengths and interpolated between them (a decode step's time is affine in
-    the batch at a context: the weights once, each sequence's work and cache on top), plus
+    """An iteration's time: ``decode(b, L)`` priced exactly at batches 1 and ``ref_batch`` (and,
+    above it, at the doublings of ``ref_batch`` around the batch) for a few context lengths and
+    interpolated between them (a decode step's time is affine in the batch while its matrix
+    products are bound by the weights' bytes: the weights once, each sequence's work and cache on
+    top; past the batch where they turn bound by the matrix rate it grows faster, so a larger
+    batch is priced from points around it, not extrapolated from the smaller ones), plus
     ``prefill_per_token`` seconds per prefilled token (``whole_step``: an iteration of prompt
     chunks alone at least a batch-1 decode step's time)."""
 
@@ -64,9 +67,13 @@ class StepCost:
         lo, hi = self.contexts[i - 1], self.contexts[i]
         w = 0.0 if hi == lo else min(max((context - lo) / (hi - lo), 0.0), 1.0)
 
+        lo_b, hi_b = 1, max(self.ref_batch, 2)
+        while hi_b < batch:
+            lo_b, hi_b = hi_b, 2 * hi_b
+
         def at(ctx: int) -> float:
-            one, ref = self._at(1, ctx), self._at(self.ref_batch, ctx)
-            return one + (ref - one) * (batch - 1) / max(self.ref_batch - 1, 1)
+            one, ref = self._at(lo_b, ctx), self._at(hi_b, ctx)
+            return one + (ref - one) * (batch - lo_b) / (hi_b - lo_b)
 
         return at(lo) * (1 - w) + at(hi) * w
 
