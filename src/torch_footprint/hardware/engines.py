@@ -115,6 +115,16 @@ class EngineProfile:
         return (h.get("step_us", 0.0) + h.get("sequence_us", 0.0) * scheduled
                 + h.get("request_us", 0.0) * admitted) * 1e-6
 
+    def python_rule(self) -> str:
+        """The Python per step in words ("1.2 ms + 100 us a request"); "" where not stated."""
+        h = self.host
+        if not self.python_s(1, 1):
+            return ""
+        terms = [f"{h.get('step_us', 0.0) / 1e3:g} ms"]
+        terms += [f"{h[k]:g} us {what}" for k, what in (("sequence_us", "a request"), ("request_us", "an admitted one"))
+                  if h.get(k)]
+        return " + ".join(terms)
+
     def overhead_s(self) -> float | None:
         """Host time per traced operator that the device does not hide (None: not stated)."""
         us = self.speed.get("overhead_us")

@@ -275,10 +275,8 @@ def serve(st: ServingTrace, serving: Priced, accelerators: list[Accelerator], *,
             return speed.python_s(b, b) if prefill else speed.python_s(b) / steps
 
         if python(1) and speed is not None:
-            h = speed.host
             row_notes.append(f"{speed.title} {speed.version}'s own Python per step, which the GPU waits for: "
-                             f"{h.get('step_us', 0.0) / 1e3:g} ms + {h.get('sequence_us', 0.0):g} us a request"
-                             + (f", once every {steps} decode steps" if steps > 1 else ""))
+                             f"{speed.python_rule()}" + (f", once every {steps} decode steps" if steps > 1 else ""))
         comm_prefill = tp_comm(s.batch * s.prompt)
         comm_decode = tp_comm(s.batch)
         ttft = time_of(pre_g) + comm_prefill + python(s.batch, prefill=True)

@@ -131,10 +131,7 @@ class EngineHost:
     def describe(self) -> str:
         """The rule in words, for the simulation's notes."""
         if self.python is not None:
-            h = self.python.host
-            return (f"{h.get('step_us', 0.0) / 1e3:g} ms + {h.get('sequence_us', 0.0):g} us per scheduled request"
-                    + (f" + {h['request_us']:g} us per admitted one" if h.get("request_us") else "")
-                    + " at each scheduling point (its Python, which the GPU waits for)")
+            return f"{self.python.python_rule()} at each scheduling point (its Python, which the GPU waits for)"
         return (f"{self.step_ops:g} + {self.sequence_ops:g} per scheduled request + {self.request_ops:g} per "
                 f"admitted one, x {self.op_s * 1e6:.1f} us per operator")
 
