@@ -345,7 +345,9 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
     t = Training(train=True, optimizer="adamw", ac=mode, selective_ac_option=option if mode and option else "op",
                  grads="zero" if kept else "none",
                  loss="fp32" if before else loss_of_row(r), fused_kernels=not before and fused_kernels_of(r))
-    w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision="bf16-mixed",
+    # the parameters in bf16 where the run holds them so (the optimizer state follows): the model in bf16
+    precision = "bf16" if r.get("param_dtype") == "bf16" and not before else "bf16-mixed"
+    w = Workload(model_of(r, folder), {"input_ids": f"{micro},{r['seq']}:int64"}, precision=precision,
                  attention=None if before else attention_of_row(r))
     acc = get(r["gpu"])
     if r.get("gpu_bandwidth_gbs"):  # the source's own figure for a part the accelerator id only approximates

@@ -40,3 +40,22 @@ def test_the_command_takes_the_kernel_and_refuses_an_unknown_one(capsys: pytest.
     assert main(["llm", TINY, "--gpu", "h100-sxm", "--attention", "nonsense"]) == 2
     err = capsys.readouterr().err
     assert "nonsense" in err and "Traceback" not in err
+
+
+GPT_OSS = str(Path(__file__).parents[1] / "configs" / "gpt-oss-tiny")
+
+
+def _attention_keys(trace) -> list[tuple[int, int]]:
+    """(queries, keys) of each attention call the trace ran (one per layer here)."""
+    return sorted((c["seq_q"], c["seq_k"]) for c in trace.settings["attention"] for _ in range(c["calls"]))
+
+
+def test_a_sliding_window_layer_runs_the_blocks_its_window_reaches() -> None:
+    # gpt-oss-tiny: a sliding layer (window 16) then a full one. A 512-token prompt under a fused kernel:
+    # each block of 128 queries reaches back 15 keys, into the previous block of 128 keys: 2 blocks, so
+    # every query against 256 keys (a block-sparse kernel's work), where the masked call ran all 512;
+    # the full layer keeps its 512 keys
+    fused = trace_serving(GPT_OSS, batch=1, prompt=512, attention="flash2")
+    assert _attention_keys(fused.prefill) == [(512, 256), (512, 512)]
+    # a prompt no longer than the window and a block (16 + 128) runs whole, as does the model's own code
+    assert _attention_keys(trace_serving(GPT_OSS, batch=1, prompt=144, attention="flash2").prefill) == [(144, 144)] * 2

@@ -212,6 +212,10 @@ def _checkpointed(forward: Callable[..., Any], selective: bool, *args: Any, **kw
 
 
 FUSED_ATTENTION = "footprint_fused"  # the name the fused kernel is registered under in transformers
+# the tile a fused kernel skips by under a sliding window: FlexAttention's default block (128 queries x
+# 128 keys, torch/nn/attention/flex_attention.py _DEFAULT_SPARSE_BLOCK_SIZE), which its block mask
+# leaves out wholly outside the band; FlashAttention's window_size skips key tiles alike
+WINDOW_BLOCK = 128
 
 
 def fuses_attention(kind: str | None) -> bool:
@@ -230,7 +234,10 @@ def use_attention(model: nn.Module, kind: str | None) -> tuple[str | None, Calla
     its masks included), whatever the model's code declares: one fused kernel, as training
     frameworks run attention (FlashAttention, FlexAttention, cuDNN, Transformer Engine) where the
     model's eager code would write the scores out. Attention sinks (gpt-oss) add one column to
-    each softmax; the fused path prices the softmax without it."""
+    each softmax; the fused path prices the softmax without it. A sliding-window layer (the
+    ``sliding_window`` transformers hands the attention) runs as a fused kernel runs it: each
+    block of :data:`WINDOW_BLOCK` queries against the key blocks its window reaches, not every
+    key under a mask (:func:`_banded`)."""
     if kind is None:
         return None, lambda: None
     setter = getattr(model, "set_attn_implementation", None)
@@ -265,7 +272,38 @@ def _register_fused() -> None:
     def fused(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
         kwargs.pop("s_aux", None)  # sinks: one extra logit per row, not a kernel of their own
+        window = kwargs.get("sliding_window")
+        if isinstance(window, int) and window > 0 and banded(query, key, attention_mask, window):
+            return _banded(sdpa_attention_forward, module, query, key, value, attention_mask, window, **kwargs)
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
     AttentionInterface.register(FUSED_ATTENTION, fused)
     AttentionMaskInterface.register(FUSED_ATTENTION, sdpa_mask)
+
+
+def banded(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, window: int) -> bool:
+    """Whether a call is run block by block under its sliding ``window``: queries and keys the same
+    sequence (a prompt or a training step; a decode step's cache already holds only the window),
+    longer than the window and a block, and a mask of one row per query to slice."""
+    q, k = query.shape[-2], key.shape[-2]
+    return (q == k and k > window + WINDOW_BLOCK and mask is not None and mask.dim() == 4
+            and mask.shape[-2] == q and mask.shape[-1] == k)
+
+
+def band_keys(window: int) -> int:
+    """The keys each block of queries runs over under a sliding ``window`` (a key reaches back
+    window - 1 positions): the key blocks from the one holding its first query's earliest key to
+    its own, whole blocks, as a block-sparse kernel computes them."""
+    return (-(-(window - 1) // WINDOW_BLOCK) + 1) * WINDOW_BLOCK
+
+
+def _banded(attend: Callable[..., tuple[torch.Tensor, Any]], module: nn.Module, query: torch.Tensor,
+            key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, window: int,
+            **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Sliding-window attention as a block-sparse kernel runs it, in one call: every query against
+    :func:`band_keys` keys (the blocks its window reaches), the same matrix work, the same keys per
+    block of queries and one kernel, where the masked call would run every query against every
+    key. The values are not the model's (the trace has none); the shapes, work and what the
+    backward keeps are the kernel's."""
+    n = band_keys(window)
+    return attend(module, query, key[..., :n, :], value[..., :n, :], mask[..., :n], **kwargs)
