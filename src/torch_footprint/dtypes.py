@@ -2,7 +2,7 @@
 
 Three vocabularies meet here: the names a user types (``bf16``, ``float16``, ``half``), the
 names a trace stores (torch's own, ``bfloat16``) and the rate keys of the accelerator
-database (``fp32``, ``tf32``, ``fp16``, ``bf16``, ``fp8``, ``int8``). This module imports
+database (``fp32``, ``tf32``, ``fp16``, ``bf16``, ``fp8``, ``int8``, ``fp4``). This module imports
 torch only when a ``torch.dtype`` is asked for, so the hardware database stays light.
 """
 
@@ -23,7 +23,7 @@ _ALIASES: dict[str, str] = {
 }
 
 # the accelerator database's rate keys, and the one that prices work in each torch dtype
-RATE_KEYS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+RATE_KEYS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "fp4")
 _RATE_OF: dict[str, str] = {
     "float32": "fp32", "float64": "fp32", "float16": "fp16", "bfloat16": "bf16",
     "int8": "int8", "uint8": "int8", "int32": "int8",

@@ -363,12 +363,16 @@ def test_q4_k_m_keeps_what_llama_cpp_keeps_in_f32() -> None:
 
 
 def test_nvfp4_on_a_gpu_without_a_listed_fp4_rate_runs_at_fp8(llama2) -> None:
-    # the accelerator database lists no fp4 rate for the B200: NVFP4's matrix work falls back to fp8
-    b200 = get("b200")
-    assert b200.peak("fp4") is None and b200.peak("fp8") is not None
+    # the H100 has no fp4 units: NVFP4's matrix work falls back to fp8, and the row says so
+    h100 = get("h100-sxm")
+    assert h100.peak("fp4") is None and h100.peak("fp8") is not None
     s = Priced(batch=1, prompt=8, output=8, weights=weight_scheme("fp4"))
-    row = serve(llama2, s, [b200], max_context=None).rows[0]
+    row = serve(llama2, s, [h100], max_context=None).rows[0]
     assert any("no fp4 rate listed: matrix work at the fp8 rate" in n for n in row.notes)
+    # the B200 lists its dense fp4 rate: HGX B200's 144 PFLOPS (2:4 sparse, 8 GPUs) halved, per GPU
+    b200 = get("b200")
+    assert b200.peak("fp4") == pytest.approx(144e15 / 8 / 2)  # FLOP/s
+    assert not any("no fp4 rate" in n for n in serve(llama2, s, [b200], max_context=None).rows[0].notes)
 
 
 def test_gpt_oss_checkpoints_in_mxfp4_weigh_what_their_model_card_prints() -> None:
