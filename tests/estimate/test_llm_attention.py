@@ -57,5 +57,5 @@ def test_a_sliding_window_layer_runs_the_blocks_its_window_reaches() -> None:
     # the full layer keeps its 512 keys
     fused = trace_serving(GPT_OSS, batch=1, prompt=512, attention="flash2")
     assert _attention_keys(fused.prefill) == [(512, 256), (512, 512)]
-    # a prompt no longer than the window and a block (16 + 128) runs whole, as does the model's own code
+    # a prompt no longer than the band (256 keys) runs whole, as does the model's own code
     assert _attention_keys(trace_serving(GPT_OSS, batch=1, prompt=144, attention="flash2").prefill) == [(144, 144)] * 2

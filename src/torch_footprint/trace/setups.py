@@ -282,11 +282,11 @@ def _register_fused() -> None:
 
 
 def banded(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, window: int) -> bool:
-    """Whether a call is run block by block under its sliding ``window``: queries and keys the same
-    sequence (a prompt or a training step; a decode step's cache already holds only the window),
-    longer than the window and a block, and a mask of one row per query to slice."""
+    """Whether a call runs as its sliding ``window``'s band (:func:`_banded`): queries and keys the
+    same sequence (a prompt or a training step; a decode step's cache already holds only the window),
+    more keys than the band's (:func:`band_keys`), and a mask of one row per query to slice."""
     q, k = query.shape[-2], key.shape[-2]
-    return (q == k and k > window + WINDOW_BLOCK and mask is not None and mask.dim() == 4
+    return (q == k and k > band_keys(window) and mask is not None and mask.dim() == 4
             and mask.shape[-2] == q and mask.shape[-1] == k)
 
 

@@ -133,6 +133,13 @@ def _width(lin: nn.Module, path: str, tp: int, style: str) -> int:
     return lin.out_features if style == "colwise" else lin.in_features
 
 
+def _share(t: torch.Tensor, dim: int, tp: int) -> nn.Parameter:
+    """One rank's 1/tp of ``t`` along ``dim``, as a parameter like it (empty: the trace reads shapes)."""
+    shape = list(t.shape)
+    shape[dim] //= tp
+    return nn.Parameter(t.new_empty(shape), requires_grad=t.requires_grad)
+
+
 def check_tp(model: nn.Module, tp: int) -> dict[str, str]:
     """The plan for ``tp`` ranks, or a one-line error: no splittable linears, or a head
     count or a linear's width that ``tp`` does not divide."""
@@ -187,7 +194,7 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
                  if type(n) is int and n % tp == 0}
         for name, prm in list(own.named_parameters(recurse=False)) if heads else ():
             if prm.dim() == 1 and prm.numel() in heads:
-                setattr(own, name, nn.Parameter(prm.new_empty(prm.numel() // tp), requires_grad=prm.requires_grad))
+                setattr(own, name, _share(prm, 0, tp))
         for name, buf in list(own.named_buffers(recurse=False)) if heads else ():
             lead = next((d for d in range(buf.dim() - 1) if buf.shape[d] != 1), None)  # [heads, ...] or [1, heads, ...]
             if lead is not None and buf.shape[lead] in heads:
@@ -199,8 +206,7 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
                 for attr in ("weight", "bias"):
                     t = getattr(child, attr)
                     if t is not None:
-                        setattr(child, attr, nn.Parameter(t.new_empty(t.shape[0] // tp, *t.shape[1:]),
-                                                          requires_grad=t.requires_grad))
+                        setattr(child, attr, _share(t, 0, tp))
                 child.in_channels = child.out_channels = child.groups = child.groups // tp
                 continue
             if f"{parent}.{name}" in plan or not isinstance(weight, nn.Parameter) or weight.dim() != 1:
@@ -209,26 +215,23 @@ def shrink_for_tp(model: nn.Module, tp: int) -> dict[str, str]:
                 for attr in ("weight", "bias"):
                     t = getattr(child, attr, None)
                     if isinstance(t, nn.Parameter) and t.shape == weight.shape:
-                        setattr(child, attr, nn.Parameter(t.new_empty(t.numel() // tp), requires_grad=t.requires_grad))
+                        setattr(child, attr, _share(t, 0, tp))
     for path, style in plan.items():
         lin = mods[path]
         w = lin.weight
         if is_conv1d(lin):  # GPT-2's: the weight stored [inputs, outputs], its widths nx and nf
             out, keep = (1, "nf") if style == "colwise" else (0, "nx")
-            shape = list(w.shape)
-            shape[out] //= tp
-            lin.weight = nn.Parameter(w.new_empty(shape), requires_grad=w.requires_grad)
+            lin.weight = _share(w, out, tp)
             if style == "colwise":
-                lin.bias = nn.Parameter(lin.bias.new_empty(shape[1]), requires_grad=lin.bias.requires_grad)
+                lin.bias = _share(lin.bias, 0, tp)
             setattr(lin, keep, getattr(lin, keep) // tp)
         elif style == "colwise":
-            lin.weight = nn.Parameter(w.new_empty(w.shape[0] // tp, w.shape[1]), requires_grad=w.requires_grad)
+            lin.weight = _share(w, 0, tp)
             if lin.bias is not None:
-                b = lin.bias
-                lin.bias = nn.Parameter(b.new_empty(b.shape[0] // tp), requires_grad=b.requires_grad)
+                lin.bias = _share(lin.bias, 0, tp)
             lin.out_features //= tp
         else:
-            lin.weight = nn.Parameter(w.new_empty(w.shape[0], w.shape[1] // tp), requires_grad=w.requires_grad)
+            lin.weight = _share(w, 1, tp)
             lin.in_features //= tp
     per_rank_heads(model, plan, tp)
     return plan
