@@ -62,11 +62,13 @@ def test_fused_experts_gate_keeps_its_input_not_the_activation():
     # Qwen3-MoE's experts: 128 tokens x top-2 = 256 routed rows; the grouped projection's output
     # [256, 2 x 32] is kept either way (the gate's input). The unfused gate, act_fn(gate) * up,
     # also keeps SiLU's output [256, 32] for the product's backward: 4 bytes a value (the
-    # experts' fp32 weights under CPU autocast), 32,768 B a layer, 2 layers
+    # experts' fp32 weights under CPU autocast), 32,768 B a layer; and transformers weighs the
+    # down projection's output [256, 64] by the router, keeping it (65,536 B) for the weights'
+    # gradient, where the fused gate weighs its own output and keeps the 256 bf16 weights (512 B)
     plain, _ = _saved(QWEN3_MOE, 64)
     fused, notes = _saved(QWEN3_MOE, 64, step=Training(train=True, optimizer="adamw", fused_kernels=True))
     experts = [sum(v for k, v in saved.items() if ".mlp.experts" in k) for saved in (plain, fused)]
-    assert experts[0] - experts[1] == 2 * 256 * 32 * 4
+    assert experts[0] - experts[1] == 2 * (256 * 32 * 4 + 256 * 64 * 4 - 256 * 2)
     assert any("2 experts' gates" in n for n in notes)
 
 

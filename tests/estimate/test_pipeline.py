@@ -126,9 +126,10 @@ def test_megatron_receives_into_fresh_tensors_per_micro_batch_in_flight():
 def test_fit_prices_the_framework_named(monkeypatch: pytest.MonkeyPatch):
     import torch_footprint.estimate.workload as workload
 
-    # Megatron's fused kernels (tested in test_megatron_states.py) left out: the receive buffers alone differ
+    # Megatron's fused kernels (tested in test_megatron_states.py) left out, and its loss (test_megatron_recompute.py:
+    # the fp32 model's logits taken as they are on both): the receive buffers alone differ
     monkeypatch.setattr(workload, "fuse_like_megatron", lambda m: ([], lambda: None))
-    base = dict(gpus=2, pp=2, grad_accum=4, **STEP)
+    base = dict(gpus=2, pp=2, grad_accum=4, loss="logits", **STEP)
     torch_row = api.fit(str(LLAMA), IDS, **base).rows[0]
     nemo_row = api.fit(str(LLAMA), IDS, framework="nemo", **base).rows[0]  # NeMo runs Megatron-core
     # [2, 64, 128] fp32 boundary = 65,536 B: torch keeps 4 on each rank, Megatron 1 (test above), so every

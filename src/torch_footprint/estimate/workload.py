@@ -19,6 +19,7 @@ from ..sources import Workload as Prepared
 from ..sources import prepare
 from ..sources.inputs import InputSpec
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
+from ..trace.recompute import enable_recompute
 from .kernels.sdpa import ATTENTION_KERNELS, cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.fused import fuse_like_megatron, merged_linears, rope_modules
@@ -122,13 +123,19 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     if t.checkpointing:
         what, undo = setups.enable_checkpointing(m, selective=t.selective, every=t.ac_every)
         notes.append("activation checkpointing: " + what)
+    unrecompute: Any = lambda: None  # noqa: E731
+    if t.recompute_modules:
+        what, unrecompute = enable_recompute(m, t.recompute_modules)
+        notes.append(what)
     attention, unattend = setups.use_attention(m, w.attention)
     notes += [attention] if attention else []
     fuse = _always if setups.fuses_attention(w.attention) else _cuda_fuses(cuda_sm)
+    # Megatron-core takes the loss on fp32 logits its own way (trace.step._MegatronCrossEntropy)
+    loss = "megatron" if p.framework == "megatron" and t.loss == "fp32" else t.loss
     try:
         trace = _trace(work, train=t.train, backward=t.train, reuse=w.reuse,
                        step=StepOptions(opt, autocast, grads_kept=t.grads == "zero",
-                                        fuse_attention=fuse, loss=t.loss, cuda=cuda))
+                                        fuse_attention=fuse, loss=loss, cuda=cuda))
     except FootprintError as e:
         if p.tensor > 1 and str(e).startswith("the model raised"):  # the split model, not the model, failed
             raise FootprintError(f"--tp {p.tensor}: one rank's share of {type(m).__name__} does not run, so its "
@@ -136,6 +143,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         raise
     finally:
         unattend()
+        unrecompute()
         undo()
         unfuse()
     if w.attention in ATTENTION_KERNELS:  # read by kernels.matrix: the fused kernel named, not PyTorch's choice

@@ -31,6 +31,10 @@ SCHEDULE_ALIASES = {"interleaved1f1b": "interleaved-1f1b", "interleaved": "inter
 FRAMEWORK_ALIASES = {"torchtitan": "torch", "pytorch": "torch", "fsdp2": "torch", "megatron-lm": "megatron",
                      "megatron-core": "megatron", "mcore": "megatron", "nemo": "megatron",
                      "megatron-bridge": "megatron"}
+# Megatron-core's recompute_modules priced (trace/recompute.py): output-discarding ones, then whole modules
+DISCARDING = ("layernorm", "moe_act")
+RECOMPUTE_MODULES = (*DISCARDING, "mlp", "moe", "shared_experts")
+RECOMPUTE_NOT_PRICED = ("core_attn", "mla_up_proj")
 DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 FSDP_STRATEGIES = ("zero2", "zero3", "fsdp")
 
@@ -54,13 +58,19 @@ class Training(Record):
     selective_ac_option: str = opt("op", metavar="op|N")
     """with --ac selective, torchtitan's selective_ac_option: op (the per-operator policy) or N (every N-th
     repeated block recomputed whole, the N-th, 2N-th and so on, the others kept as they run)"""
+    recompute_modules: tuple[str, ...] = opt((), metavar="NAME")
+    """Megatron-core's selective recompute (--recompute-granularity selective --recompute-modules): layernorm
+    (each block's norms) and moe_act (the experts' activation), whose outputs are dropped once read and remade in
+    the backward; mlp (a dense MLP), moe (a mixture-of-experts layer) and shared_experts, each checkpointed whole.
+    Repeated or comma-separated (with --train)"""
     grads: Grads = opt("none", metavar="none|zero")
     """none: gradients appear in the backward (first step, zero_grad(set_to_none=True)); zero: kept between
     steps, so they exist before the forward"""
 
     loss: Loss = opt("fp32", metavar="fp32|logits|fused")
     """how a language model's cross-entropy loss runs: fp32 (on the logits cast to fp32 first, as
-    transformers' and torchtitan's losses do), logits (in the logits' own dtype, as NeMo AutoModel's with
+    transformers' and torchtitan's losses do; with --framework megatron, Megatron-core's, which makes that
+    fp32 copy the softmax and then the gradient in place), logits (in the logits' own dtype, as NeMo AutoModel's with
     fp32_upcast false) or fused (one kernel that keeps the logits and writes their gradient: flash-attn's
     cross entropy, as llm-foundry and TinyLlama train)"""
 
@@ -98,6 +108,13 @@ class Training(Record):
             raise FootprintError("--ac none contradicts --checkpointing: give one of them")
         if self.ac in ("full", "selective"):
             object.__setattr__(self, "checkpointing", True)
+        if self.recompute_modules:
+            object.__setattr__(self, "recompute_modules", recompute_names(self.recompute_modules))
+            if not self.train:
+                raise FootprintError("--recompute-modules only changes training memory: add --train")
+            if self.checkpointing:
+                raise FootprintError("--recompute-modules is Megatron-core's selective recompute; it does not "
+                                     "combine with --ac or --checkpointing (whole blocks are recomputed already)")
         if self.optimizer is not None and not self.train:
             raise FootprintError("--optimizer needs --train (an optimizer only runs in a training step)")
         if self.fused_kernels and not self.train:
@@ -328,3 +345,19 @@ class Parallel(Record):
     def schedule(self) -> str:
         """The pipeline schedule: the one named, else 1f1b (interleaved-1f1b with --vpp 2 or more)."""
         return self.pp_schedule or ("interleaved-1f1b" if self.vpp > 1 else "1f1b")
+
+
+def recompute_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """--recompute-modules as given (repeated or comma-separated), checked, in Megatron's spelling."""
+    out: list[str] = []
+    for item in names:
+        for name in (n.strip().lower().replace("-", "_") for n in item.split(",")):
+            if name in RECOMPUTE_NOT_PRICED:
+                raise FootprintError(f"--recompute-modules {name}: not priced yet (priced: "
+                                     f"{', '.join(RECOMPUTE_MODULES)})")
+            if name and name not in RECOMPUTE_MODULES:
+                raise FootprintError(f"unknown --recompute-modules name '{name}'; valid: "
+                                     f"{', '.join(RECOMPUTE_MODULES)}")
+            if name and name not in out:
+                out.append(name)
+    return tuple(out)

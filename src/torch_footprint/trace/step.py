@@ -48,7 +48,7 @@ def recomputing() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-LOSSES = ("fp32", "logits", "fused")
+LOSSES = ("fp32", "logits", "fused", "megatron")
 
 
 class _FusedCrossEntropy(torch.autograd.Function):
@@ -68,16 +68,46 @@ class _FusedCrossEntropy(torch.autograd.Function):
         return torch.softmax(logits, -1)
 
 
+class _MegatronCrossEntropy(torch.autograd.Function):
+    """Megatron-core's vocabulary-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py,
+    ``_VocabParallelCrossEntropy``): the forward casts the logits to fp32 and turns that one copy, in
+    place, into the softmax (max subtracted, ``torch.exp(..., out=)``, ``div_`` by the sum), which it
+    keeps; the backward subtracts the one-hot target and scales by the incoming gradient in that
+    buffer, in place, and autograd casts it to the logits' dtype. No log-softmax and no second fp32
+    gradient, as torch's ``cross_entropy`` on fp32 logits makes."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        soft = logits.float()
+        peak = soft.amax(-1, keepdim=True)
+        soft.sub_(peak)
+        torch.exp(soft, out=soft)
+        total = soft.sum(-1, keepdim=True)
+        soft.div_(total)
+        ctx.save_for_backward(soft)
+        ctx.low = logits.dtype
+        return (total.log() + peak).sum()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (soft,) = ctx.saved_tensors
+        soft.mul_(grad)
+        return soft.to(ctx.low)
+
+
 def cross_entropy_of(logits: torch.Tensor, loss: str = "fp32") -> torch.Tensor:
     """A language model's loss as its training loops take it: cross entropy over the last
     dimension at every position. ``fp32``: on the logits cast to fp32 first (transformers'
     ``ForCausalLMLoss``, torchtitan's ``cross_entropy_loss``: ``logits.float()``; a no-op on fp32
     logits); the fp32 copy, the log-softmax it saves and the gradients of both are the step's
     largest tensors at a large vocabulary. ``logits``: the same in the logits' own dtype.
-    ``fused``: one kernel (:class:`_FusedCrossEntropy`). The targets are zeros: which class does
-    not matter."""
+    ``fused``: one kernel (:class:`_FusedCrossEntropy`). ``megatron``: Megatron-core's, the fp32 copy
+    made the softmax and then the gradient in place (:class:`_MegatronCrossEntropy`). The targets are
+    zeros: which class does not matter."""
     if loss == "fused":
         return _FusedCrossEntropy.apply(logits.flatten(0, -2))
+    if loss == "megatron":
+        return _MegatronCrossEntropy.apply(logits.flatten(0, -2))
     flat = (logits.float() if loss == "fp32" else logits).flatten(0, -2)
     target = torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device)
     return torch.nn.functional.cross_entropy(flat, target)

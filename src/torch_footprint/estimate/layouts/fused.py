@@ -14,7 +14,12 @@ traced step keeps for the backward what those kernels keep.
   clamped sigmoid gate): one kernel over the grouped projection's output that keeps that input
   and recomputes the rest in the backward, as Megatron-core's fused activations and NeMo
   AutoModel's compiled ``quick_geglu`` do; the unfused code keeps each clamp, product and sigmoid,
-  several tensors of the experts' width per routed token.
+  several tensors of the experts' width per routed token. The router's weight of each routed
+  token is applied in that kernel too (Megatron-core's ``activation_func_with_probs`` and
+  ``weighted_bias_swiglu`` in moe/experts.py, NeMo AutoModel's ``WeightedSwiGLUFunction``), so the
+  experts' outputs are summed back unweighted: transformers multiplies them by the weights after
+  the down projection, which keeps that projection's output, the model's width per routed token,
+  for the weights' gradient.
 
 What these replace are the modules' forwards, on the traced copy of the model; the operators'
 arithmetic (FLOPs, bytes moved) is the same but for the recomputation in the backward.
@@ -106,6 +111,36 @@ class _Recomputed(torch.autograd.Function):
         return None, grad_x
 
 
+class _WeightedGate(torch.autograd.Function):
+    """``fn(x) * probs`` (each routed token's router weight) keeping ``x`` and ``probs``, the rest
+    recomputed in the backward."""
+
+    footprint_saves_only_for_backward = True
+
+    @staticmethod
+    def forward(ctx: Any, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                probs: torch.Tensor) -> torch.Tensor:
+        ctx.fn = fn
+        ctx.save_for_backward(x, probs)
+        return (fn(x) * probs).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        x, probs = ctx.saved_tensors
+        with torch.enable_grad():
+            again = x.detach().requires_grad_()
+            y = ctx.fn(again)
+            (grad_x,) = torch.autograd.grad(y, again, grad * probs)
+        return None, grad_x, (grad * y.detach()).sum(-1, keepdim=True).to(probs.dtype)
+
+
+# the router weights of the experts' call running now, in the order its gate sees the routed tokens
+_ROUTED: list[torch.Tensor] = []
+# transformers' experts implementations whose gate sees every routed token at once: in expert order
+# (grouped_mm sorts them), or as routed (batched_mm)
+SORTED, AS_ROUTED = "grouped_mm", "batched_mm"
+
+
 # each module's new forward: one function, given its module (``partial``, so that the replay of
 # a repeated block finds the same forward in each: trace.blockkeys.same_value)
 def _norm_forward(mod: nn.Module, eps: float, x: torch.Tensor) -> torch.Tensor:
@@ -113,7 +148,25 @@ def _norm_forward(mod: nn.Module, eps: float, x: torch.Tensor) -> torch.Tensor:
 
 
 def _gate_forward(mod: nn.Module, gate: Callable[..., torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    if _ROUTED and _ROUTED[-1].shape[0] == x.shape[0]:
+        return _WeightedGate.apply(functools.partial(gate, mod), x, _ROUTED[-1])
     return _Recomputed.apply(functools.partial(gate, mod), x)
+
+
+def _experts_forward(mod: nn.Module, forward: Callable[..., torch.Tensor], hidden: torch.Tensor,
+                     index: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """transformers' experts with each routed token's weight applied in the gate (:class:`_WeightedGate`):
+    the weights after the down projection are ones that need no gradient, so nothing is kept for them."""
+    how = getattr(getattr(mod, "config", None), "_experts_implementation", None)
+    if how not in (SORTED, AS_ROUTED) or not weights.requires_grad:
+        return forward(hidden, index, weights)
+    flat = weights.reshape(-1)
+    routed = flat[torch.sort(index.reshape(-1))[1]] if how == SORTED else flat
+    _ROUTED.append(routed.unsqueeze(-1))
+    try:
+        return forward(hidden, index, torch.ones_like(weights))
+    finally:
+        _ROUTED.pop()
 
 
 def _mlp_forward(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -129,6 +182,7 @@ def fuse_like_megatron(model: nn.Module) -> tuple[list[str], Callable[[], None]]
         gate = getattr(type(mod), "_apply_gate", None)
         if callable(gate) and "_apply_gate" not in vars(mod):  # transformers' experts (use_experts_implementation)
             mod._apply_gate = functools.partial(_gate_forward, mod, gate)
+            mod.forward = functools.partial(_experts_forward, mod, functools.partial(type(mod).forward, mod))
             changed.append(mod)
             gates += 1
             continue
