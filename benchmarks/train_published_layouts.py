@@ -343,6 +343,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
     option = layer_option(r)
     mode = "full" if ac.startswith("full") else "selective" if (ac in PER_OP or option) and not before else None
     t = Training(train=True, optimizer="adamw", ac=mode, selective_ac_option=option if mode and option else "op",
+                 recompute_modules=() if before else tuple(r.get("recompute_modules") or ()),
                  grads="zero" if kept else "none",
                  loss="fp32" if before else loss_of_row(r), fused_kernels=not before and fused_kernels_of(r))
     # the parameters in bf16 where the run holds them so (the optimizer state follows): the model in bf16
