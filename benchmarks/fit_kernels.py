@@ -3,7 +3,8 @@ leaving each GPU out.
 
 Reads benchmarks/published/kernels.toml: cuBLAS GEMM throughputs (best shapes, square sizes,
 few-row products), FlashAttention-2's throughputs (forward, backward and both, A100 and
-H100) by sequence length, head dimension and mask, and streaming-kernel bandwidths. Each family's constants are fitted
+H100) by sequence length, head dimension and mask, FlashAttention v1's and its Triton port's
+beside them in the same tables, and streaming-kernel bandwidths. Each family's constants are fitted
 to its rows (least squares on the log of the time), then refitted without each GPU's rows
 to predict that GPU's: the errors printed are those leave-one-GPU-out fits', by family and by
 GPU, beside the in-sample ones. ``--write`` saves the fit on every row to
@@ -89,11 +90,14 @@ def gemm_rows(data: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def attention_rows(data: dict[str, Any]) -> list[Row]:
+def attention_rows(data: dict[str, Any], v1: bool = False) -> list[Row]:
+    """The fused attention kernels' rows (``v1``: FlashAttention v1's and its Triton port's, priced as
+    ``flash1``, a family of its own so that they do not move FlashAttention-2's constants)."""
     rows = []
     for r in data["attention"]:
         acc = gpu(r["gpu"])
-        if acc is None or r["kernel"] not in ("flash2", "flash3", "cudnn"):
+        kinds = ("flash1", "flash1-triton") if v1 else ("flash2", "flash3", "cudnn")
+        if acc is None or r["kernel"] not in kinds:
             continue
         b, h, s, d, causal = int(r["batch"]), int(r["heads"]), int(r["seqlen"]), int(r["head_dim"]), bool(r["causal"])
         fwd = 4 * b * h * s * s * d / (2 if causal else 1)  # FlashAttention's own FLOP count
@@ -103,7 +107,7 @@ def attention_rows(data: dict[str, Any]) -> list[Row]:
 
         def predict(c: KernelConstants, acc: Accelerator = acc, direction: str = r["direction"], ours: float = ours,
                     s: int = s, d: int = d, causal: bool = causal, bh: int = b * h,
-                    key: str = DTYPE[r["dtype"]], kernel: str = r["kernel"]) -> float:
+                    key: str = DTYPE[r["dtype"]], kernel: str = "flash1" if v1 else r["kernel"]) -> float:
             rate = (acc.peak(key) or 0.0) * matrix_share(acc, key, c)
             t = 0.0
             if direction in ("fwd", "fwd_bwd"):
@@ -139,11 +143,12 @@ FAMILIES = {  # the constants each family fits (its own; the others as fitted be
     "bandwidth": ("hbm", "gddr", "other_memory"),
     "gemm": ("matrix_a", "matrix_b", "k_half", "kernel_floor_s", "amd"),
     "attention": ("attn", "attn_s_half", "attn_backward", "attn_wgmma"),
+    "attention-v1": ("attn_v1_head",),
 }
 BOUNDS = {"hbm": (0.5, 1.0), "gddr": (0.5, 1.0), "other_memory": (0.3, 1.0), "matrix_a": (0.3, 1.2),
           "matrix_b": (-0.3, 0.3), "k_half": (0.0, 2048.0), "kernel_floor_s": (0.0, 3e-5), "amd": (0.2, 1.2),
           "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5),
-          "attn_wgmma": (0.2, 1.5)}
+          "attn_wgmma": (0.2, 1.5), "attn_v1_head": (8.0, 4096.0)}
 
 
 def loss(rows: Sequence[Row], c: KernelConstants) -> float:
@@ -214,7 +219,8 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="save the fit on every row as the shipped constants")
     args = ap.parse_args()
     data = tomllib.loads((ROOT / "benchmarks" / "published" / "kernels.toml").read_text())
-    families = {"bandwidth": bandwidth_rows(data), "gemm": gemm_rows(data), "attention": attention_rows(data)}
+    families = {"bandwidth": bandwidth_rows(data), "gemm": gemm_rows(data), "attention": attention_rows(data),
+                "attention-v1": attention_rows(data, v1=True)}
     start = KernelConstants()
     full = fit(families, start)
     print("constants fitted on every row:")

@@ -208,3 +208,22 @@ def test_flash_attention_forward_by_head_size_against_the_published_tables() -> 
             rates[d] = acc.peak("fp16") * matrix_share(acc, "fp16", c) * use
             assert rates[d] == pytest.approx(tflops * 1e12, rel=0.10)
         assert rates[128] / rates[64] == pytest.approx(by_head[128] / by_head[64], rel=0.05)
+
+
+def test_flash_attention_v1_against_the_published_tables() -> None:
+    # FlashAttention (v1) forward + backward, 8k tokens, batch 2 x hidden 2048 (the release's
+    # flash2_*_fwd_bwd_benchmark.png bars, benchmarks/published/kernels.toml), TFLOP/s as printed,
+    # FlashAttention-2 beside it: the A100 80GB, no mask: head size 64 110 (FlashAttention-2 175),
+    # 128 82 (201); the H100 SXM5, causal: 64 149 (273), 128 135 (308). FLOPs as those benchmarks
+    # count them: 4 x batch x heads x seq^2 x head forward, halved under the mask, x 3.5 both ways
+    c = constants.current()
+    for gpu, causal, by_head in (("a100-sxm-80gb", False, {64: 110.0, 128: 82.0}),
+                                 ("h100-sxm", True, {64: 149.0, 128: 135.0})):
+        acc = get(gpu)
+        peak = acc.peak("fp16") * matrix_share(acc, "fp16", c)
+        for d, tflops in by_head.items():
+            bh, fwd = 2 * 2048 // d, 4 * 2 * (2048 // d) * 8192**2 * d / (2 if causal else 1)
+            seconds = sum(k * fwd / (peak * attention_use(acc, "fp16", bh, 8192, 8192, d, d, causal, back, c,
+                                                               "flash1"))
+                          for k, back in ((1, False), (2, True)))
+            assert 3.5 * fwd / seconds == pytest.approx(tflops * 1e12, rel=0.15)

@@ -31,7 +31,7 @@ __all__ = ["RECORDS", "Calibration", "Grads", "Measurement", "Memory", "Optimize
 Precision = Literal["fp32", "fp16", "bf16", "fp64", "fp16-mixed", "bf16-mixed"]
 Quant = Literal["fp32", "bf16", "fp16", "fp8", "fp8-block128", "int8", "int4-g128", "int4-g128-awq", "nf4", "nvfp4",
                 "mxfp4", "q4_0", "q4_1", "q8_0", "q4_k_m", "q5_k_m", "q6_k"]
-Attention = Literal["eager", "sdpa", "fused", "flash2", "flash3", "cudnn"]
+Attention = Literal["eager", "sdpa", "fused", "flash1", "flash2", "flash3", "cudnn"]
 KvCache = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
 Engine = Literal["vllm", "sglang", "trtllm", "llamacpp", "transformers"]  # one profile each in hardware/engines/
 
@@ -44,7 +44,8 @@ QUANT_ALIASES = {"int4-g128-gptq": "int4-g128", "gptq": "int4-g128", "awq": "int
                  "gguf-q6_k": "q6_k", "nf4-dq": "nf4", "bfloat16": "bf16", "float16": "fp16", "fp8-e4m3": "fp8",
                  "float32": "fp32", "fp4": "nvfp4"}
 
-ATTENTION_ALIASES = {"flash": "flash2", "flash_attention_2": "flash2", "fa2": "flash2", "flash-attention": "flash2",
+ATTENTION_ALIASES = {"flash_attention_1": "flash1", "fa1": "flash1", "flash1-triton": "flash1",
+                     "flash": "flash2", "flash_attention_2": "flash2", "fa2": "flash2", "flash-attention": "flash2",
                      "flash_attention_3": "flash3", "fa3": "flash3", "flex": "flash2", "flex_attention": "flash2",
                      "te": "cudnn", "transformer_engine": "cudnn", "cudnn_attention": "cudnn"}
 
@@ -82,8 +83,9 @@ class Workload(Record):
     """a Hugging Face model's attention (transformers' attn_implementation): eager (the scores written out),
     sdpa (torch's scaled_dot_product_attention, its kernel chosen as PyTorch chooses for the target), fused
     (every attention layer as one fused kernel whatever the model's code declares, as training stacks and
-    engines run it, PyTorch's choice of kernel), or that kernel named: flash2 (FlashAttention-2, also flash
-    and flex, whose Triton kernel is priced as one), flash3 (FlashAttention-3), cudnn (cuDNN's, also te:
+    engines run it, PyTorch's choice of kernel), or that kernel named: flash1 (FlashAttention v1 or its
+    Triton port, as 2023's stacks ran it), flash2 (FlashAttention-2, also flash and flex, whose Triton kernel
+    is priced as one), flash3 (FlashAttention-3), cudnn (cuDNN's, also te:
     Transformer Engine's fused attention); default: the model's own choice"""
     trust_remote_code: bool = opt(False)
     """allow a Hugging Face config to run code from its repository (off by default)"""

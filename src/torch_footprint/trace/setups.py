@@ -229,7 +229,7 @@ def use_attention(model: nn.Module, kind: str | None) -> tuple[str | None, Calla
     what was done (None: nothing asked) and a function that puts the model's own back.
 
     ``eager`` and ``sdpa`` are transformers' own, where the model supports them. ``fused`` (and a
-    fused kernel named: ``flash2``, ``flash3``, ``cudnn``, which the estimate prices) runs
+    fused kernel named: ``flash1``, ``flash2``, ``flash3``, ``cudnn``, which the estimate prices) runs
     every attention layer through ``scaled_dot_product_attention`` (transformers' SDPA path,
     its masks included), whatever the model's code declares: one fused kernel, as training
     frameworks run attention (FlashAttention, FlexAttention, cuDNN, Transformer Engine) where the

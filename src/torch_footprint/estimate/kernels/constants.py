@@ -53,6 +53,10 @@ class KernelConstants:
     # attention, FlashAttention-3): their share of the wgmma rate where FlashAttention-2's is
     # of the mma.sync rate (the other attention mechanisms alike)
     attn_wgmma: float = 0.9
+    # FlashAttention (v1) and its Triton port: FlashAttention-2's rate over 1 + head dimension /
+    # attn_v1_head (matrix.py's attention_use: v1 splits the keys and values over a block's warps,
+    # whose partial results meet in shared memory, traffic that grows with the head dimension)
+    attn_v1_head: float = 96.0
 
     def replace(self, **kw: float) -> KernelConstants:
         return dataclasses.replace(self, **kw)

@@ -207,6 +207,13 @@ def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, h
     The result is a share of the rate :func:`matrix_share` gives, as the other problems' are.
     ``kernel`` "cudnn" or "flash3": a warpgroup kernel (wgmma), whose matrix work runs at
     ``attn_wgmma`` of the peak where FlashAttention-2's runs at the mma.sync share on Hopper.
+    ``kernel`` "flash1": FlashAttention (v1) or its Triton port, FlashAttention-2's work over
+    1 + head / ``attn_v1_head``: v1 splits each block's keys and values over its four warps, which
+    write their partial products to shared memory, synchronise and add them up ("split-K"), traffic
+    that grows with the head dimension; FlashAttention-2 splits the queries instead (Dao 2023,
+    arXiv:2307.08691, section 3.3). Measured in the FlashAttention-2 release's tables, both at
+    0.55-0.7 of FlashAttention-2's throughput at head size 64 and 0.4-0.5 at 128, on the A100 and
+    the H100 alike (``published/kernels.toml``), fitted.
     """
     keys = seq_k / 2 if causal else seq_k
     share = c.attn * keys / (keys + c.attn_s_half)
@@ -214,6 +221,8 @@ def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, h
         share *= c.attn_wgmma if kernel in ("cudnn", "flash3") else MMA_SYNC_SHARE
     if backward:
         share *= c.attn_backward
+    if kernel == "flash1":
+        share /= 1 + head / c.attn_v1_head
     share *= tile_use(acc.units, bh, seq_q, FLASH_BLOCK)
     flops_per_pair = 2 * (head + head_v) * (2 if backward else 1)
     matrix_rate = (acc.peak(key) or acc.vector_peak) * share

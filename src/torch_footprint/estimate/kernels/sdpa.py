@@ -96,7 +96,7 @@ def cuda_backend(c: dict[str, Any], sm: tuple[int, int]) -> tuple[str, str]:
     return "math", f"not flash: {no_flash}; not mem-efficient: {no_eff}"
 
 
-ATTENTION_KERNELS = ("flash2", "flash3", "cudnn")  # the fused kernels a user can name (--attention)
+ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "cudnn")  # the fused kernels a user can name (--attention)
 WGMMA_SMS = ((9, 0), (10, 0))  # warpgroup (wgmma) tensor-core instructions: Hopper and Blackwell data-centre parts
 
 
@@ -105,11 +105,12 @@ def sdpa_kernel(acc: Accelerator, key: str, head: int, head_v: int, asked: str |
     attention where PyTorch prefers it (sdp_utils.cpp, check_prefer_cudnn_attention: compute
     capability 9.0 or 10.0 with cuDNN 9.15 or newer, the releases since 2.9; fp16 or bf16, one
     head size, a multiple of 8 up to 256), else FlashAttention-2 (the flash back end). ``asked``:
-    the kernel the user names (``--attention flash2|flash3|cudnn``: an older PyTorch, FlashAttention
-    or Transformer Engine), where the GPU can run it (FlashAttention-2's class elsewhere)."""
+    the kernel the user names (``--attention flash1|flash2|flash3|cudnn``: an older PyTorch,
+    FlashAttention or Transformer Engine), where the GPU can run it (FlashAttention-2's class
+    elsewhere)."""
     sm = sm_of(acc)
     if asked in ATTENTION_KERNELS:  # the kernel the user's stack runs; a warpgroup kernel only where wgmma is
-        return asked if asked == "flash2" or sm in WGMMA_SMS else "flash2"
+        return asked if asked in ("flash1", "flash2") or sm in WGMMA_SMS else "flash2"
     if sm in WGMMA_SMS and key in ("fp16", "bf16") and head == head_v and head <= 256 and head % 8 == 0:
         return "cudnn"
     return "flash2"
