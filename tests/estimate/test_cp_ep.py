@@ -185,3 +185,23 @@ def test_fsdp_gathers_and_reduces_only_the_ranks_own_experts():
         == [half] * 4
     # the first layer reduced in the backward (the last one): its gradients, less the other rank's experts'
     assert one["reduce-scatter input"][0] - two["reduce-scatter input"][0] == half
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "ddp"])
+def test_data_parallel_collectives_carry_only_the_ranks_own_experts(strategy: str) -> None:
+    """FSDP's all-gathers and reduce-scatters, DDP's gradient all-reduce, at --ep 2 over 4 GPUs: a rank
+    holds 2 of each layer's 4 experts (3 matrices of 64 x 96, fp32), so the collectives carry half the
+    experts' bytes less than at --ep 1; the rest of the model (embedding, head, attention, norms, routers)
+    is the same."""
+    model = _mixtral()
+    ids = {"input_ids": "2,16:int64"}
+    layout = dict(gpus=4, strategy=strategy, **STEP)
+    one, two = (api.fit(model, ids, ep=ep, **layout).rows[0].step for ep in (1, 2))
+    assert one is not None and two is not None
+    total = sum(p.numel() for p in model.parameters()) * 4
+    half = 2 * 4 * 3 * 64 * 96 * 4 // 2  # the other rank's experts, 2 layers, fp32
+    data = [(a, b) for a, b in zip(one.collectives, two.collectives, strict=False)
+            if a.op in ("all-gather", "reduce-scatter", "all-reduce")]
+    assert len(data) == (3 if strategy == "fsdp" else 1)
+    for a, b in data:
+        assert (a.what, a.nbytes, b.nbytes) == (b.what, total, total - half)

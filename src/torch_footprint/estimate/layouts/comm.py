@@ -66,7 +66,7 @@ from ...hardware.db import Accelerator
 from ...hardware.networks import Network
 from ...trace import Trace
 from .memo import once, once_shared
-from .sharding import wrap_units
+from .sharding import expert_modules, wrap_units
 from .tensor_parallel import tp_plan_of_trace
 
 LINK_EFFICIENCY = 0.8
@@ -266,12 +266,19 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 def fsdp_bytes(trace: Trace, param_dtype: str | None = None, reduce_dtype: str | None = None) -> tuple[int, int]:
     """What FSDP2 gathers and reduce-scatters per step, whole-model bytes: the parameters in
     ``param_dtype`` (MixedPrecisionPolicy.param_dtype; None: as stored) and the trainable
-    ones' gradients in ``reduce_dtype`` (None: as the gradients are, the parameters' dtype)."""
-    def size(p: Any, dtype: str | None) -> int:
-        return p.numel * DTYPE_BYTES[dtype] if dtype and p.dtype.startswith(("float", "bfloat")) else p.nbytes
+    ones' gradients in ``reduce_dtype`` (None: as the gradients are, the parameters' dtype).
+    Under expert parallelism a rank's FSDP gathers and reduces its own experts only (torchtitan's
+    and NeMo AutoModel's experts sharded over the data-parallel ranks that hold the same ones):
+    1/ep of the experts' bytes (:func:`~.sharding.expert_modules`), as the memory counts them."""
+    ep = int(trace.settings.get("ep", 1))
+    experts = expert_modules(trace) if ep > 1 else set()
 
-    return (sum(size(p, param_dtype) for p in trace.params),
-            sum(size(p, reduce_dtype) for p in trace.params if p.trainable))
+    def size(p: Any, dtype: str | None) -> float:
+        whole = p.numel * DTYPE_BYTES[dtype] if dtype and p.dtype.startswith(("float", "bfloat")) else p.nbytes
+        return whole / ep if p.module in experts else whole
+
+    return (math.ceil(sum(size(p, param_dtype) for p in trace.params)),
+            math.ceil(sum(size(p, reduce_dtype) for p in trace.params if p.trainable)))
 
 
 def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, link: Link | None,
@@ -296,19 +303,21 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
     if link is None or tp_link is None:
         raise FootprintError("no interconnect figure for this accelerator: add link_gbs to its row, or run "
                              "`footprint calibrate --nproc N` on this machine")
-    weights, grads = param_bytes(trace)
+    weights, _ = param_bytes(trace)
     fwd, bwd = compute.get("forward", 0.0), compute.get("backward", 0.0)
     cs = out.collectives
     exposed = 0.0
     if n > 1 and strategy in ("ddp", "zero1"):
-        buckets = ddp_buckets(grads)
+        own, own_grads = fsdp_bytes(trace)  # (a rank's own experts only, under expert parallelism)
+        buckets = ddp_buckets(own_grads)
         t = sum(all_reduce_s(b, n, link) * k for b, k in buckets)
-        cs.append(Collective("gradient buckets", "all-reduce", grads, sum(k for _, k in buckets), "backward", True, t))
+        cs.append(Collective("gradient buckets", "all-reduce", own_grads, sum(k for _, k in buckets), "backward",
+                             True, t))
         last = all_reduce_s(buckets[-1][0] if buckets else 0, n, link)
         exposed += last + max(0.0, t - last - bwd)
         if strategy == "zero1":
-            t = gather_s(weights, n, link)
-            cs.append(Collective("updated parameter shards", "all-gather", weights, 1, "optimizer", False, t))
+            t = gather_s(own, n, link)
+            cs.append(Collective("updated parameter shards", "all-gather", own, 1, "optimizer", False, t))
             exposed += t
     elif (n > 1 or replicas > 1) and strategy in ("zero2", "zero3", "fsdp"):
         gathered, reduced = fsdp_bytes(trace, param_dtype, reduce_dtype)
