@@ -129,3 +129,23 @@ def test_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["memory", LLAMA, "--input-ids", "2,128", "--train", "--recompute-modules", "mla_up_proj"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "mla_up_proj: not priced yet" in err[0]
+
+
+def test_transformer_engine_fp8_keeps_each_linears_input_in_fp8() -> None:
+    # Megatron-core under --fp8: each linear (the head apart) keeps its input as one byte a value, once
+    # however many linears read it. Tiny Llama in bf16, 128 tokens, each of its 2 layers: the first norm's
+    # output (128 wide: q, k and v read it), the attention's output (128: the output projection), the second
+    # norm's output (128: gate and up), SwiGLU's output (344: down): 2 bytes a value each, now 1. The
+    # attention's output stays whole too: the fused attention keeps it for its own backward.
+    def forward_end(fp8: str | None) -> int:
+        trace, notes = trace_step(Workload(LLAMA, {"input_ids": "2,64:int64"}, precision="bf16-mixed"),
+                                  Training(train=True, optimizer="adamw"),
+                                  Parallel(gpus=1, framework="megatron", fp8=fp8))
+        live = dict(replay(trace, keep_timeline=True).timeline)
+        assert (fp8 is not None) == any("keep their inputs in fp8" in n for n in notes)
+        return live[max(i for i, e in enumerate(trace.events) if e.phase == "forward")]
+
+    tokens = 128
+    freed = 2 * tokens * HIDDEN + tokens * 344  # bytes at 2 a value less 1 a value: the bf16 copies let go
+    attention = tokens * HIDDEN  # its fp8 copy, beside the bf16 one the attention keeps
+    assert forward_end(None) - forward_end("tensorwise") == LAYERS * (freed - attention) == 120_832

@@ -20,9 +20,10 @@ from ..sources import prepare
 from ..sources.inputs import InputSpec
 from ..trace import ModelState, StepOptions, Trace, setups, trace_model
 from ..trace.recompute import enable_recompute
+from .kernels.roofline import FP8_HEADS
 from .kernels.sdpa import ATTENTION_KERNELS, cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
-from .layouts.fused import fuse_like_megatron, merged_linears, rope_modules
+from .layouts.fused import fuse_like_megatron, merged_linears, rope_modules, te_fp8_inputs
 from .layouts.pipeline import check_layout
 from .layouts.sharding import megatron_scales
 from .layouts.tensor_parallel import apply_sequence_parallel, is_conv1d, shrink_for_tp, split_vocab, tp_plan
@@ -119,6 +120,11 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         if rotary:  # apply_rope_fusion: the attention's elementwise work one kernel a pass
             fused_paths = sorted({*fused_paths, *rotary})
             notes.append(f"Megatron-core's fused RoPE: {len(rotary)} attention modules' rotations one kernel each way")
+    unfp8: Any = lambda: None  # noqa: E731
+    if p.framework == "megatron" and p.fp8 not in (None, "none") and t.train:
+        kept, unfp8 = te_fp8_inputs(m, FP8_HEADS)
+        notes.append(f"Transformer Engine's FP8: {kept} linears and expert groups keep their inputs in fp8 for the "
+                     "backward")
     undo: Any = lambda: None  # noqa: E731
     if t.checkpointing:
         what, undo = setups.enable_checkpointing(m, selective=t.selective, every=t.ac_every)
@@ -145,6 +151,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         unattend()
         unrecompute()
         undo()
+        unfp8()
         unfuse()
     if w.attention in ATTENTION_KERNELS:  # read by kernels.matrix: the fused kernel named, not PyTorch's choice
         trace.settings["attention_kernel"] = w.attention

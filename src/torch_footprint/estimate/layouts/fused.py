@@ -24,6 +24,12 @@ traced step keeps for the backward what those kernels keep.
 What these replace are the modules' forwards, on the traced copy of the model; the operators'
 arithmetic (FLOPs, bytes moved) is the same but for the recomputation in the backward.
 
+Under FP8 (``--fp8``), Transformer Engine's linears and grouped linears keep the fp8 copy of
+their input the forward's GEMM read, its column-wise (transposed) data only, for the weight
+gradient's GEMM (transformer_engine/pytorch/module/linear.py and grouped_linear.py: "Discard
+row-wise data since it is not needed in backward pass", ``update_usage(rowwise_usage=False,
+columnwise_usage=True)``): one byte a value where the bf16 input was two (:func:`te_fp8_inputs`).
+
 Three more of Megatron-core's fusions change only the time, not what is kept (read by
 ``kernels.roofline``: :func:`rope_modules`, :func:`merged_linears`, ``kernels.fusion``):
 
@@ -43,6 +49,7 @@ Three more of Megatron-core's fusions change only the time, not what is kept (re
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -229,3 +236,71 @@ def merged_linears(model: nn.Module) -> list[str]:
             if all(isinstance(getattr(mod, k, None), nn.Linear) for k in group):
                 out += [f"{name}.{k}" if name else k for k in group]
     return sorted(out)
+
+
+class _Fp8Saved:
+    """The saved-tensor hooks of a Transformer Engine FP8 module: a floating activation it keeps for
+    the backward is kept as one fp8 tensor of its shape (one per input, however many linears save it),
+    and read back in the backward as a transient of the original dtype, as the GEMM reads fp8."""
+
+    def __init__(self) -> None:
+        self.made: dict[tuple[int, tuple[int, ...]], tuple[Any, torch.Tensor]] = {}
+
+    def pack(self, t: torch.Tensor) -> Any:
+        base = t if t._base is None else t._base  # (a linear keeps a 2-D view of a 3-D input, its weight's transpose)
+        if isinstance(base, nn.Parameter) or not t.is_floating_point() or t.element_size() < 2 or t.dim() < 2:
+            return t
+        key = (id(base), tuple(t.shape))
+        hit = self.made.get(key)
+        if hit is None or hit[0]() is not base:
+            hit = (weakref.ref(base), torch.empty(t.shape, dtype=torch.float8_e4m3fn, device=t.device))
+            self.made[key] = hit
+            weakref.finalize(base, self.made.pop, key, None)
+        return (hit[1], t.dtype)
+
+    @staticmethod
+    def unpack(x: Any) -> torch.Tensor:
+        if isinstance(x, tuple):
+            fp8, dtype = x
+            return torch.empty(fp8.shape, dtype=dtype, device=fp8.device)
+        return x
+
+
+def _fp8_forward(hooks: _Fp8Saved, forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    with torch.autograd.graph.saved_tensors_hooks(hooks.pack, hooks.unpack):
+        return forward(*args, **kwargs)
+
+
+def _as_kept(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``forward`` keeping what it saves as it is (the experts' gate, inside an FP8 grouped module)."""
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        return forward(*args, **kwargs)
+
+
+def te_fp8_inputs(model: nn.Module, heads: tuple[str, ...]) -> tuple[int, Callable[[], None]]:
+    """Make ``model``'s linears (but those named in ``heads``, left in high precision) and its experts
+    keep their inputs in fp8, as Transformer Engine's FP8 modules do (module docstring): how many
+    modules, and a function that puts their forwards back."""
+    hooks = _Fp8Saved()
+    changed: list[tuple[nn.Module, str, Any]] = []
+    for name, mod in model.named_modules():
+        experts = callable(getattr(type(mod), "_apply_gate", None))
+        if not (experts or (isinstance(mod, nn.Linear) and name.rsplit(".", 1)[-1] not in heads)):
+            continue
+        own = vars(mod).get("forward")
+        changed.append((mod, "forward", own))
+        mod.forward = functools.partial(_fp8_forward, hooks, own or functools.partial(type(mod).forward, mod))
+        if experts:
+            gate = vars(mod).get("_apply_gate")
+            changed.append((mod, "_apply_gate", gate))
+            mod._apply_gate = functools.partial(_as_kept, gate or functools.partial(type(mod)._apply_gate, mod))
+
+    def undo() -> None:
+        for mod, attr, before in reversed(changed):
+            if before is None:
+                vars(mod).pop(attr, None)
+            else:
+                setattr(mod, attr, before)
+        hooks.made.clear()
+
+    return sum(1 for _, attr, _ in changed if attr == "forward"), undo
