@@ -14,8 +14,9 @@ activation checkpointing, gradient accumulation, FP8 (tensorwise, rowwise, delay
 expert parallelism, torch.compile (priced as TorchInductor runs it: ``--compile``), fms-fsdp's
 checkpointing of a fraction of the blocks (the fraction from the MFU and HFU the source prints,
 :func:`blocks_every`). Not yet: MXFP8 or an unstated FP8 recipe, selective checkpointing the row
-does not describe. ``lenient`` also counts the rows whose only missing part is that selective
-checkpointing, predicted without it.
+does not describe. Not priced at all: GPUs run power-limited at a limit the source does not print.
+``lenient`` also counts the rows whose only missing part is that selective checkpointing, predicted
+without it.
 
 Each prediction traces one micro-batch on one rank (bf16 autocast, AdamW; under FSDP the
 framework's mixed-precision policy, :func:`fsdp_policy`) and prices the step as ``fit`` does
@@ -148,6 +149,8 @@ def expressible(r: dict[str, Any], before: bool, lenient: bool = False) -> str:
         return "GPU count not printed"
     if not r["model"].startswith("hf:") and not all(r.get(k) for k in ("layers", "hidden", "heads", "vocab")):
         return "model shape not printed"
+    if r.get("gpu_power_limited") and not r.get("gpu_power_w"):  # the clocks it ran at unknown
+        return "power limit not printed"
     lacking = [f for f in features(r) if f in NOT_PRICED]
     if lenient:
         lacking = [f for f in lacking if f not in ("selective checkpointing", "torch.compile")]
