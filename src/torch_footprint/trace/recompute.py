@@ -187,5 +187,5 @@ def enable_recompute(model: nn.Module, modules: tuple[str, ...]) -> tuple[str, C
                 setattr(mod, attr, before)
         registry.made.clear()
 
-    what = ", ".join(f"{name} ({n})" for name, n in counts.items())
+    what = ", ".join(f"{name} ({n or 'none in this model'})" for name, n in counts.items())
     return f"Megatron-core's selective recompute of {what} of {len(blocks)} blocks", undo
