@@ -75,6 +75,11 @@ def test_fp8_matmuls_at_the_fp8_rate_and_casts_as_their_own_kernels():
         assert (b.compute_s - floor) == pytest.approx((a.compute_s - floor) * ratio, rel=1e-9)
         assert b.kernels_s == pytest.approx(extra / fp8.ceilings.bandwidth)
     assert any("24 matmuls of linear layers at the fp8 rate" in n for n in fp8.notes)
+    # rowwise is priced as tensorwise, and says that this is an optimistic bound (its CUTLASS GEMM)
+    rowwise = estimate_latency(t, h100, fp8="rowwise")
+    assert rowwise.time_s == pytest.approx(fp8.time_s)
+    assert any("an optimistic bound" in n for n in rowwise.notes)
+    assert not any("an optimistic bound" in n for n in fp8.notes)
 
 
 def test_fit_keeps_the_gpus_with_fp8_units():

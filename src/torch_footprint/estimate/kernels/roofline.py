@@ -434,6 +434,10 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     if casts:
         notes.append(f"fp8 ({fp8}): {len(casts)} matmuls of linear layers at the fp8 rate, each operand's scaling "
                      "and cast a pass of its own")
+        if fp8 == "rowwise":  # priced as tensorwise's GEMM: an optimistic bound, said so
+            notes.append("fp8 rowwise: its GEMMs priced as tensor-wise ones; PyTorch's row-wise _scaled_mm is a "
+                         "CUTLASS kernel measured at 50-100% of the tensor-wise cuBLAS GEMM's speed (pytorch/pytorch "
+                         "issue 147971): an optimistic bound")
     main = max(flops_by_dtype, key=lambda k: flops_by_dtype[k]) if flops_by_dtype else "fp32"
     return Prediction(accelerator=acc, ceilings=c, ops=ops, flops=total_flops, main_dtype=main, notes=notes,
                       missing_dtypes=sorted(missing))
