@@ -352,12 +352,14 @@ def recompute_names(names: tuple[str, ...]) -> tuple[str, ...]:
     out: list[str] = []
     for item in names:
         for name in (n.strip().lower().replace("-", "_") for n in item.split(",")):
+            if not name:
+                continue
             if name in RECOMPUTE_NOT_PRICED:
                 raise FootprintError(f"--recompute-modules {name}: not priced yet (priced: "
                                      f"{', '.join(RECOMPUTE_MODULES)})")
-            if name and name not in RECOMPUTE_MODULES:
+            if name not in RECOMPUTE_MODULES:
                 raise FootprintError(f"unknown --recompute-modules name '{name}'; valid: "
                                      f"{', '.join(RECOMPUTE_MODULES)}")
-            if name and name not in out:
+            if name not in out:
                 out.append(name)
     return tuple(out)

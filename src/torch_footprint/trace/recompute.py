@@ -32,6 +32,7 @@ from torch import nn
 
 from ..errors import FootprintError
 from ..settings.training import DISCARDING
+from .setups import Patches, own_forward
 
 MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe", "ffn")  # a block's MLP child as Hugging Face names it
 SHARED_NAMES = ("shared_experts", "shared_expert")
@@ -109,13 +110,6 @@ def _hooked(registry: _Registry, fn: Callable[..., Any], *args: Any, **kwargs: A
         return fn(*args, **kwargs)
 
 
-def _forward_of(mod: nn.Module) -> Callable[..., Any]:
-    """The module's forward as a function of its inputs that is the same object for every
-    instance of a class (a partial over the module), so that equal blocks stay equal."""
-    own = vars(mod).get("forward")
-    return own if own is not None else functools.partial(type(mod).forward, mod)
-
-
 def _blocks(model: nn.Module) -> list[nn.Module]:
     """The model's repeated blocks: the longest run of modules of one class in a ModuleList."""
     best: list[nn.Module] = []
@@ -144,19 +138,16 @@ def enable_recompute(model: nn.Module, modules: tuple[str, ...]) -> tuple[str, C
     if not blocks:
         raise FootprintError("--recompute-modules: found no run of repeated blocks in this model")
     registry = _Registry()
-    saved: list[tuple[nn.Module, str, Any]] = []
+    patches = Patches()
+    put = patches.put
     counts: dict[str, int] = dict.fromkeys(modules, 0)
-
-    def put(mod: nn.Module, attr: str, value: Any) -> None:
-        saved.append((mod, attr, vars(mod).get(attr)))
-        setattr(mod, attr, value)
 
     for block in blocks:
         mlp = _mlp_of(block)
         if "layernorm" in modules:
             for child in block.children():
                 if "Norm" in type(child).__name__:
-                    put(child, "forward", functools.partial(_discarding, registry, _forward_of(child)))
+                    put(child, "forward", functools.partial(_discarding, registry, own_forward(child)))
                     counts["layernorm"] += 1
         if "moe_act" in modules and mlp is not None:
             for mod in mlp.modules():
@@ -168,23 +159,19 @@ def enable_recompute(model: nn.Module, modules: tuple[str, ...]) -> tuple[str, C
         if mlp is not None:
             moe = _is_moe(mlp)
             if ("mlp" in modules and not moe) or ("moe" in modules and moe):
-                put(mlp, "forward", functools.partial(_whole, _forward_of(mlp)))
+                put(mlp, "forward", functools.partial(_whole, own_forward(mlp)))
                 counts["moe" if moe else "mlp"] += 1
             elif "shared_experts" in modules and moe:
                 for name in SHARED_NAMES:
                     shared = getattr(mlp, name, None)
                     if isinstance(shared, nn.Module):
-                        put(shared, "forward", functools.partial(_whole, _forward_of(shared)))
+                        put(shared, "forward", functools.partial(_whole, own_forward(shared)))
                         counts["shared_experts"] += 1
     if any(counts.get(m) for m in DISCARDING):
-        put(model, "forward", functools.partial(_hooked, registry, _forward_of(model)))
+        put(model, "forward", functools.partial(_hooked, registry, own_forward(model)))
 
     def undo() -> None:
-        for mod, attr, before in reversed(saved):
-            if before is None:
-                vars(mod).pop(attr, None)
-            else:
-                setattr(mod, attr, before)
+        patches.undo()
         registry.made.clear()
 
     what = ", ".join(f"{name} ({n or 'none in this model'})" for name, n in counts.items())

@@ -170,6 +170,32 @@ def enable_checkpointing(model: nn.Module, selective: bool = False, every: int =
     return f"{how}{where} of '{best[0] or '<root>'}'", undo_wrap
 
 
+class Patches:
+    """Attributes set on modules for a trace, each put back as it was (or removed) by :meth:`undo`."""
+
+    def __init__(self) -> None:
+        self.saved: list[tuple[nn.Module, str, Any]] = []
+
+    def put(self, mod: nn.Module, attr: str, value: Any) -> None:
+        self.saved.append((mod, attr, vars(mod).get(attr)))
+        setattr(mod, attr, value)
+
+    def undo(self) -> None:
+        for mod, attr, before in reversed(self.saved):
+            if before is None:
+                vars(mod).pop(attr, None)
+            else:
+                setattr(mod, attr, before)
+        self.saved.clear()
+
+
+def own_forward(mod: nn.Module) -> Callable[..., Any]:
+    """The module's forward as a function of its inputs that is the same object for every
+    instance of a class (a partial over the module), so that equal blocks stay equal."""
+    own = vars(mod).get("forward")
+    return own if own is not None else functools.partial(type(mod).forward, mod)
+
+
 def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 

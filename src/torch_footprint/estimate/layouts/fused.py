@@ -57,6 +57,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...trace.setups import Patches, own_forward
+
 
 class _RMSNorm(torch.autograd.Function):
     """RMSNorm that keeps its input and the reciprocal root mean square for the backward."""
@@ -282,25 +284,20 @@ def te_fp8_inputs(model: nn.Module, heads: tuple[str, ...]) -> tuple[int, Callab
     keep their inputs in fp8, as Transformer Engine's FP8 modules do (module docstring): how many
     modules, and a function that puts their forwards back."""
     hooks = _Fp8Saved()
-    changed: list[tuple[nn.Module, str, Any]] = []
+    patches = Patches()
+    kept = 0
     for name, mod in model.named_modules():
         experts = callable(getattr(type(mod), "_apply_gate", None))
         if not (experts or (isinstance(mod, nn.Linear) and name.rsplit(".", 1)[-1] not in heads)):
             continue
-        own = vars(mod).get("forward")
-        changed.append((mod, "forward", own))
-        mod.forward = functools.partial(_fp8_forward, hooks, own or functools.partial(type(mod).forward, mod))
+        patches.put(mod, "forward", functools.partial(_fp8_forward, hooks, own_forward(mod)))
+        kept += 1
         if experts:
-            gate = vars(mod).get("_apply_gate")
-            changed.append((mod, "_apply_gate", gate))
-            mod._apply_gate = functools.partial(_as_kept, gate or functools.partial(type(mod)._apply_gate, mod))
+            gate = vars(mod).get("_apply_gate") or functools.partial(type(mod)._apply_gate, mod)
+            patches.put(mod, "_apply_gate", functools.partial(_as_kept, gate))
 
     def undo() -> None:
-        for mod, attr, before in reversed(changed):
-            if before is None:
-                vars(mod).pop(attr, None)
-            else:
-                setattr(mod, attr, before)
+        patches.undo()
         hooks.made.clear()
 
-    return sum(1 for _, attr, _ in changed if attr == "forward"), undo
+    return kept, undo
