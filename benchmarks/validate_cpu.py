@@ -146,18 +146,31 @@ def plain_cpu() -> Any:
     return dataclasses.replace(acc, calibrated={k: v for k, v in (acc.calibrated or {}).items() if k not in TABLES})
 
 
+def _without(cal: dict[str, Any], drop: tuple[str, ...]) -> dict[str, Any]:
+    """``cal`` without the keys of ``drop``; ``tiny_call_us.KIND`` drops one kind's tiny call (its
+    operators then pay the call of the kind they were counted in before it was timed)."""
+    out = {k: v for k, v in cal.items() if k not in drop}
+    kinds = {d.split(".", 1)[1] for d in drop if d.startswith("tiny_call_us.")}
+    if kinds and "tiny_call_us" in out:
+        out["tiny_call_us"] = {k: v for k, v in out["tiny_call_us"].items() if k not in kinds}
+    return out
+
+
 def reprice(paths: list[str]) -> None:
     """Each saved run's image cases left out (``--json``), priced again by the current code from the run's
-    own calibration, with and without the operators' tables: the same measurements, two models."""
+    own calibration, with and without the operators' tables, and (where the run timed it) with a grouped
+    convolution's call priced as a dense one's: the same measurements, the models compared."""
     import dataclasses
 
     base, traces = tfp.hardware.get("cpu"), {}
     for i, path in enumerate(paths, 1):
         run = json.loads(Path(path).read_text())
         rows = [r for r in run["rows"] if not r["seen"]]
-        for label, drop in (("without the operators' tables", TABLES), ("with them", ())):
-            acc = dataclasses.replace(base, calibrated={k: v for k, v in run["calibration_start"].items()
-                                                        if k not in drop})
+        variants: list[tuple[str, tuple[str, ...]]] = [("without the operators' tables", TABLES), ("with them", ())]
+        if "grouped" in run["calibration_start"].get("tiny_call_us", {}):
+            variants.insert(1, ("with them, a grouped call as a dense one's", ("tiny_call_us.grouped",)))
+        for label, drop in variants:
+            acc = dataclasses.replace(base, calibrated=_without(run["calibration_start"], drop))
             for r in rows:
                 if (r["model"], r["batch"]) not in traces:
                     size = getattr(build(r["model"]), "default_cfg", {}).get("input_size", (3, 224, 224))

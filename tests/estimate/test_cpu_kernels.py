@@ -31,6 +31,8 @@ def _cpu(**cal: object) -> Accelerator:
 @pytest.mark.parametrize("op, problem, kind", [
     ("aten.convolution.default", ("conv", 1, 64, 64, 3, 3, 1), "convolution"),
     ("aten.convolution.default", ("conv", 1, 96, 96, 3, 3, 96), "depthwise"),
+    ("aten.convolution.default", ("conv", 1, 64, 64, 3, 9, 8, "forward"), "grouped"),
+    ("aten.convolution_backward.default", ("conv", 1, 64, 64, 3, 9, 8, "backward"), "grouped"),
     ("aten.native_batch_norm.default", (), "batch_norm"),
     ("aten._native_batch_norm_legit_no_training.default", (), "batch_norm"),
     ("aten.native_layer_norm.default", (), "norm"),
@@ -62,6 +64,43 @@ def test_a_convolution_pays_its_kinds_cost_and_a_relu_does_not() -> None:
     assert ops["aten.relu.default"].overhead_s == pytest.approx(5.0e-6)
     [bn] = [o for name, o in ops.items() if "batch_norm" in name]
     assert bn.overhead_s == pytest.approx((5.0 + 8.0) * 1e-6)
+
+
+def test_a_grouped_convolution_pays_its_own_call() -> None:
+    # generic figure 5 us; the tiny calls: linear 6 and ReLU 2 (mean 4), dense convolution 30,
+    # grouped 94: a grouped convolution pays 5 + 90 us, a dense one 5 + 26 us
+    tiny = {"matmul": 6.0, "elementwise": 2.0, "convolution": 30.0, "grouped": 94.0}
+    grouped, dense = nn.Conv2d(64, 64, 3, padding=1, groups=8), nn.Conv2d(64, 64, 3, padding=1)
+    for conv, extra in ((grouped, 90.0), (dense, 26.0)):
+        [o] = [o for o in predict(tfp.profile(conv, "1,64,14,14").trace, _cpu(tiny_call_us=tiny)).ops
+               if o.kind != "view"]
+        assert o.overhead_s == pytest.approx((5.0 + extra) * 1e-6)
+    # a calibration made before the grouped call was timed: the dense convolution's call, as before
+    old = {k: v for k, v in tiny.items() if k != "grouped"}
+    [o] = [o for o in predict(tfp.profile(grouped, "1,64,14,14").trace, _cpu(tiny_call_us=old)).ops
+           if o.kind != "view"]
+    assert o.overhead_s == pytest.approx((5.0 + 26.0) * 1e-6)
+
+
+def test_calibrate_times_a_grouped_call() -> None:
+    from torch_footprint.estimate.kernels.cpu import tiny_kinds
+
+    calls = tiny_kinds()
+    assert "grouped" in calls
+    seen: list[int] = []
+    real = torch.nn.functional.conv2d
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(int(kwargs.get("groups", 1)))  # type: ignore[call-overload]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    torch.nn.functional.conv2d = spy  # type: ignore[assignment]
+    try:
+        out = calls["grouped"]()
+    finally:
+        torch.nn.functional.conv2d = real
+    # 16 channels in 2 groups of 8: neither depthwise nor dense
+    assert seen == [2] and tuple(out.shape) == (1, 16, 8, 8)  # type: ignore[attr-defined]
 
 
 def test_a_depthwise_convolution_runs_at_its_own_tables_rate() -> None:

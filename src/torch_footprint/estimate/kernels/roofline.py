@@ -61,7 +61,7 @@ from ...hardware.db import Accelerator
 from ...trace.records import Trace
 from . import constants as fitted
 from .bandwidth import bandwidth_share
-from .cpu import downsamples, extra_costs, op_kind, window_kind
+from .cpu import downsamples, extra_costs, kind_extra, op_kind, window_kind
 from .fusion import accumulated_gradients, compiled_layout, fused_chains, host_s, input_gradient_sums, module_chains
 from .gpu import (
     LAYOUTS,
@@ -416,7 +416,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
             memory = max(memory, norm_rows_s(e, acc.units, nvidia_sm))
         if (nbytes or e.flops) and i not in folded:  # a kernel's least time on the device: its own
             compute, memory = compute + floor, memory + floor
-        overhead = c.overhead + c.extra_overhead.get(op_kind(e.op, e.problem), 0.0) if c.extra_overhead else c.overhead
+        overhead = c.overhead + kind_extra(c.extra_overhead, op_kind(e.op, e.problem)) if c.extra_overhead \
+            else c.overhead
         if i in folded:  # part of the kernel its chain's first operator launches
             overhead = 0.0
         launches = bool(nbytes or e.flops or extra) and i not in folded
