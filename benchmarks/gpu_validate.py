@@ -3,7 +3,7 @@ and predicted memory against torch.cuda.max_memory_allocated. Writes one JSON fi
 
     PYTHONPATH=src python3 benchmarks/gpu_validate.py [--out benchmarks/results/gpu-validate.json]
 
-Checks (issues 3, 4 and 5): the timer on CUDA (events, synchronised); the batch search
+Checks: the timer on CUDA (events, synchronised); the batch search
 recovers from a real CUDA out-of-memory and memory returns to its baseline afterwards;
 the predicted peak (footprint memory, for cuda) against max_memory_allocated, reset
 before each step, for inference and a training step with SGD and AdamW: target 5%;

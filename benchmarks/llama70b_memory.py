@@ -9,7 +9,7 @@ counter per parameter tensor).
 
     python benchmarks/llama70b_memory.py [--skip-reference]
 
-Targets: at least 14x faster than MemTracker (issue 15; issue 3 asked 5x); peak RSS under 2 GiB.
+Targets: at least 14x faster than MemTracker; peak RSS under 2 GiB.
 """
 
 from __future__ import annotations

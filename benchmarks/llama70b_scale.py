@@ -6,7 +6,7 @@ Both are measured in this run, alternating, as whole processes: wall time and pe
 
     python benchmarks/llama70b_scale.py [--repeat 3]
 
-Targets (issue 2): footprint within 1.5x the reference's wall time and 1.25x its peak RSS.
+Targets: footprint within 1.5x the reference's wall time and 1.25x its peak RSS.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from the calibrated rates.
     python benchmarks/llm_measure.py [--device cpu|cuda] [--out results.json]
 
 Prints predicted and measured time to first token and time per output token (the median of
-every decode step) for each set-up, and the errors. Targets (issue 11): within 35% on CPU,
+every decode step) for each set-up, and the errors. Targets: within 35% on CPU,
 20% on a CUDA GPU. On CPU: GPT-2; on CUDA also a 1.1B Llama (TinyLlama's published shape,
 benchmarks/configs/llama-1.1b) in bf16.
 """

@@ -10,7 +10,7 @@ the median |error|.
 
 Points whose weight format torch-footprint does not model (int4 with groups of 32, MLC's
 q4f16_1, ExLlamaV2's exl2) or whose model it has no config for are listed as skipped.
-Target (issue 11): median |error| within 25%.
+Target: median |error| within 25%.
 """
 
 from __future__ import annotations

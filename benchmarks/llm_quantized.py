@@ -8,7 +8,7 @@ tokenizer and metadata, a safetensors header), so the prediction is expected a l
 
     python benchmarks/llm_quantized.py
 
-Target (issue 11): within 2% of the file size.
+Target: within 2% of the file size.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ command's default). Both measured in this run, alternating: wall time and peak R
 
     python benchmarks/llm_speed.py [--repeat 3]
 
-Target (issue 11): footprint within 2x the reference's wall time and 1.25x its peak RSS.
+Target: footprint within 2x the reference's wall time and 1.25x its peak RSS.
 """
 
 from __future__ import annotations

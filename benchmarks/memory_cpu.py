@@ -21,7 +21,7 @@ a steady-state step finds it made by its warm-up step. cuDNN's convolution works
 the trace (it follows the CPU's kernels) and show in the CNN rows' error. Predictions run in
 ``--workers`` processes on the CPU while the GPU measures.
 
-Target (issue 15): every case within 3%; the worst |error| and the signed median printed.
+Target: every case within 3%; the worst |error| and the signed median printed.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ FlopCounterMode, on CPU for the others), summed over the models each tool finish
 table also gives the ratio to footprint's time over the same models. Agreement: params
 equal, and MACs equal to 3 decimals in GMACs.
 
-Targets (issue 2): footprint no slower than FlopCounterMode on meta; at least 3x faster
+Targets: footprint no slower than FlopCounterMode on meta; at least 3x faster
 than thop, fvcore and ptflops.
 """
 

@@ -3,7 +3,7 @@
 For each workload: the time to trace and analyse it (``tfp.make_report``: the trace, the
 profile, memory, its timeline and the roofline on the accelerator), the time to render the
 HTML from the result dict (``report.html.render_html``), the HTML and JSON sizes, and the
-marks drawn (timeline points kept of all operators, roofline points). Targets (issue 13):
+marks drawn (timeline points kept of all operators, roofline points). Targets:
 the 70B step's report under 3 MB, resnet50's under 1 MB.
 
     python benchmarks/report_sizes.py     # writes benchmarks/results/report_sizes.json

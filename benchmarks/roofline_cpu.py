@@ -8,7 +8,7 @@ measured - 1. The calibration runs again at the end to show how far the machine 
 
     python benchmarks/roofline_cpu.py [--models resnet18,resnet50,mobilenet_v2,vit_b_16] [--batches 1,16]
 
-Target (issue 4): median absolute error within 35% on CPU. Results are written to
+Target: median absolute error within 35% on CPU. Results are written to
 benchmarks/results/roofline_cpu.json.
 """
 

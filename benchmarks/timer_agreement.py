@@ -9,7 +9,7 @@ the whole loop), alternating the same way.
 
     python benchmarks/timer_agreement.py [--pairs 25] [--model resnet18] [--seconds 0.5]
 
-Targets (issue 5): median ratio within 0.95-1.05; footprint's run-to-run spread no larger
+Targets: median ratio within 0.95-1.05; footprint's run-to-run spread no larger
 than the Timer's; harness overhead over the bare loop under 2%.
 """
 

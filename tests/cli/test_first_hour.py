@@ -1,4 +1,4 @@
-"""The smaller points of the first hour (issue 12, point 6): what a new user meets."""
+"""The smaller points of the first hour: what a new user meets."""
 
 from __future__ import annotations
 

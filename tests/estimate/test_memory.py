@@ -189,7 +189,7 @@ LLAMA_TINY = str(Path(__file__).parents[1] / "configs" / "llama-gqa-tiny")
 
 
 def test_checkpointing_with_autocast_frees_all_but_the_model_states_before_the_optimizer() -> None:
-    # The leak of issue 15: with checkpointing and autocast, grad hooks hung on a checkpoint's
+    # A leak once found: with checkpointing and autocast, grad hooks hung on a checkpoint's
     # recomputation kept its graph (its saved tensors, the blocks' inputs) alive into the optimizer.
     pytest.importorskip("transformers")
     from torch_footprint.analysis.memory import replay
