@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import torch
+from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import flop_registry as _torch_flop_registry
 
 aten = torch.ops.aten
@@ -265,8 +266,26 @@ def _native_mha(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any
 # torch.utils.flop_counter's formulas (FLOPs = 2 x MACs), with the bias add counted as
 # vector FLOPs; every other op torch's registry prices is registered at the end of this file.
 
+def _shapes(x: Any) -> Any:
+    """``x`` with every tensor replaced by its shape, lists, tuples and dicts walked (what
+    torch's ``shape_wrapper`` hands its formulas, without a pytree walk per call)."""
+    if isinstance(x, torch.Tensor):
+        return x.shape
+    if type(x) in (list, tuple):
+        return type(x)(_shapes(v) for v in x)
+    if type(x) is dict:
+        return {k: _shapes(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, dict)):  # a named tuple or another container: torch's own walk
+        return tree_map(lambda v: v.shape if isinstance(v, torch.Tensor) else v, x)
+    return x
+
+
 def _torch_flops(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
-    return int(_torch_flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
+    f = _torch_flop_registry[func._overloadpacket]
+    raw = getattr(f, "__wrapped__", None)  # the formula torch's shape_wrapper wraps
+    if raw is None:
+        return int(f(*args, **kwargs, out_val=out))
+    return int(raw(*(_shapes(a) for a in args), out_shape=_shapes(out), **{k: _shapes(v) for k, v in kwargs.items()}))
 
 
 def _shape(x: Any) -> tuple[int, ...]:
