@@ -20,11 +20,11 @@ clock adds the scheduler slices other processes took.
 on other models and concurrencies than the ones validated (Llamas of hidden 128 with 2 and 3
 layers, at 2 and 8 clients): the manager's own time per step (prepare_next_batch +
 update_batch) fitted as a + b x scheduled requests + c x admitted requests, in the calibrated
-operator time, and the packed attention's time per query-key pair beyond each request's own
-(one sdpa over every query and key under a block-diagonal mask, against a padded batch's), as
-a share of the calibrated fp32 matrix rate. Times are the generation thread's CPU time (time.thread_time):
-on this shared 2-core machine the wall clock adds whole scheduler slices lost to other
-processes (a 2 ms step measured 10 ms about half the time).
+operator time. The packed attention (one sdpa over every query and key under a block-diagonal
+mask, the keys repeated to every query head) is not fitted: the simulation prices it from the
+operators it runs (estimate/llm/packed.py). Times are the generation thread's CPU time
+(time.thread_time): on this shared 2-core machine the wall clock adds whole scheduler slices
+lost to other processes (a 2 ms step measured 10 ms about half the time).
 
     python benchmarks/serving_sim_real.py --fit
     python benchmarks/serving_sim_real.py [--concurrency 1,4,16] [--requests-per-client 3] [--rounds 2]
@@ -273,41 +273,6 @@ def step_cost(folder: Path, prompt: int, output: int) -> Any:
     return got["cost"].time_s
 
 
-def packed_pair_s(heads: int, kv_heads: int, head_dim: int, batch: int, context: int, reps: int = 30) -> float:
-    """Seconds per query-key pair that one attention over ``batch`` decode queries and all
-    their keys (block-diagonal additive mask, keys repeated to every query head, as
-    transformers' sdpa path runs a continuous batch) takes beyond a padded batch's attention
-    (each request's query against its own keys, one call)."""
-    f = torch.nn.functional.scaled_dot_product_attention
-    rep = heads // kv_heads
-    q = torch.randn(1, heads, batch, head_dim)
-    k, v = torch.randn(1, kv_heads, batch * context, head_dim), torch.randn(1, kv_heads, batch * context, head_dim)
-    mask = torch.full((1, 1, batch, batch * context), float("-inf"))
-    for i in range(batch):
-        mask[..., i, i * context:(i + 1) * context] = 0.0
-
-    def packed() -> None:
-        f(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), attn_mask=mask)
-
-    qb = q.transpose(1, 2).reshape(batch, 1, heads, head_dim).transpose(1, 2)  # [batch, heads, 1, dim]
-    kb = k.reshape(kv_heads, batch, context, head_dim).transpose(0, 1)  # each request's own keys
-    vb = v.reshape(kv_heads, batch, context, head_dim).transpose(0, 1)
-
-    def own() -> None:  # a padded batch's attention, as the traced step prices it: one call
-        f(qb, kb.repeat_interleave(rep, dim=1), vb.repeat_interleave(rep, dim=1))
-
-    def best(fn: Any) -> float:
-        fn()
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
-
-    return max(best(packed) - best(own), 0.0) / (batch * batch * context - batch * context)
-
-
 def fit(args: argparse.Namespace) -> None:
     """The engine profile's [host] constants, measured on FIT_CONFIG at FIT_LAYERS and FIT_CLIENTS."""
     rows = []
@@ -315,7 +280,7 @@ def fit(args: argparse.Namespace) -> None:
         home = Path(tmp) / "home"
         home.mkdir()
         cal = calibrate(home)
-        op_us, matrix = cal["op_overhead_us"], cal["matmul_tflops"]["fp32"] * 1e12
+        op_us = cal["op_overhead_us"]
         for layers in FIT_LAYERS:
             folder = Path(tmp) / f"model{layers}"
             folder.mkdir()
@@ -333,29 +298,20 @@ def fit(args: argparse.Namespace) -> None:
     if os.environ.get("FIT_DUMP"):
         Path(os.environ["FIT_DUMP"]).write_text(json.dumps(rows))
     host = lstsq(rows, "host", ["scheduled", "admitted"])  # prepare_next_batch + update_batch, as measured
-    # the packed attention: the forward beyond the traced step's price, per pair beyond the own (the
-    # constant is the price's own error on these models, not the engine's: left out)
+    # the forward beyond the traced step's price, against the pairs beyond each request's own: what the
+    # packed attention (priced from its operators: estimate/llm/packed.py) and the price's own error leave
     fwd = lstsq(rows, "beyond", ["extra"])
-    heads = FIT_CONFIG["num_attention_heads"]
-    pair_flops = 4 * heads * (FIT_CONFIG["hidden_size"] // heads)  # QK^T and PV of one pair in one layer
-    # too small beside the steps' spread to fit from them on these models: measured alone instead, one
-    # attention of the fit's largest batch at its mean context, packed against padded (packed_pair_s)
-    pair_s = packed_pair_s(heads, FIT_CONFIG["num_key_value_heads"], FIT_CONFIG["hidden_size"] // heads,
-                           max(FIT_CLIENTS), args.prompt + args.output // 2)
-    share = pair_flops / pair_s / matrix if pair_s > 0 else 0.0
     print(f"fit on Llama {FIT_CONFIG['hidden_size']} wide, {' and '.join(map(str, FIT_LAYERS))} layers, at "
           f"{' and '.join(map(str, FIT_CLIENTS))} clients ({len(rows)} steps), prompt {args.prompt} + output "
           f"{args.output}, 1 thread, times in the generation thread's CPU clock; load average {load[0]:.1f}; "
-          f"calibrated op {op_us:.2f} us, fp32 matrix {matrix / 1e9:.1f} GFLOP/s")
+          f"calibrated op {op_us:.2f} us")
     print(f"host (prepare_next_batch + update_batch) = {host[0] * 1e6:.0f} us + {host[1] * 1e6:.1f} us x scheduled "
           f"request + {host[2] * 1e6:.0f} us x admitted")
     print(f"forward - the traced step's price = {fwd[0] * 1e6:.0f} us + {fwd[1] * 1e9:.3f} ns x query-key pair "
-          "beyond each request's own, in each layer (the steps' spread: the packed attention's cost is measured "
-          f"alone) ; measured alone: {pair_s * 1e9:.2f} ns per pair in one layer ({heads} heads of "
-          f"{FIT_CONFIG['hidden_size'] // heads}, {max(FIT_CLIENTS)} requests)")
+          "beyond each request's own, in each layer (for reference: not in the profile)")
     print("[host]")
     print(f"step_ops = {host[0] * 1e6 / op_us:.1f}\nsequence_ops = {host[1] * 1e6 / op_us:.2f}\n"
-          f"request_ops = {host[2] * 1e6 / op_us:.1f}\npacked_matrix = {share:.3f}")
+          f"request_ops = {host[2] * 1e6 / op_us:.1f}")
 
 
 def validate(args: argparse.Namespace) -> None:

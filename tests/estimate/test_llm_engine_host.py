@@ -50,20 +50,20 @@ def test_packed_attention_prices_the_pairs_beyond_each_requests_own() -> None:
 
 
 def test_the_rules_on_a_calibrated_cpu() -> None:
-    # a CPU whose calibration measured 10 us a PyTorch call and 50 GFLOP/s of fp32 products; a pair of
-    # 1,024 FLOPs at packed_matrix x 50 GFLOP/s
-    p = replace(profile("transformers"), host={"step_ops": 38.0, "sequence_ops": 1.5, "request_ops": 8.0,
-                                               "packed_matrix": 0.5})
+    # a CPU whose calibration measured 10 us a PyTorch call
+    p = replace(profile("transformers"), host={"step_ops": 38.0, "sequence_ops": 1.5, "request_ops": 8.0})
     cpu = replace(get("h100-sxm"), kind="cpu", calibrated={"op_overhead_us": 10.0, "matmul_tflops": {"fp32": 0.05}})
-    h = EngineHost.of(p, cpu, pair_flops=1024)
+    h = EngineHost.of(p, cpu, None)
     assert h is not None
     assert h.op_s == pytest.approx(10e-6) and h.step_ops == 38.0
-    assert h.pair_s == pytest.approx(1024 / (0.5 * 50e9))
-    # a step of 3 requests, one admitted, 3 queries against 300 keys (each its own 100): 38 + 4.5 + 8
-    # operators and 600 pairs more
-    assert h(3, 1, 3, 300, 300) == pytest.approx(50.5 * 10e-6 + 600 * 1024 / 25e9)
+    assert h.pair_s == 0.0 and h.key_s == 0.0  # no attention shape: the packed attention is not priced
+    # a step of 3 requests, one admitted: 38 + 4.5 + 8 operators
+    assert h(3, 1, 3, 300, 300) == pytest.approx(50.5 * 10e-6)
+    # a packed step's keys and pairs at the prices given: 300 keys at 2 us, 600 pairs beyond the own at 0.1 us
+    h = replace(h, key_s=2e-6, pair_s=1e-7)
+    assert h(3, 1, 3, 300, 300) == pytest.approx(50.5 * 10e-6 + 300 * 2e-6 + 600 * 1e-7)
     # vLLM states no host rules: nothing added
-    assert EngineHost.of(profile("vllm"), cpu, pair_flops=1024) is None
+    assert EngineHost.of(profile("vllm"), cpu, None) is None
 
 
 def test_the_simulation_names_the_engines_host_time(capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,3 +116,25 @@ def test_a_closed_loops_next_request_misses_a_busy_step(lag: int, ttft: float, d
                  tricks=Tricks(admission_lag=lag))
     assert m["ttft_s"]["p99"] == pytest.approx(ttft)
     assert m["duration_s"] == pytest.approx(duration)
+
+
+def test_the_packed_attention_is_priced_from_its_operators() -> None:
+    from torch_footprint.estimate.llm.packed import KEYS, QUERIES, AttentionShape, packed_prices
+
+    # a CPU so fast at arithmetic that every operator here is bound by its bytes, at 20 GB/s. A layer of
+    # 4 query heads over 2 key-value heads of 64: each key read is repeated to the 4 heads (K and V: the 2
+    # heads read, the 4 written, 8 (2 + 4) 64 bytes) and read so by the attention (8 x 4 x 64 bytes), where
+    # the traced step's own attention reads it once per key-value head (8 x 2 x 64); the mask adds 4 bytes a
+    # pair, and more queries their own rows, outputs (2 x 4 x 64 x 4 bytes each) and the kernel's log-sum-exp
+    # (4 x 4 bytes), over 2 x KEYS keys. By hand, per layer, a pair (4 x 4 x 64 / KEYS + 4 + 2 x 4 / KEYS)
+    # bytes, and a key 16 x 4 x 64 bytes less QUERIES pairs' worth of the queries' own bytes
+    # (QUERIES x (4 x 4 x 64 + 2 x 4) / KEYS); 3 layers
+    cal = {"matmul_tflops": {"fp32": 1000.0}, "conv_tflops": {"fp32": 1000.0}, "copy_gbs": 20.0,
+           "op_overhead_us": 5.0}
+    cpu = replace(get("h100-sxm"), kind="cpu", vendor="local", calibrated=cal, tflops={"fp32": 1000.0})
+    key_s, pair_s = packed_prices(AttentionShape(4, 2, 64, 3), cpu)
+    assert key_s == pytest.approx(3 * (16 * 4 * 64 - QUERIES * (4 * 4 * 64 + 2 * 4) / KEYS) / 20e9, rel=1e-6)
+    assert pair_s == pytest.approx(3 * (4 * 4 * 64 / KEYS + 4 + 2 * 4 / KEYS) / 20e9, rel=1e-6)
+    # as many key-value heads as query heads: nothing repeated, nothing read beyond the traced step's own
+    key_s, _ = packed_prices(AttentionShape(4, 4, 64, 3), cpu)
+    assert key_s == 0.0

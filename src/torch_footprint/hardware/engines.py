@@ -80,9 +80,8 @@ class EngineProfile:
     # reads, under a block-diagonal mask: transformers' continuous batching with sdpa or eager)
     attention: str = "per_request"
     # the engine's own host time ([host] in the TOML), in the calibrated CPU's operator dispatches:
-    # per step (step_ops), per scheduled request (sequence_ops), per admitted request (request_ops);
-    # packed attention's rate as a fraction of the calibrated fp32 matrix rate (packed_matrix); for a
-    # GPU engine, its Python between CUDA graphs in microseconds (step_us, sequence_us, request_us)
+    # per step (step_ops), per scheduled request (sequence_ops), per admitted request (request_ops); for
+    # a GPU engine, its Python between CUDA graphs in microseconds (step_us, sequence_us, request_us)
     host: dict[str, float] = field(default_factory=dict)
     # a bf16 checkpoint on a GPU without bf16 units (NVIDIA before Ampere) is loaded in this dtype
     # ("" : the engine keeps bf16), or in fp32 for the model types fp16 is unstable for

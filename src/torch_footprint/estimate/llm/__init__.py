@@ -11,6 +11,7 @@ from ...errors import FootprintError
 from ...hardware import Accelerator
 from ...settings import Parallel, Plan, Serving, Simulation, Target, Workload
 from .fleet import FleetPlan
+from .packed import AttentionShape
 from .pricing import LlmResult, Priced, serve
 from .quantization import activation_dtype, checkpoint_scheme, kv_scheme, weight_scheme
 from .serving_sim import Asked, parse_rates
@@ -130,7 +131,7 @@ def _prepared(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simulat
     if priced.sim is not None:
         priced.sim.prompt, priced.sim.output = priced.prompt, priced.output
         priced.sim.most = s.max_model_len or st.max_context
-        priced.sim.pair_flops = pair_flops(st)
+        priced.sim.attention = attention_shape(st)
         if sim.speculative_model:  # the draft: its weights and cache per token, as traced
             d = trace_serving(sim.speculative_model, batch=1, prompt=min(priced.prompt, 128), dtype=dtype,
                               trust_remote_code=w.trust_remote_code, on_step=progress, reuse=w.reuse)
@@ -237,12 +238,17 @@ def plan_serving(w: Workload, s: Serving, p: Parallel, target: Target, sim: Simu
     return res
 
 
-def pair_flops(st: ServingTrace, span: int = 64) -> float:
-    """Attention FLOPs of one query against one more cached key, every layer: the growth of
-    the traced decode step (batch 1) between two cache lengths ``span`` tokens apart."""
-    def flops(length: int) -> int:
-        return sum(e.flops for e in st.decode_at(length, engine=False).events)
-    return (flops(st.prompt + span) - flops(st.prompt)) / span / max(st.batch, 1)
+def attention_shape(st: ServingTrace) -> AttentionShape | None:
+    """The model's attention as an engine that packs it runs it: heads, key-value heads and head
+    size from its (text) config, one layer per cached layer; None where the config does not say."""
+    cfg = getattr(st.config, "text_config", None) or st.config
+    heads = getattr(cfg, "num_attention_heads", None)
+    if not heads or not st.layers:
+        return None
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    dim = getattr(cfg, "head_dim", None) or getattr(cfg, "hidden_size", 0) // heads
+    return AttentionShape(int(heads), int(kv), int(dim), len(st.layers), st.dtype) if dim and heads % kv == 0 \
+        else None
 
 
 def check_context(serving: Priced, max_context: int | None, allow_longer: bool) -> None:

@@ -18,8 +18,9 @@ features priced in the iteration model (:mod:`.simulate`):
 * an engine's own time per iteration (its profile's ``attention = "packed"`` and [host]:
   :class:`EngineHost`): Python scheduling per step, per scheduled and per admitted request, in
   the calibrated CPU's operator dispatches; and a packed attention (every query of the step
-  against every key it reads, under a block-diagonal mask) priced for the query-key pairs
-  beyond each request's own, which the traced step already prices;
+  against every key it reads, under a block-diagonal mask: :mod:`.packed`) priced for each key
+  the step reads and the query-key pairs beyond each request's own, which the traced step
+  already prices;
 * cost and energy: the GPU-hours of the run (every instance's GPUs, for its duration) at
   the price of one GPU-hour (``--price`` or the shipped table), split between input and
   output tokens by the iterations' prefill and decode time; joules per token at the board
@@ -38,6 +39,7 @@ from ...hardware.db import Accelerator
 from ...hardware.engines import EngineProfile, profile
 from ...hardware.prices import hourly_price
 from ..kernels.roofline import host_operator_s
+from .packed import AttentionShape, packed_prices
 from .requests import parse_rates, stream, timed
 from .result import EngineCache
 from .simulate import Outcome, Sent, StepCost, Tricks, run, summary
@@ -85,7 +87,7 @@ class Asked:
     pools: tuple[int, int] | None = None
     most: int | None = None  # the engine's longest request (max_model_len)
     draft: tuple[int, float, str] | None = None  # a draft model: (weight bytes, cache bytes per token, name)
-    pair_flops: float = 0.0  # attention FLOPs of one query against one cached key, every layer (as traced)
+    attention: AttentionShape | None = None  # the model's attention, for an engine that packs it
 
 
 @dataclass(frozen=True)
@@ -94,39 +96,38 @@ class EngineHost:
     (hardware/engines/NAME.toml): ``step_ops`` + ``sequence_ops`` per scheduled request +
     ``request_ops`` per admitted one, in operator dispatches of ``op_s`` seconds each (the
     calibrated time per PyTorch call; eager PyTorch's host time per operator where the device
-    was not calibrated); and, with packed attention, ``pair_s`` for each of (query tokens x
-    keys read - each request's own pairs): the pair's attention FLOPs at ``packed_matrix`` x
-    the fp32 matrix rate (calibrated, else the datasheet's)."""
+    was not calibrated); and, with packed attention, ``key_s`` for each key the step reads and
+    ``pair_s`` for each of (query tokens x keys read - each request's own pairs), priced from the
+    operators the packed attention runs (:func:`.packed.packed_prices`)."""
 
     step_ops: float
     sequence_ops: float
     request_ops: float
     op_s: float
     pair_s: float  # seconds per query-key pair beyond each request's own (0: attention per request)
+    key_s: float = 0.0  # seconds per key read (the packed attention's repeat of it to every query head)
     # a GPU engine's Python between its CUDA graphs (EngineProfile.python_s), charged at each scheduling
     # point only (multi-step scheduling runs the rest of a window without it)
     python: EngineProfile | None = None
 
     @classmethod
-    def of(cls, p: EngineProfile, acc: Accelerator, pair_flops: float) -> EngineHost | None:
-        """``p``'s host rules on ``acc`` (its calibration's operator time on a CPU and fp32 matrix
-        rate where ``footprint calibrate`` measured them); None where the profile states none."""
+    def of(cls, p: EngineProfile, acc: Accelerator, attention: AttentionShape | None) -> EngineHost | None:
+        """``p``'s host rules on ``acc`` (its calibration's operator time on a CPU where
+        ``footprint calibrate`` measured it), and its packed attention's prices there; None where
+        the profile states neither."""
         h = p.host
         if not h and p.attention != "packed":
             return None
-        cal = acc.calibrated or {}
         op_s = host_operator_s(acc)
-        matrix = ((cal.get("matmul_tflops") or {}).get("fp32") or acc.tflops.get("fp32") or 0.0) * 1e12
-        share = h.get("packed_matrix", 0.0)
-        pair_s = pair_flops / (share * matrix) if p.attention == "packed" and share and matrix else 0.0
+        key_s, pair_s = packed_prices(attention, acc) if p.attention == "packed" and attention else (0.0, 0.0)
         python = p if acc.kind == "gpu" and p.python_s(1, 1) else None
         return cls(h.get("step_ops", 0.0), h.get("sequence_ops", 0.0), h.get("request_ops", 0.0), op_s, pair_s,
-                   python)
+                   key_s, python)
 
     def __call__(self, scheduled: int, admitted: int, queries: int, keys: int, own: int) -> float:
         ops = self.step_ops + self.sequence_ops * scheduled + self.request_ops * admitted
         python = self.python.python_s(scheduled, admitted) if self.python is not None else 0.0
-        return ops * self.op_s + python + self.pair_s * max(queries * keys - own, 0)
+        return ops * self.op_s + python + self.key_s * keys + self.pair_s * max(queries * keys - own, 0)
 
     def describe(self) -> str:
         """The rule in words, for the simulation's notes."""
@@ -188,13 +189,13 @@ def simulate_serving(setup: Setup, a: Asked) -> dict[str, Any]:
     if blocks < 1:
         what = "the speculative draft's weights leave" if a.spec_k else "the weights leave"
         raise FootprintError(f"on {setup.acc.id}, {what} no room for the cache")
-    host = EngineHost.of(engine, setup.acc, a.pair_flops) if engine else None
+    host = EngineHost.of(engine, setup.acc, a.attention) if engine else None
     if host is not None and engine is not None:
         tricks = replace(tricks, host=host, admission_lag=int(engine.host.get("admission_lag", 0)))
         cost.whole_step = True  # its prefill-only steps run the whole forward (the step's fixed time too)
         notes.append(f"{cache.title}'s own time per step: {host.describe()}"
-                     + (f"; its packed attention {host.pair_s * 1e9:.2f} ns per query-key pair beyond each "
-                        "request's own" if host.pair_s else ""))
+                     + (f"; its packed attention {host.key_s * 1e9:.3g} ns per key read and {host.pair_s * 1e9:.3g} ns "
+                        "per query-key pair beyond each request's own" if host.key_s or host.pair_s else ""))
     runs = []
     for rate, sent in zip(rates, streams, strict=True):
         conc = None if open_loop else a.concurrency
