@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -65,7 +66,10 @@ class Recorder(TorchDispatchMode):
         self.frees: list[MemFree] = []
         self.live: dict[int, tuple[int, int]] = {}  # storage address -> (uid, nbytes)
         self._uid = 0
-        self._finalizers: list[weakref.finalize] = []
+        # a weak reference per tracked storage, its callback noting the free (lighter than
+        # weakref.finalize, whose registry costs a few microseconds a storage)
+        self._finalizers: list[weakref.ref[Any]] = []
+        self._detached = False
         self._names: dict[Any, str] = {}
         # parameter storages, and the storages made by casting one (autocast's cached
         # low-precision weights): sharded training keeps these per unit, not per model
@@ -85,7 +89,7 @@ class Recorder(TorchDispatchMode):
         nbytes = st.nbytes()
         self._uid += 1
         self.live[key] = (self._uid, nbytes)
-        self._finalizers.append(weakref.finalize(st, self._freed, key))
+        self._finalizers.append(weakref.ref(st, functools.partial(self._gone, key)))
         return self._uid, nbytes
 
     def adopt(self, t: torch.Tensor, uid: int) -> None:
@@ -93,7 +97,7 @@ class Recorder(TorchDispatchMode):
         st = t.untyped_storage()
         key = st._cdata
         self.live[key] = (uid, st.nbytes())
-        self._finalizers.append(weakref.finalize(st, self._freed, key))
+        self._finalizers.append(weakref.ref(st, functools.partial(self._gone, key)))
 
     def uid_of(self, t: torch.Tensor) -> int | None:
         entry = self.live.get(t.untyped_storage()._cdata)
@@ -104,9 +108,13 @@ class Recorder(TorchDispatchMode):
         if uid:
             self.frees.append(MemFree(after=len(self.events) - 1, storage=uid, nbytes=nbytes))
 
+    def _gone(self, key: int, _ref: Any) -> None:
+        if not self._detached:
+            self._freed(key)
+
     def detach_finalizers(self) -> None:
-        for f in self._finalizers:
-            f.detach()
+        """Stop noting frees (a weak reference dropped calls nothing; the flag covers one still held)."""
+        self._detached = True
         self._finalizers.clear()
 
     def host_tensor(self, name: str, t: torch.Tensor) -> None:
