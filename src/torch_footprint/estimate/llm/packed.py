@@ -20,6 +20,7 @@ them) is taken off. Nothing here is fitted to continuous-batching runs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +28,7 @@ from torch import nn
 
 from ...dtypes import parse_dtype
 from ...hardware.db import Accelerator
+from ...trace.records import Trace
 
 KEYS, QUERIES = 512, 16  # the traced sizes (keys, queries) the per-key and per-pair prices come from
 
@@ -67,12 +69,12 @@ class _OwnLayer(nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
 
-def _layer_s(s: AttentionShape, acc: Accelerator, queries: int, keys: int, packed: bool = True) -> float:
-    """Seconds of one layer's attention as traced and priced on ``acc``: packed, ``queries``
-    queries over ``keys`` keys; or (``packed`` False) ``queries`` requests of one query, each over
-    ``keys`` keys of its own."""
+@functools.lru_cache(maxsize=64)
+def _layer_trace(s: AttentionShape, queries: int, keys: int, packed: bool, device: str) -> Trace:
+    """One layer's attention as traced for ``device``: packed, ``queries`` queries over ``keys``
+    keys; or (``packed`` False) ``queries`` requests of one query, each over ``keys`` keys of its
+    own. Traced once per shape, priced on every accelerator asked."""
     from ...trace.tracer import trace_model
-    from ..kernels.roofline import estimate_latency
 
     dt = parse_dtype(s.dtype)
     batch, q_len = (1, queries) if packed else (queries, 1)
@@ -84,9 +86,15 @@ def _layer_s(s: AttentionShape, acc: Accelerator, queries: int, keys: int, packe
         return (q, *kv, *mask), {}
 
     module = _PackedLayer(s) if packed else _OwnLayer()
-    trace = trace_model(module, inputs, name="attention", device="cpu" if acc.kind == "cpu" else "cuda",
-                        tensors="meta")
-    return estimate_latency(trace, acc).time_s
+    return trace_model(module, inputs, name="attention", device=device, tensors="meta")
+
+
+def _layer_s(s: AttentionShape, acc: Accelerator, queries: int, keys: int, packed: bool = True) -> float:
+    """Seconds of one layer's attention (:func:`_layer_trace`) priced on ``acc``."""
+    from ..kernels.roofline import estimate_latency
+
+    device = "cpu" if acc.kind == "cpu" else "cuda"
+    return estimate_latency(_layer_trace(s, queries, keys, packed, device), acc).time_s
 
 
 def packed_prices(s: AttentionShape, acc: Accelerator) -> tuple[float, float]:
