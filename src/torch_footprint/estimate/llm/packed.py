@@ -3,8 +3,9 @@
 transformers' continuous batching with sdpa (or eager) attention runs a step as one sequence
 of every scheduled token: in each layer the keys and values the step reads are gathered from
 the paged cache, repeated to every query head (``repeat_kv``: an ``expand`` and a ``reshape``
-that copies them, a view where there is one key-value head), and one ``scaled_dot_product_attention`` runs every query against every key
-under a block-diagonal additive mask (``generation/continuous_batching/input_outputs.py``,
+that copies them, a view where there is one key-value head), and one
+``scaled_dot_product_attention`` runs every query against every key under a block-diagonal
+additive mask (``generation/continuous_batching/input_outputs.py``,
 ``integrations/sdpa_attention.py``, release 5.24.0). The traced decode step prices each
 request's queries against its own keys, the keys its cache appends copied once; the gather
 copies the same bytes. Beyond it the packed step pays the repeat of every key read and the
