@@ -32,7 +32,7 @@ from torch import nn
 
 from ..errors import FootprintError
 from ..settings.training import DISCARDING
-from .setups import Patches, own_forward
+from .setups import Patches, longest_run, own_forward
 
 MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe", "ffn")  # a block's MLP child as Hugging Face names it
 SHARED_NAMES = ("shared_experts", "shared_expert")
@@ -110,15 +110,6 @@ def _hooked(registry: _Registry, fn: Callable[..., Any], *args: Any, **kwargs: A
         return fn(*args, **kwargs)
 
 
-def _blocks(model: nn.Module) -> list[nn.Module]:
-    """The model's repeated blocks: the longest run of modules of one class in a ModuleList."""
-    best: list[nn.Module] = []
-    for mod in model.modules():
-        if isinstance(mod, nn.ModuleList) and len(mod) > max(1, len(best)) and len({type(k) for k in mod}) == 1:
-            best = list(mod)
-    return best
-
-
 def _mlp_of(block: nn.Module) -> nn.Module | None:
     for name in MLP_NAMES:
         mod = getattr(block, name, None)
@@ -134,9 +125,10 @@ def _is_moe(mod: nn.Module) -> bool:
 def enable_recompute(model: nn.Module, modules: tuple[str, ...]) -> tuple[str, Callable[[], None]]:
     """Recompute ``modules`` (Megatron's names, checked by the settings) of each repeated block of ``model``:
     what was set up, and a function that undoes it."""
-    blocks = _blocks(model)
-    if not blocks:
+    run = longest_run(model, (nn.ModuleList,))
+    if run is None:
         raise FootprintError("--recompute-modules: found no run of repeated blocks in this model")
+    blocks = run[1]
     registry = _Registry()
     patches = Patches()
     put = patches.put

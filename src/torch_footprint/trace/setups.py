@@ -125,6 +125,19 @@ def selective_context() -> Any:
     return create_selective_checkpoint_contexts(policy)
 
 
+def longest_run(model: nn.Module, kinds: tuple[type[nn.Module], ...] = (nn.ModuleList, nn.Sequential)
+                ) -> tuple[str, list[nn.Module]] | None:
+    """The model's longest run of repeated blocks: a container of ``kinds`` holding two or more
+    modules of one class (the first of the longest), its path and its blocks; None when it has none."""
+    best: tuple[str, list[nn.Module]] | None = None
+    for path, mod in model.named_modules():
+        if isinstance(mod, kinds) and len(mod) > 1:
+            kids = list(mod)
+            if len({type(k) for k in kids}) == 1 and (best is None or len(kids) > len(best[1])):
+                best = (path, kids)
+    return best
+
+
 def enable_checkpointing(model: nn.Module, selective: bool = False, every: int = 1) -> tuple[str, Callable[[], None]]:
     """Activation checkpointing through torch.utils.checkpoint: what was wrapped, and a
     function that undoes it. ``selective``: torchtitan's per-operator policy
@@ -149,12 +162,7 @@ def enable_checkpointing(model: nn.Module, selective: bool = False, every: int =
         if every > 1:
             what = _every_nth_layer(model, every, undo)
         return what, undo
-    best: tuple[str, list[nn.Module]] | None = None
-    for path, mod in model.named_modules():
-        if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) > 1:
-            kids = list(mod)
-            if len({type(k) for k in kids}) == 1 and (best is None or len(kids) > len(best[1])):
-                best = (path, kids)
+    best = longest_run(model)
     if best is None:
         raise FootprintError("--checkpointing: found no run of repeated blocks to checkpoint in this model")
     chosen = best[1][every - 1::every]

@@ -49,7 +49,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .matrix import is_depthwise
+from .matrix import is_depthwise, is_grouped
 
 # kind of operator -> words of the aten names it covers (first match wins; order matters)
 _KIND_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -82,7 +82,7 @@ def op_kind(op: str, problem: Sequence[Any] = ()) -> str:
         return kind
     if is_depthwise(problem):
         return "depthwise"
-    return "grouped" if len(problem) > 6 and problem[0] == "conv" and int(problem[6]) > 1 else kind
+    return "grouped" if is_grouped(problem) else kind
 
 
 # a kind an older calibration did not time, priced at the kind its call was counted in before

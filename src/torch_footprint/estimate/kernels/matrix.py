@@ -149,6 +149,12 @@ def conv_gemms(problem: Sequence[Any]) -> list[tuple[int, int, int, int, float]]
     return [(*p, 1.0 / len(parts)) for p in parts] or [(*forward, 1.0)]
 
 
+def is_grouped(problem: Sequence[Any]) -> bool:
+    """A convolution of several groups that is not depthwise (RegNet's, ResNeXt's)."""
+    return bool(problem) and problem[0] == "conv" and len(problem) > 6 and int(problem[6]) > 1 \
+        and not is_depthwise(problem)
+
+
 def is_depthwise(problem: Sequence[Any]) -> bool:
     """A convolution of a few channels per group (depthwise): a memory-bound kernel of its own."""
     if not problem or problem[0] != "conv":

@@ -72,7 +72,7 @@ from .gpu import (
     layout_transpose_bytes,
     norm_rows_s,
 )
-from .matrix import is_depthwise, matrix_share, problem_use
+from .matrix import is_depthwise, is_grouped, matrix_share, problem_use
 from .prediction import Ceilings, OpTime, Prediction
 from .sdpa import sm_of
 
@@ -375,7 +375,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                     dw = is_depthwise(e.problem)
                     strided = not dw and bool(c.conv_strided_by_k) and downsamples(e.problem, e.bytes_read,
                                                                                    e.out_shapes[0])
-                    grouped = not dw and len(e.problem) > 6 and int(e.problem[6]) > 1
+                    grouped = is_grouped(e.problem)
                     rate = c.conv_rate(e.macs / outs, max(1, batch), dw, strided, grouped)
                 elif outs and not is_conv and c.matmul_by_rows:
                     rows = outs // max(e.out_shapes[0][-1], 1) if e.out_shapes[0] else 1
