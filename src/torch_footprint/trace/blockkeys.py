@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .records import OpEvent
+from .reuse_through import still_passes
 
 # nn.Module's own bookkeeping in every module's __dict__ (tables compared on their own)
 INTERNAL = frozenset(nn.Module().__dict__)
@@ -122,6 +123,9 @@ def watching(cls: type, owner: Any) -> type:
         names = owner._watched.get(id(self))
         if names is not None and name in names:
             owner._reads.add((id(self), name))
+            running = owner.stack.forward
+            if not running or running[-1] != owner.stack.paths.get(id(self)):  # not its own forward's read
+                owner._outer.add((id(self), name))
             if name == SLOT and owner.slot_reads is not None:  # where a cache's slot index is read
                 f = sys._getframe(1)
                 owner.slot_reads.append((f.f_code, f.f_lasti))
@@ -200,6 +204,7 @@ class Recorded:
     own: bool = False  # the block checkpoints itself: its graph saved its inputs, and recomputes the rest
     cached: list[tuple[int, int]] = field(default_factory=list)  # autocast's cached casts no graph saved
     cache: Any = None  # what it did to a key/value cache's slot (reuse_cache.CacheCall)
+    passes: dict[str, Any] = field(default_factory=dict)  # its pass-through submodules' inputs (reuse_through.py)
 
 
 SLOT = "layer_idx"  # the attribute a layer indexes a key/value cache with (reuse_cache.py)
@@ -212,23 +217,27 @@ def _submodule(mod: nn.Module | None, rel: str) -> nn.Module | None:
         return None
 
 
-def equal_reads(done: Recorded, subs: list[tuple[str, nn.Module]]) -> bool:
+def equal_reads(done: Recorded, subs: list[tuple[str, nn.Module]], known: dict[Any, bool]) -> bool:
     """Whether every attribute the recorded call read has the same value in this call's modules
-    (a cache's slot index apart, where the call was given a cache: keyed on its own)."""
+    (a cache's slot index apart, where the call was given a cache: keyed on its own; a
+    pass-through submodule's apart, where it still passes its input through: ``reuse_through.py``)."""
     mods = dict(subs)
     for (rel, name), value in done.values.items():
         if name == SLOT and done.cache is not None:
             continue
         d = mods[rel].__dict__
-        if name not in d or not same_value(d[name], value, (mods[rel], _submodule(done.module, rel))):
+        if name not in d:
+            return False
+        if not same_value(d[name], value, (mods[rel], _submodule(done.module, rel))) and (
+                rel not in done.passes or not still_passes(mods[rel], done.passes[rel], known)):
             return False
     return True
 
 
 def all_differ(done: Recorded, group: list[nn.Module]) -> bool:
     """Whether an attribute the recorded call read has another value in every block of its
-    kind (a layer index, a drop-path rate growing with depth)."""
-    for rel, name in (v for v in done.values if done.cache is None or v[1] != SLOT):
+    kind (a layer index, a drop-path rate growing with depth where its module is not a pass-through)."""
+    for rel, name in (v for v in done.values if (done.cache is None or v[1] != SLOT) and v[0] not in done.passes):
         try:
             subs = [g.get_submodule(rel) for g in group]
         except AttributeError:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .records import ModuleInfo, TensorInfo
+from .reuse_through import spec_of
 from .step import recomputing, tensors_in
 
 
@@ -40,6 +41,7 @@ class ModuleStack:
         self.out_shapes: dict[str, list[list[int]]] = {}
         # while a repeated block is recorded (trace/reuse.py): each module call that ends, with its output shapes
         self.log: list[tuple[str, list[list[int]]]] | None = None
+        self.through: list[tuple[str, Any]] | None = None  # and each call that returned its input as it was
         self._handles = [
             torch.nn.modules.module.register_module_forward_pre_hook(self._pre),
             torch.nn.modules.module.register_module_forward_hook(self._post, with_kwargs=True),
@@ -74,6 +76,8 @@ class ModuleStack:
             self.out_shapes[path] = [list(t.shape) for t in outs]
         if self.log is not None:
             self.log.append((path, [list(t.shape) for t in outs]))
+        if self.through is not None and (spec := spec_of(args, kwargs, output)) is not None:
+            self.through.append((path, spec))
         if self.track_backward and torch.is_grad_enabled():
             ins = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
             if ins:

@@ -71,6 +71,7 @@ from .modules import ModuleStack
 from .recorder import Recorder
 from .records import MemFree, OpEvent
 from .reuse_cache import CacheCall, cache_key, is_cache, replayable, slot_key, slot_of, write_slot
+from .reuse_through import passes
 
 MAX_RECORDED = 3  # calls of one structure recorded (and checked) at most; later misses run as they are
 
@@ -114,6 +115,8 @@ class BlockReuse:
         self._installed: list[nn.Module] = []
         self._classes: dict[type, type] = {}
         self._reads: set[tuple[int, str]] = set()
+        self._outer: set[tuple[int, str]] = set()  # of those, read outside their own module's forward
+        self._known: dict[Any, bool] = {}  # pass-through submodules checked (reuse_through.py)
         self._watched: dict[int, frozenset[str]] = {}
         self._wrappers: set[int] = set()  # the forward functions put on candidates (not attributes of theirs)
         self.slot_reads: list[tuple[Any, int]] | None = None  # where a recorded call read its cache slot
@@ -233,7 +236,7 @@ class BlockReuse:
             return original(*args, **kwargs)
         key = (skey, inputs[0], ckey)
         for done in self.recorded.get(key, ()):
-            if done.usable and equal_reads(done, subs):
+            if done.usable and equal_reads(done, subs, self._known):
                 if done.cache is not None and not replayable(done.cache, cache, slot, self.rec):  # type: ignore[arg-type]
                     return original(*args, **kwargs)
                 what = train.role(self, done, mod) if grad else "replay"
@@ -257,12 +260,12 @@ class BlockReuse:
         unique = {id(m): (rel, m) for rel, m in reversed(subs)}  # the first name of each module
         before = {id(m): self._attrs(m) for _, m in unique.values()}
         contents = {(i, k): copy_of(v) for i, attrs in before.items() for k, v in attrs.items() if is_container(v)}
-        self._reads, self._watched = set(), {i: frozenset(a) for i, a in before.items()}
+        self._reads, self._outer, self._watched = set(), set(), {i: frozenset(a) for i, a in before.items()}
         classes = {i: type(m) for i, (_, m) in unique.items()}
         ev0, fr0, uid0, pc0 = len(rec.events), len(rec.frees), rec._uid, len(rec.param_casts)
         noted = self.kernels.attention_counts() if self.kernels is not None else []
         log: list[tuple[str, list[list[int]]]] = []
-        prev_log, stack.log = stack.log, log
+        prev_log, stack.log, stack.through = stack.log, log, []
         self.busy = True
         swapped = []
         if cc is not None:
@@ -281,7 +284,7 @@ class BlockReuse:
                 if type(m) is self._classes.get(classes[id(m)]):
                     m.__class__ = classes[id(m)]
             self.busy = False
-            stack.log = prev_log
+            stack.log, through, stack.through = prev_log, stack.through, None
             if cc is not None:
                 cc.stop()
                 self.slot_reads = None
@@ -293,6 +296,7 @@ class BlockReuse:
                        and all(type(m) is classes[id(m)] for _, m in unique.values())
                        and self._unchanged(unique, before, contents) and (cc is None or cc.accounted(rec, uid0)))
         done.cache = cc
+        done.passes = passes(through, log, rec.events[ev0:], unique, stack.paths, self._outer)
         if done.usable:
             done.casts = [u - uid0 for u in rec.param_casts[pc0:]]
             done.usable = self._capture(done, subs, ev0, fr0, uid0, out, leaves, grad)

@@ -388,7 +388,7 @@ def role(owner: Any, done: Any, mod: Any) -> str:
         done.matching = []
         for g in owner.group_of.get(id(mod), []):
             s = owner._structure(g) if paths.get(id(g), "?").rpartition(".")[0] == parent else None
-            if s is not None and s[0] == done.skey and equal_reads(done, s[1]):
+            if s is not None and s[0] == done.skey and equal_reads(done, s[1], owner._known):
                 done.matching.append(id(g))
     if id(mod) not in done.matching:
         return "full"
