@@ -7,11 +7,18 @@ thop, fvcore, ptflops and torchinfo (the ``bench`` extra; they need real tensors
 model is built for real and run once on the CPU).
 
     python benchmarks/peers.py [--models resnet50,vit_b_16] [--skip-real] [--cpu-time]
+    python benchmarks/peers.py --processes [--repeat 3]
 
 Time is the counting step alone (the model already built: on meta for footprint and
 FlopCounterMode, on CPU for the others), summed over the models each tool finished; the
 table also gives the ratio to footprint's time over the same models. Agreement: params
-equal, and MACs equal to 3 decimals in GMACs.
+equal, and MACs equal to 3 decimals in GMACs. Before each timed call a full collection of
+Python's cyclic collector, untimed, so that no tool pays for the garbage another left.
+
+``--processes``: the meta-device tools as a user's loop would run them, each over the whole
+zoo in a process of its own (build each model, count it, drop it), alternating, ``--repeat``
+rounds; the CPU time of each loop less that of a loop that only builds the models. Every
+collection the tool's objects cause falls inside its own process.
 
 Targets: footprint no slower than FlopCounterMode on meta; at least 3x faster
 than thop, fvcore and ptflops.
@@ -21,8 +28,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib.util
 import io
+import statistics
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -118,13 +129,55 @@ TOOLS: dict[str, tuple[Callable[[str], nn.Module], Callable[[nn.Module, int], tu
 PEER_PACKAGES = {"thop": "thop", "fvcore": "fvcore", "ptflops": "ptflops", "torchinfo": "torchinfo"}
 
 
+def _loop(tool: str) -> None:
+    """One process's loop over the zoo: build each model on meta, count it with ``tool`` (or not,
+    for "build"), drop it; prints the loop's CPU seconds (after one count, untimed, of ResNet-18:
+    first-call imports and caches)."""
+    names = torchvision.models.list_models(module=torchvision.models)
+    count = dict(footprint=run_footprint, flopcounter=run_flopcounter).get(tool)
+    if count is not None:
+        count(build_meta("resnet18"), 224)  # first-call imports and caches, outside the loop's time
+    start = time.process_time()
+    for name in names:
+        model = build_meta(name)
+        if count is not None:
+            count(model, torchvision_weights(name).transforms.keywords["crop_size"])
+        del model
+    print(time.process_time() - start)
+
+
+def processes(repeat: int) -> None:
+    """The meta-device tools' loops, each in a process of its own, alternating."""
+    seconds: dict[str, list[float]] = {"build": [], "footprint": [], "flopcounter": []}
+    for r in range(repeat):
+        for tool in seconds:
+            out = subprocess.run([sys.executable, __file__, "--loop", tool], capture_output=True, text=True,
+                                 check=True)
+            seconds[tool].append(float(out.stdout.split()[-1]))
+        fp, fc = (seconds[t][-1] - seconds["build"][-1] for t in ("footprint", "flopcounter"))
+        print(f"round {r + 1}: build {seconds['build'][-1]:.2f} s, footprint {fp:.2f} s, "
+              f"FlopCounterMode {fc:.2f} s (beyond the build): {fp / fc:.2f}x", flush=True)
+    med = {t: statistics.median(v) for t, v in seconds.items()}
+    fp, fc = med["footprint"] - med["build"], med["flopcounter"] - med["build"]
+    print(f"\nmedians over {repeat} rounds, CPU seconds of the whole zoo beyond building it: footprint {fp:.2f}, "
+          f"FlopCounterMode on meta {fc:.2f}: footprint / FlopCounterMode {fp / fc:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", help="comma-separated subset (default: all 80)")
+    ap.add_argument("--processes", action="store_true", help="whole loops in processes of their own (see above)")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of --processes")
+    ap.add_argument("--loop", help=argparse.SUPPRESS)
     ap.add_argument("--skip-real", action="store_true", help="only the meta-device tools")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time the counting by this process's CPU seconds, not wall (steadier on a shared machine)")
     args = ap.parse_args()
+    if args.loop:
+        warnings.filterwarnings("ignore")
+        return _loop(args.loop)
+    if args.processes:
+        return processes(args.repeat)
     clock = time.process_time if args.cpu_time else time.perf_counter
     warnings.filterwarnings("ignore")
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -147,6 +200,7 @@ def main() -> None:
                 model = build_real(name) if tool in ("thop",) else real_model  # thop adds buffers
             else:
                 model = build(name)
+            gc.collect()
             t = clock()
             try:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

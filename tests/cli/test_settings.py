@@ -148,7 +148,8 @@ def test_records_check_themselves() -> None:
 def test_a_run_builds_its_own_verbs_flags_and_help_texts_only_when_asked() -> None:
     import gc
 
-    from torch_footprint.cli import _freeze_after, main
+    from torch_footprint.cli import main
+    from torch_footprint.collector import _freeze_after
 
     def subs(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         return next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices

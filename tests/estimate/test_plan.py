@@ -195,6 +195,7 @@ def test_layouts_ruled_out_by_their_states_do_not_fit() -> None:
         priced = price_layout(res.cache.get(1, "full", p), acc, p)
         assert not priced.fits and priced.need >= bound > acc.memory_bytes, p
     assert {p.sharding for _, p in res.ruled_out} >= {"ddp", "zero1"}
+    assert gc.get_freeze_count() == 0  # traces asked of the cache after the search are not set aside
 
 
 def test_the_search_folds_expert_parallelism_over_the_tensor_parallel_ranks() -> None:

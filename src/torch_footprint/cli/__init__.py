@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import importlib
 import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from ..collector import own_process
 from ..errors import ExitCode, FootprintError
 from .commands import COMMANDS, EXAMPLES
 from .options import Command, build, records
@@ -81,17 +81,6 @@ def _one_line_warnings() -> None:
     warnings.showwarning = show
 
 
-def _freeze_after(phase: str, info: dict[str, int]) -> None:
-    """After each full collection, what survived it (torch's and the model library's modules
-    above all, which live as long as the process) leaves the collector's sight, so the next full
-    collection walks only what is newer: each walk of torch's objects cost a tenth of a second, and
-    a planner's search a quarter of its time. Only in a process the command line runs from start
-    to end, and not under the verbs that measure real runs (cyclic garbage among the frozen objects
-    is left to the process's exit)."""
-    if phase == "stop" and info["generation"] == 2:
-        gc.freeze()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (:class:`~torch_footprint.errors.ExitCode`)."""
     whole_process = argv is None
@@ -101,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the process is the command line's, start to end; the verbs that time or watch real runs
     # leave the collector and the exit as the user's own code has them
     owned = whole_process and args.verb not in ("bench", "calibrate", "watch")
-    if owned and _freeze_after not in gc.callbacks:
-        gc.callbacks.append(_freeze_after)
+    if owned:
+        own_process()
     if args.version:
         from .. import __version__
 

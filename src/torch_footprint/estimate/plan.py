@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import collector
 from ..errors import FootprintError
 from ..hardware import Accelerator, find, load
 from ..hardware.networks import Network, network_for
@@ -298,7 +299,7 @@ def plan(w: Workload, t: Training, p: Parallel, target: Target, settings: Plan,
     # a search keeps every trace alive (tens of thousands of events each): each full pass of Python's
     # cyclic collector walked them all again, about a third of a 70B search; what lives once a trace is
     # made is set aside (gc.freeze) and given back at the end, unless the caller froze objects itself
-    cache.freeze = gc.get_freeze_count() == 0
+    cache.freeze = collector.take()
     traced_before = len(cache.store)
     _, blocks = repeated_blocks(model)
     start = time.perf_counter()
@@ -323,8 +324,8 @@ def plan(w: Workload, t: Training, p: Parallel, target: Target, settings: Plan,
         result.interrupted = True
         result.notes.append("interrupted: the best layouts found so far")
     finally:
-        if cache.freeze:
-            gc.unfreeze()
+        collector.give_back(cache.freeze)
+        cache.freeze = False  # a trace the caller asks of the cache later is theirs to keep
     result.search_s = time.perf_counter() - start
     result.traces, result.trace_s, result.cache = len(cache.store) - traced_before, cache.seconds, cache
     result.rows.sort(key=lambda r: -r.tokens_per_s_per_gpu)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import collector
 from ..dtypes import name_of
 from ..errors import FootprintError
 from . import optimizer_memo
@@ -74,26 +75,27 @@ def trace_model(
     calls that are provably equal to a traced one replay its events (:mod:`.reuse`; the
     trace is the same as without).
     """
-    restore, dense = dense_encoders(model)
-    try:
-        state = ModelState(model)  # each attempt puts it back (_run); nothing else runs the model
-        common = dict(name=name, backward=backward, device=device, inputs_meta=inputs_meta or [], step=step,
-                      state=state)
+    with collector.set_aside():  # the objects that existed before: out of the collector's walks
+        restore, dense = dense_encoders(model)
         try:
+            state = ModelState(model)  # each attempt puts it back (_run); nothing else runs the model
+            common = dict(name=name, backward=backward, device=device, inputs_meta=inputs_meta or [], step=step,
+                          state=state)
             try:
-                trace = _traced(model, make_inputs, tensors, real_fallback_limit, reuse=reuse, **common)
-            except ReplayMismatch:  # a training step's replay not proven equal: every call traced
-                gc.collect()
-                trace = _traced(model, make_inputs, tensors, real_fallback_limit, reuse=False, **common)
-                reuse_stats.retraced = True
+                try:
+                    trace = _traced(model, make_inputs, tensors, real_fallback_limit, reuse=reuse, **common)
+                except ReplayMismatch:  # a training step's replay not proven equal: every call traced
+                    gc.collect()
+                    trace = _traced(model, make_inputs, tensors, real_fallback_limit, reuse=False, **common)
+                    reuse_stats.retraced = True
+            finally:
+                if not state.clean:
+                    state.restore()
         finally:
-            if not state.clean:
-                state.restore()
-    finally:
-        restore()
-    if dense:
-        trace.notes.append(NESTED_NOTE)
-    return trace
+            restore()
+        if dense:
+            trace.notes.append(NESTED_NOTE)
+        return trace
 
 
 def _traced(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]], tensors: str,
