@@ -13,6 +13,7 @@ from ..dtypes import name_of
 from .fastmeta import fast_meta
 from .formulas import formula_for, is_cast
 from .kernels import kernel_scratch, wrapped_scalars
+from .metamemo import remembered
 from .modules import ModuleStack
 from .records import MemFree, OpEvent
 from .step import tensors_in
@@ -153,7 +154,7 @@ class Recorder(TorchDispatchMode):
         if func is _ADD and self._linear_bias_in_place(args):  # an add, a one-line check per op
             func = _ADD_
         self._folded = None
-        fast = fast_meta(func, args, kwargs)
+        fast = fast_meta(func, args, kwargs) or remembered(func, args, kwargs)
         out = fast(*args, **kwargs) if fast is not None else func(*args, **kwargs)
         if func is _UNSAFE_VIEW:
             self._folded = out
