@@ -18,7 +18,7 @@ from ..settings.training import FSDP_STRATEGIES
 from ..sources import Workload as Prepared
 from ..sources import prepare
 from ..sources.inputs import InputSpec
-from ..trace import ModelState, StepOptions, Trace, setups, trace_model
+from ..trace import StepOptions, Trace, setups, trace_model
 from ..trace.recompute import enable_recompute
 from .kernels.roofline import FP8_HEADS
 from .kernels.sdpa import ATTENTION_KERNELS, cuda_backend
@@ -263,16 +263,11 @@ def at_batch(w: Workload, batch: int | None) -> Workload:
 def _trace(work: Prepared, *, train: bool, backward: bool, **options: Any) -> Trace:
     """Trace ``work``'s model in train or eval mode, inside its source's trace context; the
     model is put back as it was afterwards (``train()`` may do more than set flags: timm's
-    empties a cache, and every module's own flag comes back, not the root's)."""
-    m = work.model
-    state = ModelState(m)
-    m.train(train)
-    try:
-        with work.built.trace_context():
-            return trace_model(m, work.make_inputs(), name=work.built.name, backward=backward,
-                               inputs_meta=work.inputs_meta(), **options)
-    finally:
-        state.restore()
+    empties a cache, and every module's own flag comes back, not the root's: the trace's own
+    snapshot of the model, taken before the mode is set)."""
+    with work.built.trace_context():
+        return trace_model(work.model, work.make_inputs(), name=work.built.name, backward=backward,
+                           inputs_meta=work.inputs_meta(), train=train, **options)
 
 
 def first_batch(trace: Trace, batch: int | None) -> int:

@@ -8,7 +8,9 @@ is small, the trace falls back to real tensors and says so in ``Trace.notes``.
 
 The pieces: :mod:`.modules` (which module runs), :mod:`.recorder` (the dispatch mode),
 :mod:`.formulas` (the cost of each operator), :mod:`.kernels` (what the device's kernels do
-beyond the op), :mod:`.swap` (the model's tensors for one run), :mod:`.step` (the step).
+beyond the op), :mod:`.fastmeta` and :mod:`.metamemo` (outputs made without torch's slow meta
+kernels), :mod:`.reuse` (a repeated block traced once), :mod:`.swap` (the model's tensors for
+one run), :mod:`.step` (the step).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def trace_model(
     tensors: str = "auto",
     step: StepOptions | None = None,
     reuse: bool = True,
+    train: bool | None = None,
 ) -> Trace:
     """Trace one forward (and optionally backward) pass of ``model``.
 
@@ -73,27 +76,33 @@ def trace_model(
     (:class:`.state.ModelState`: every module's attributes, tables and class, and the random
     generators), after each attempt and at the end. ``reuse``: a repeated block's later
     calls that are provably equal to a traced one replay its events (:mod:`.reuse`; the
-    trace is the same as without).
+    trace is the same as without). ``train``: the modules' mode for the run (``model.train(train)``
+    as each attempt starts, after the model's state is taken: it comes back in the mode it was in).
     """
     with collector.set_aside():  # the objects that existed before: out of the collector's walks
-        restore, dense = dense_encoders(model)
+        state = ModelState(model)  # as found: each attempt puts it back (_run); nothing else runs the model
+        dense: list[bool] = []
+
+        def ready() -> None:
+            """As each attempt starts: the mode asked for, then nn.TransformerEncoder's nested path
+            (taken in eval mode) turned off."""
+            if train is not None:
+                model.train(train)
+            dense.append(dense_encoders(model)[1])
+
+        common = dict(name=name, backward=backward, device=device, inputs_meta=inputs_meta or [], step=step,
+                      state=state, ready=ready)
         try:
-            state = ModelState(model)  # each attempt puts it back (_run); nothing else runs the model
-            common = dict(name=name, backward=backward, device=device, inputs_meta=inputs_meta or [], step=step,
-                          state=state)
             try:
-                try:
-                    trace = _traced(model, make_inputs, tensors, real_fallback_limit, reuse=reuse, **common)
-                except ReplayMismatch:  # a training step's replay not proven equal: every call traced
-                    gc.collect()
-                    trace = _traced(model, make_inputs, tensors, real_fallback_limit, reuse=False, **common)
-                    reuse_stats.retraced = True
-            finally:
-                if not state.clean:
-                    state.restore()
+                trace = _traced(model, make_inputs, tensors, real_fallback_limit, reuse=reuse, **common)
+            except ReplayMismatch:  # a training step's replay not proven equal: every call traced
+                gc.collect()
+                trace = _traced(model, make_inputs, tensors, real_fallback_limit, reuse=False, **common)
+                reuse_stats.retraced = True
         finally:
-            restore()
-        if dense:
+            if not state.clean:
+                state.restore()
+        if any(dense):
             trace.notes.append(NESTED_NOTE)
         return trace
 
@@ -299,7 +308,7 @@ class _TraceHooks(StepHooks):
 def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], dict[str, Any]]], *, name: str,
          backward: bool, device: str, tensors: str, params: list[TensorInfo], buffers: list[TensorInfo],
          inputs_meta: list[dict[str, Any]], step: StepOptions | None = None,
-         state: ModelState | None = None, reuse: bool = False) -> Trace:
+         state: ModelState | None = None, reuse: bool = False, ready: Callable[[], None] | None = None) -> Trace:
     step = step or StepOptions()
     stack = ModuleStack(model)
     stack.track_backward = backward
@@ -320,6 +329,9 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     if state is not None:
         state.clean = False
     try:
+        if ready is not None:
+            ready()
+        training = model.training  # the run's mode (the state put back below holds the one found)
         with mode, kernels:
             if tensors == "real":
                 restore, own_weights = materialize(model, device)
@@ -385,7 +397,7 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
             state.restore()
     if finish is not None:
         finish()
-    settings = {"backward": backward, "device": device, "tensors": tensors, "training": model.training,
+    settings = {"backward": backward, "device": device, "tensors": tensors, "training": training,
                 "optimizer": getattr(step.optimizer, "label", None) if step.optimizer is not None else None,
                 "autocast": name_of(step.autocast) if step.autocast is not None else None,
                 "grads_kept": step.grads_kept, **({} if step.loss == "fp32" else {"loss": step.loss})}
