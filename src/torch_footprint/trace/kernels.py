@@ -430,17 +430,12 @@ NESTED_NOTE = ("nn.TransformerEncoder's nested-tensor path is off for the trace:
                "FLOPs and bytes are the dense bound over every token (exact when nothing is padded)")
 
 
-def dense_encoders(model: torch.nn.Module) -> tuple[Any, bool]:
+def dense_encoders(model: torch.nn.Module) -> bool:
     """Turn off ``nn.TransformerEncoder``'s conversion to nested tensors (its eval-mode fast
-    path for padded batches), whose sizes depend on the mask's values; returns a function
-    that turns it back on, and whether any encoder had it on."""
+    path for padded batches), whose sizes depend on the mask's values; whether any encoder had
+    it on (the trace's snapshot of the model turns it back on)."""
     changed = [m for m in model.modules() if isinstance(m, torch.nn.TransformerEncoder)
                and getattr(m, "use_nested_tensor", False) and not m.training]
     for m in changed:
         m.use_nested_tensor = False
-
-    def restore() -> None:
-        for m in changed:
-            m.use_nested_tensor = True
-
-    return restore, bool(changed)
+    return bool(changed)

@@ -42,11 +42,10 @@ def _form(func: Any) -> str | None:
         rets = s.returns
         form: str | None = None
         if rets and all(str(r.type) == "Tensor" for r in rets) and torch.Tag.dynamic_output_shape not in func.tags:
-            written = [a for a in s.arguments if a.alias_info is not None and a.alias_info.is_write]
+            written = [i for i, a in enumerate(s.arguments) if a.alias_info is not None and a.alias_info.is_write]
             if not s.is_mutable and all(r.alias_info is None for r in rets):
                 form = "fresh"
-            elif (len(rets) == 1 and rets[0].alias_info is not None and len(written) == 1
-                  and written[0] is s.arguments[0]):
+            elif len(rets) == 1 and rets[0].alias_info is not None and written == [0]:
                 form = "self"
         _forms[func] = form
     return _forms[func]
@@ -92,9 +91,10 @@ def remembered(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call
 
     def run(*a: Any, **k: Any) -> Any:
         first = a[0] if a and isinstance(a[0], torch.Tensor) else None
+        before = (first.shape, first.stride()) if first is not None else None
         out = func(*a, **k)
         if form == "self":
-            if out is first and (tuple(first.shape), first.stride()) == key[1][1][0][:2]:
+            if first is not None and out is first and (first.shape, first.stride()) == before:
                 _keep(key, True)
             return out
         outs = out if isinstance(out, tuple) else (out,)

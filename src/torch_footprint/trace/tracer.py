@@ -88,7 +88,7 @@ def trace_model(
             (taken in eval mode) turned off."""
             if train is not None:
                 model.train(train)
-            dense.append(dense_encoders(model)[1])
+            dense.append(dense_encoders(model))
 
         common = dict(name=name, backward=backward, device=device, inputs_meta=inputs_meta or [], step=step,
                       state=state, ready=ready)
