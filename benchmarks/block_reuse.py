@@ -22,8 +22,11 @@ seconds (user + system: on a shared machine far steadier than wall time): the
 Llama-3-70B training step's profile against torch's FlopCounterMode on meta (which traces every
 layer), Llama-3.1-405B's against Llama-3.1-8B's, ``footprint llm`` on DeepSeek-V3 (every
 accelerator) against a process that only imports torch and transformers, and ``footprint profile
-resnet50`` (and with ``--no-reuse``) against one that only imports torch and torchvision.
-Medians, their ratios and the ratio of each round.
+resnet50`` (and with ``--no-reuse``) against one that only imports torch and torchvision. Beside
+them, what any tracer of DeepSeek-V3 must do before its first operator, against the same floor:
+import transformers' modeling module for it, and (as a user's script would) build the model on
+meta. Medians, their ratios and the
+ratio of each round.
 
     python benchmarks/block_reuse.py [speed|exact|process] [--train] [--ac none|full|selective] [--llm]
         [--precision fp32|bf16-mixed] [--only WORDS] [--repeat 3] [--tokens 2048]
@@ -94,7 +97,16 @@ PAIRS = (  # (what, command, floor, target ratio)
     ("footprint llm DeepSeek-V3", "import torch, transformers", 1.5),
     ("footprint profile resnet50", "import torch, torchvision", 1.05),
     ("footprint profile resnet50 --no-reuse", "import torch, torchvision", None),
+    ("import DeepSeek-V3's modeling module", "import torch, transformers", None),
+    ("DeepSeek-V3 built on meta, nothing more", "import torch, transformers", None),
 )
+
+BUILD = """
+import json, sys, torch, transformers
+config = transformers.AutoConfig.for_model(**json.load(open(sys.argv[1])))
+with torch.device("meta"):
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+"""
 
 
 def process(repeat: int, tokens: int) -> None:
@@ -114,6 +126,8 @@ def process(repeat: int, tokens: int) -> None:
         PAIRS[3][0]: [*cli, "profile", "resnet50"],
         PAIRS[3][1]: [py, "-c", "import torch, torchvision"],
         PAIRS[4][0]: [*cli, "profile", "resnet50", "--no-reuse"],
+        PAIRS[5][0]: [py, "-c", "import torch, transformers.models.deepseek_v3.modeling_deepseek_v3"],
+        PAIRS[6][0]: [py, "-c", BUILD, str(SHIPPED / "deepseek-ai--DeepSeek-V3.json")],
     }
     cpus: dict[str, list[float]] = {name: [] for name in commands}
     for i in range(repeat):
