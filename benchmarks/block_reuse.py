@@ -25,8 +25,7 @@ accelerator) against a process that only imports torch and transformers, and ``f
 resnet50`` (and with ``--no-reuse``) against one that only imports torch and torchvision. Beside
 them, what any tracer of DeepSeek-V3 must do before its first operator, against the same floor:
 import transformers' modeling module for it, and (as a user's script would) build the model on
-meta. Medians, their ratios and the
-ratio of each round.
+meta. Medians, their ratios and the ratio of each round.
 
     python benchmarks/block_reuse.py [speed|exact|process] [--train] [--ac none|full|selective] [--llm]
         [--precision fp32|bf16-mixed] [--only WORDS] [--repeat 3] [--tokens 2048]
