@@ -50,6 +50,30 @@ def test_ring_attention_by_hand():
     assert att > 0 and row.step.compute_s["context-parallel attention"] == pytest.approx(att)
 
 
+def test_ring_attention_in_a_pipeline_runs_on_each_stage_and_in_the_bubble(monkeypatch):
+    """Under pipeline parallelism each rank runs the ring over its own stage's layers, once per
+    micro-batch, and the bubble (p - 1 of the slowest rank's micro-batch) carries it too."""
+    from torch_footprint.estimate.layouts import schedule
+
+    args = (str(LLAMA), {"input_ids": "4,64:int64"})
+    kw = dict(gpus=4, cp=2, pp=2, grad_accum=4, **STEP)
+    [row] = api.fit(*args, **kw).rows
+    monkeypatch.setattr(schedule, "ring_prediction", lambda pred, cp: pred)  # the traced seq/cp call only
+    [alone] = api.fit(*args, **kw).rows
+    assert row.step is not None and alone.step is not None and row.prediction is not None
+    # two layers over two ranks: rank r runs layer r's attention, cp - 1 = 1 more block of it
+    for r in (0, 1):
+        att = sum(o.device_s for o in row.prediction.ops
+                  if "scaled_dot_product" in o.op and o.module.startswith(f"model.layers.{r}."))
+        assert att > 0
+        assert row.step.pipeline["rank_microbatch_s"][r] == pytest.approx(alone.step.pipeline["rank_microbatch_s"][r]
+                                                                          + att)
+    slowest = max(row.step.pipeline["rank_microbatch_s"])
+    assert row.step.compute_s["micro-batches"] == pytest.approx(4 * slowest)
+    assert row.step.compute_s["pipeline bubble"] == pytest.approx((2 - 1) * slowest)
+    assert "context-parallel attention" not in row.step.compute_s  # inside the two above, not a third time
+
+
 def _mixtral() -> torch.nn.Module:
     cfg = transformers.MixtralConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                      num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,

@@ -88,19 +88,33 @@ def attention_seconds(pred: Prediction) -> dict[str, float]:
     return out
 
 
+def ring_prediction(pred: Prediction, cp: int) -> Prediction:
+    """``pred`` with each attention kernel run ``cp`` times over, a rank's whole ring attention
+    (the module docstring), so that the phases, the pipeline's stages and its bubble, and the
+    compute that hides the collectives all carry it."""
+    if cp <= 1:
+        return pred
+    ops = [replace(o, flops=o.flops * cp, compute_s=o.compute_s * cp, memory_s=o.memory_s * cp,
+                   kernels_s=o.kernels_s * cp) if _is_attention(o.op) else o for o in pred.ops]
+    return replace(pred, ops=ops)
+
+
 def p2p_s(nbytes: float, link: Link) -> float:
     """One send to a ring neighbour."""
     return nbytes / link.bandwidth + link.latency + link.base if nbytes > 0 else 0.0
 
 
-def context_parallel(trace: Trace, pred: Prediction, cp: int, link: Link) -> tuple[dict[str, float],
-                                                                               list[Collective], float]:
-    """Ring attention over ``cp`` ranks: the attention compute it adds by phase, the key/value
-    passes, and their time not hidden behind the attention of the block already there."""
+def ring_extra(pred: Prediction, cp: int) -> dict[str, float]:
+    """The attention compute ring attention over ``cp`` ranks adds to the traced call's, by phase."""
+    return {ph: (cp - 1) * s for ph, s in attention_seconds(pred).items()} if cp > 1 else {}
+
+
+def context_parallel(trace: Trace, pred: Prediction, cp: int, link: Link) -> tuple[list[Collective], float]:
+    """Ring attention over ``cp`` ranks: the key/value passes, and their time not hidden behind the
+    attention of the block already there."""
     if cp <= 1:
-        return {}, [], 0.0
+        return [], 0.0
     att = attention_seconds(pred)
-    extra = {ph: (cp - 1) * s for ph, s in att.items()}
     blocks = kv_block_bytes(trace)
     calls = len(blocks)
     fwd_bytes = (cp - 1) * sum(blocks)
@@ -115,7 +129,7 @@ def context_parallel(trace: Trace, pred: Prediction, cp: int, link: Link) -> tup
                      "forward", True, t_f),
           Collective("key/value blocks and their gradients round the ring", "send/recv", 2 * fwd_bytes,
                      calls * (cp - 1), "backward", True, t_b)]
-    return extra, cs, exposed
+    return cs, exposed
 
 
 def moe_shape(model: Any) -> dict[str, int] | None:

@@ -42,7 +42,7 @@ from ..kernels.bandwidth import transfer_s
 from ..kernels.prediction import Prediction
 from ..kernels.roofline import estimate_latency
 from .comm import Collective, Link, StepTime, activation_bytes, add_contention, link_of, step_time
-from .cp_ep import context_parallel, expert_parallel
+from .cp_ep import context_parallel, expert_parallel, ring_extra, ring_prediction
 from .memo import once
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
 from .ranks import RankPrediction, phase_times
@@ -323,7 +323,9 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
     if link is None and p.gpus > 1:
         return None
     reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
-    step = _data_step(trace, pred, p, strategy, shard, replicas, link, tp_link, rep_link, reduce, acc, network)
+    # each rank's attention over every block of the ring, in its stages' and phases' compute
+    ring = ring_prediction(pred, p.cp)
+    step = _data_step(trace, ring, p, strategy, shard, replicas, link, tp_link, rep_link, reduce, acc, network)
     if step is not None and strategy in FSDP:  # its copy kernels, each micro-batch (as it gathers)
         away = experts_away(trace) if p.ep > 1 else 0.0
         if p.pp == 1:
@@ -341,14 +343,23 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
 
 def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: Accelerator,
               network: Network | None) -> None:
-    """Context and expert parallelism's compute and communication (:mod:`.cp_ep`) added to ``step``,
-    once per micro-batch."""
+    """Context and expert parallelism's communication (:mod:`.cp_ep`) added to ``step``, once per
+    micro-batch; the ring attention's further blocks, which the step's compute already carries
+    (:func:`ring_prediction`), named apart where the step is one micro-batch's phases."""
     m = p.grad_accum
     if p.cp > 1:
         cp_link = link_of(acc, ranks=p.cp, per_node=p.gpus_per_node, network=network, stride=p.tensor)
+        extra = ring_extra(pred, p.cp)
+        if "micro-batches" in step.compute_s:
+            step.notes.append(f"context parallelism: each rank's attention runs over {p.cp} blocks of the ring, "
+                              f"{sum(extra.values()):.3g} s more per micro-batch over the model's layers, in the "
+                              "micro-batches' and the bubble's time")
+        else:
+            for ph, s in extra.items():
+                step.compute_s[ph] = step.compute_s.get(ph, 0.0) - s
+            step.compute_s["context-parallel attention"] = sum(extra.values())
         if cp_link is not None:
-            extra, cs, exposed = context_parallel(trace, pred, p.cp, cp_link)
-            step.compute_s["context-parallel attention"] = m * sum(extra.values())
+            cs, exposed = context_parallel(trace, pred, p.cp, cp_link)
             step.collectives += [replace(c, nbytes=m * c.nbytes, calls=m * c.calls, time_s=m * c.time_s) for c in cs]
             step.exposed_s += m * exposed
     moe = trace.settings.get("moe")
