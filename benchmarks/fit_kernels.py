@@ -4,7 +4,9 @@ leaving each GPU out.
 Reads benchmarks/published/kernels.toml: cuBLAS GEMM throughputs (best shapes, square sizes,
 few-row products), FlashAttention-2's throughputs (forward, backward and both, A100 and
 H100) by sequence length, head dimension and mask, FlashAttention v1's and its Triton port's
-beside them in the same tables, and streaming-kernel bandwidths. Each family's constants are fitted
+beside them in the same tables, and streaming-kernel bandwidths; and
+benchmarks/published/power_limits.toml: training epochs timed under power limits (the clocks'
+fall below the TDP). Each family's constants are fitted
 to its rows (least squares on the log of the time), then refitted without each GPU's rows
 to predict that GPU's: the errors printed are those leave-one-GPU-out fits', by family and by
 GPU, beside the in-sample ones. ``--write`` saves the fit on every row to
@@ -139,16 +141,45 @@ def bandwidth_rows(data: dict[str, Any]) -> list[Row]:
     return rows
 
 
+POWER_BOUND = 0.8  # a job drawing this share of the TDP uncapped runs its board at full load
+POWER_RANGE = (0.6, 1.0)  # caps of this share of the job's draw (a 700 W board at 500 W: 0.71)
+
+
+def power_rows(data: dict[str, Any]) -> list[Row]:
+    """Training epochs under a power limit (``published/power_limits.toml``) of the jobs that draw
+    near their board's TDP uncapped, as a training step's matrix work does; each cap from 60% of
+    the job's uncapped draw up, priced as the uncapped epoch slowed by (cap / draw) **
+    ``power_exp`` (the kernel model's :func:`power_clock`, which takes the draw to be the TDP)."""
+    rows = []
+    for j in data["job"]:
+        acc = gpu(j["gpu"])
+        top = max(range(len(j["limit_w"])), key=lambda i: j["limit_w"][i])
+        draw, base = j["power_w"][top], j["epoch_s"][top]
+        if acc is None or not acc.tdp_w or draw < POWER_BOUND * min(acc.tdp_w, j["limit_w"][top]):
+            continue
+        for limit, epoch in zip(j["limit_w"], j["epoch_s"], strict=True):
+            share = limit / draw
+            if not POWER_RANGE[0] <= share < POWER_RANGE[1]:
+                continue
+
+            def predict(c: KernelConstants, base: float = base, share: float = share) -> float:
+                return base / share ** c.power_exp
+
+            rows.append(Row("power", acc, epoch, predict, f"{j['workload']} at {limit} W"))
+    return rows
+
+
 FAMILIES = {  # the constants each family fits (its own; the others as fitted before it)
     "bandwidth": ("hbm", "gddr", "other_memory"),
     "gemm": ("matrix_a", "matrix_b", "k_half", "kernel_floor_s", "amd"),
     "attention": ("attn", "attn_s_half", "attn_backward", "attn_wgmma"),
     "attention-v1": ("attn_v1_head",),
+    "power": ("power_exp",),
 }
 BOUNDS = {"hbm": (0.5, 1.0), "gddr": (0.5, 1.0), "other_memory": (0.3, 1.0), "matrix_a": (0.3, 1.2),
           "matrix_b": (-0.3, 0.3), "k_half": (0.0, 2048.0), "kernel_floor_s": (0.0, 3e-5), "amd": (0.2, 1.2),
           "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5),
-          "attn_wgmma": (0.2, 1.5), "attn_v1_head": (8.0, 4096.0)}
+          "attn_wgmma": (0.2, 1.5), "attn_v1_head": (8.0, 4096.0), "power_exp": (0.0, 2.0)}
 
 
 def loss(rows: Sequence[Row], c: KernelConstants) -> float:
@@ -220,7 +251,9 @@ def main() -> None:
     args = ap.parse_args()
     data = tomllib.loads((ROOT / "benchmarks" / "published" / "kernels.toml").read_text())
     families = {"bandwidth": bandwidth_rows(data), "gemm": gemm_rows(data), "attention": attention_rows(data),
-                "attention-v1": attention_rows(data, v1=True)}
+                "attention-v1": attention_rows(data, v1=True),
+                "power": power_rows(tomllib.loads((ROOT / "benchmarks" / "published" / "power_limits.toml")
+                                                  .read_text()))}
     start = KernelConstants()
     full = fit(families, start)
     print("constants fitted on every row:")
@@ -239,8 +272,10 @@ def main() -> None:
             by_gpu.setdefault(g, []).extend(errs)
     for f, rows in families.items():
         print(f"{f:10s} {summary(errors(rows, full)):48s} {summary(logo[f])}")
-    allerr = [e for v in logo.values() for e in v]
-    print(f"{'all':10s} {summary([e for f, rows in families.items() for e in errors(rows, full)]):48s} "
+    # the kernels' figure: the power family's epochs are not kernel times (and would dilute it)
+    kernels = [f for f in families if f != "power"]
+    allerr = [e for f in kernels for e in logo[f]]
+    print(f"{'kernels':10s} {summary([e for f in kernels for e in errors(families[f], full)]):48s} "
           f"{summary(allerr)}")
     print("\nleave-one-GPU-out, by GPU:")
     for g in gpus:
@@ -250,9 +285,11 @@ def main() -> None:
                  "# kernel measurements of benchmarks/published/kernels.toml (every row it keeps); the script",
                  "# prints the errors of fits that leave each GPU out.",
                  "# Regenerate: python benchmarks/fit_kernels.py --write",
-                 f"# fitted {date.today().isoformat()}: {sum(len(v) for v in families.values())} rows over "
-                 f"{len(gpus)} GPUs; leave-one-GPU-out median |error| "
-                 f"{100 * statistics.median(abs(e) for e in allerr):.1f}%",
+                 f"# fitted {date.today().isoformat()}: {sum(len(families[f]) for f in kernels)} kernel rows over "
+                 f"{len({r.gpu.id for f in kernels for r in families[f]})} GPUs, leave-one-GPU-out median |error| "
+                 f"{100 * statistics.median(abs(e) for e in allerr):.1f}%; {len(families['power'])} power-limited "
+                 f"epochs over {len({r.gpu.id for r in families['power']})} GPUs, "
+                 f"{100 * statistics.median(abs(e) for e in logo['power']):.1f}%",
                  "", "[constants]"]
         lines += [f"{n} = {getattr(full, n):.6g}" for n in (f.name for f in dataclasses.fields(full))]
         FITTED.write_text("\n".join(lines) + "\n")

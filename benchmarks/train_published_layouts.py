@@ -359,8 +359,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
     acc = get(r["gpu"])
     if r.get("gpu_bandwidth_gbs"):  # the source's own figure for a part the accelerator id only approximates
         acc = dataclasses.replace(acc, bandwidth_gbs=float(r["gpu_bandwidth_gbs"]))
-    if r.get("gpu_power_w"):  # a board run below its TDP: the matrix units' power-limited clock at that limit
-        acc = dataclasses.replace(acc, tdp_w=float(r["gpu_power_w"]))
+    if r.get("gpu_power_w"):  # a board run below its TDP, as a --hardware row's power_limit_w sets it
+        acc = dataclasses.replace(acc, power_limit_w=float(r["gpu_power_w"]))
     try:
         trace, _ = trace_step(w, t, p, **({} if before else {"cuda_sm": sm_of(acc)}))  # CUDA's attention kernel
     except FootprintError as e:

@@ -21,6 +21,7 @@ from torch_footprint.estimate.kernels.matrix import (
     is_depthwise,
     is_simt,
     matrix_share,
+    power_clock,
     problem_use,
     tile_use,
 )
@@ -56,6 +57,54 @@ def test_power_limited_share_by_hand() -> None:
     from dataclasses import replace
 
     assert matrix_share(replace(GPU, vendor="amd"), "fp16", C) == pytest.approx(0.45)
+
+
+def test_a_power_limit_below_the_tdp_by_hand() -> None:
+    from dataclasses import replace
+
+    half = C.replace(power_exp=0.5)
+    capped = replace(GPU, power_limit_w=100.0)  # a quarter of its 400 W: the clocks at sqrt(1/4) = 1/2
+    assert power_clock(capped, half) == pytest.approx(0.5) and power_clock(GPU, half) == 1.0
+    assert matrix_share(capped, "fp16", half) == pytest.approx(0.9 * 0.5)
+    # a fused attention's share is of the datasheet peak: the limit slows it alone, by the same 1/2
+    args = ("fp16", 8, 4096, 4096, 128, 128, True, False)
+    stock, slow = (attention_use(g, *args, half) * matrix_share(g, "fp16", half) for g in (GPU, capped))
+    assert slow == pytest.approx(stock * 0.5)
+    # a limit at the TDP changes nothing
+    assert power_clock(replace(GPU, power_limit_w=400.0), half) == 1.0
+
+
+def test_the_power_exponent_is_the_least_squares_fit_of_the_published_power_limited_epochs() -> None:
+    """Closed form against the shipped constant (benchmarks/fit_kernels.py fits it by simplex
+    search): ln(slowdown) = power_exp x ln(draw / cap), least squares through the origin, over the
+    jobs drawing 80% of their board's TDP or more uncapped, at caps of 60-100% of that draw."""
+    from pathlib import Path
+
+    import tomllib
+
+    data = tomllib.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "published" /
+                          "power_limits.toml").read_text())
+    num = den = 0.0
+    for j in data["job"]:
+        top = j["limit_w"].index(max(j["limit_w"]))
+        draw, base = j["power_w"][top], j["epoch_s"][top]
+        tdp = get(j["gpu"]).tdp_w
+        assert tdp is not None
+        if draw < 0.8 * min(tdp, j["limit_w"][top]):
+            continue
+        for cap, epoch in zip(j["limit_w"], j["epoch_s"], strict=True):
+            if 0.6 <= cap / draw < 1.0:
+                x, y = math.log(draw / cap), math.log(epoch / base)
+                num, den = num + x * y, den + x * x
+    assert constants.shipped().power_exp == pytest.approx(num / den, rel=1e-3)
+    # an H100 SXM at 500 W of its 700: its matrix units at 86% of their stock rate
+    assert power_clock(replace_limit(get("h100-sxm"), 500.0), constants.shipped()) == pytest.approx(0.862, abs=0.005)
+
+
+def replace_limit(acc: Accelerator, watts: float) -> Accelerator:
+    from dataclasses import replace
+
+    return replace(acc, power_limit_w=watts)
 
 
 def test_waves_of_tiles_by_hand() -> None:

@@ -102,6 +102,9 @@ def test_memory_is_read_in_binary_units():
     (lambda r: r + "link_gbs = 32\n", "fields 'link_gbs' and 'link' go together"),
     (lambda r: r + 'link_gbs = 0\nlink = "PCIe"\n', "field 'link_gbs': must be positive"),
     (lambda r: r + 'link_gbs = 32\nlink = "PCIe"\nlink_source = "a forum"\n', "field 'link_source' must be a URL"),
+    (lambda r: r + "power_limit_w = 60\n", "field 'power_limit_w' (60 W) needs the board's 'tdp_w' and must not"),
+    (lambda r: r.replace("tdp_w = 50\n", "") + "power_limit_w = 40\n", "field 'power_limit_w' (40 W) needs"),
+    (lambda r: r + "power_limit_w = 0\n", "field 'power_limit_w': must be positive"),
 ])
 def test_malformed_row_names_file_row_and_field(tmp_path, change, message):
     f = tmp_path / "mine.toml"
@@ -145,6 +148,24 @@ def test_user_file_adds_and_replaces_rows_toml_or_json(tmp_path):
     rows = {a.id: a for a in tfp.hardware.list(f)}
     assert rows["h100-sxm"].name == "My H100" and rows["h100-sxm"].origin == str(f)
     assert "my-card" in rows and "a100-sxm-80gb" in rows
+
+
+def test_a_power_limit_below_the_tdp_loads_and_slows_the_matrix_units(tmp_path):
+    import dataclasses
+
+    f = tmp_path / "mine.toml"
+    stock = tfp.hardware.get("h100-sxm")
+    f.write_text(ROW.format(id="h100-sxm", mem=80).replace("tdp_w = 50", "tdp_w = 700") + "power_limit_w = 500\n")
+    [row] = load_file(f)
+    assert row.power_limit_w == 500.0 and row.to_dict()["power_limit_w"] == 500.0
+    capped = dataclasses.replace(stock, power_limit_w=500.0)
+    prof = tfp.profile("resnet18", "64,3,224,224", precision="bf16")
+    stock_p, capped_p = (tfp.predict(prof, g) for g in (stock, capped))
+    # the convolutions (matrix work) at the capped clocks, the memory-bound kernels as before
+    matrix = [(a.compute_s, b.compute_s) for a, b in zip(stock_p.ops, capped_p.ops, strict=True) if a.kind == "matrix"]
+    assert matrix and all(b > a for a, b in matrix)
+    assert capped_p.time_s > stock_p.time_s
+    assert [o.memory_s for o in stock_p.ops] == [o.memory_s for o in capped_p.ops]
 
 
 def test_cli_gpus_and_a_bad_hardware_file(tmp_path, capsys):

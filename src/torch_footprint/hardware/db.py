@@ -30,7 +30,7 @@ KINDS = ("gpu", "soc", "cpu")
 BUILTIN = Path(__file__).with_name("accelerators.toml")
 _REQUIRED = ("id", "name", "vendor", "kind", "memory_gb", "bandwidth_gbs", "tflops", "source")
 _OPTIONAL = ("tdp_w", "vector_fp32", "notes", "estimated", "aliases", "link_gbs", "link", "link_source", "units",
-             "memory_type", "units_source", "architecture", "cuda_memory_mib", "cuda_memory_source")
+             "memory_type", "units_source", "architecture", "cuda_memory_mib", "cuda_memory_source", "power_limit_w")
 _ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 
@@ -62,6 +62,7 @@ class Accelerator:
     architecture: str = ""  # volta, ampere, hopper, ... (the whitepaper of units_source)
     cuda_memory_mib: float | None = None  # the total CUDA reports (cudaGetDeviceProperties), MiB
     cuda_memory_source: str = ""  # where that figure was printed
+    power_limit_w: float | None = None  # a board run below its TDP (nvidia-smi -pl): its clocks fall
 
     @property
     def memory_bytes(self) -> int:
@@ -101,7 +102,7 @@ class Accelerator:
                                             "tflops", "vector_fp32", "source", "notes", "estimated", "aliases",
                                             "origin", "link_gbs", "link", "link_source", "units",
                                             "memory_type", "units_source", "architecture", "cuda_memory_mib",
-                                            "cuda_memory_source")}
+                                            "cuda_memory_source", "power_limit_w")}
         d["estimated"], d["aliases"] = list(self.estimated), list(self.aliases)
         if self.calibrated:
             d["calibrated"] = self.calibrated
@@ -172,6 +173,10 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
             cuda_source and not (isinstance(cuda_source, str) and re.match(r"^https?://\S+$", cuda_source))):
         raise FootprintError(f"{at}: fields 'cuda_memory_mib' and 'cuda_memory_source' go together (the figure and "
                              "the URL where it is printed)")
+    limit = _number(raw["power_limit_w"], f"{at}: field 'power_limit_w'") if "power_limit_w" in raw else None
+    if limit is not None and ("tdp_w" not in raw or limit > _number(raw["tdp_w"], f"{at}: field 'tdp_w'")):
+        raise FootprintError(f"{at}: field 'power_limit_w' ({limit:g} W) needs the board's 'tdp_w' and must not exceed "
+                             "it (a limit below the TDP slows the clocks; one above it is not modelled)")
     return Accelerator(
         id=raw["id"], name=raw["name"], vendor=raw["vendor"], kind=raw["kind"],
         memory_gb=_number(raw["memory_gb"], f"{at}: field 'memory_gb'"),
@@ -186,7 +191,7 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
         memory_type=str(raw.get("memory_type", "")), units_source=str(raw.get("units_source", "")),
         architecture=str(raw.get("architecture", "")),
         cuda_memory_mib=_number(raw["cuda_memory_mib"], f"{at}: field 'cuda_memory_mib'")
-        if "cuda_memory_mib" in raw else None, cuda_memory_source=cuda_source,
+        if "cuda_memory_mib" in raw else None, cuda_memory_source=cuda_source, power_limit_w=limit,
     )
 
 

@@ -2,8 +2,9 @@
 
 Each mechanism (``matrix.py``, ``bandwidth.py``) is a small function with its source; only
 where a mechanism needs a number that no datasheet gives is one fitted, to published kernel
-measurements (``benchmarks/published/kernels.toml``), never to the whole-model measurements
-the predictions are checked against. ``benchmarks/fit_kernels.py`` fits them, writes
+measurements (``benchmarks/published/kernels.toml``; a power limit's slowdown to the
+training epochs timed under power limits of ``benchmarks/published/power_limits.toml``), never
+to the whole-model measurements the predictions are checked against. ``benchmarks/fit_kernels.py`` fits them, writes
 ``fitted.toml`` beside this module and prints the error leaving each GPU out of the fit.
 """
 
@@ -57,6 +58,9 @@ class KernelConstants:
     # attn_v1_head (matrix.py's attention_use: v1 splits the keys and values over a block's warps,
     # whose partial results meet in shared memory, traffic that grows with the head dimension)
     attn_v1_head: float = 96.0
+    # a board run below its TDP: the matrix units' rate falls as (limit / TDP) ** power_exp
+    # (matrix.py's power_clock), fitted to training epochs timed under power limits
+    power_exp: float = 0.5
 
     def replace(self, **kw: float) -> KernelConstants:
         return dataclasses.replace(self, **kw)

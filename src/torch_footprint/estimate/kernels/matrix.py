@@ -10,6 +10,12 @@ are fitted to published kernel measurements (:mod:`.constants`).
   (``published/kernels.toml``: Stas Bekman's maximum-achievable-matmul tables, the PyTorch
   issue of RTX 4090 bf16 GEMMs). A line in the watts per TFLOP/s, fitted, capped below the
   peak; AMD's libraries reach a fitted share of that.
+* **A power limit below the TDP** (:func:`power_clock`): ``nvidia-smi -pl`` caps the board's
+  watts; at full load the clocks fall until the chip draws no more than the cap. Measured
+  training epochs on three GPUs (V100, A40, Quadro RTX 6000; Zeus, NSDI 2023, its power traces)
+  slow as (cap / the watts the job drew uncapped) ** ``power_exp``, fitted; matrix work at full
+  load draws the board's TDP (the premise of the line above), so the matrix units' and the fused
+  attention's rates are scaled by (limit / TDP) ** ``power_exp``.
 * **Waves of tiles** (:func:`tile_use`): a GEMM's output is computed in tiles, one thread
   block per streaming multiprocessor at a time; the last wave leaves units idle (NVIDIA's
   "Matrix Multiplication Background" user guide, "Wave quantization"). The library picks the
@@ -75,7 +81,8 @@ FP32_LANES_64 = ((6, 0), (7, 0), (7, 2), (7, 5), (8, 0))
 
 
 def matrix_share(acc: Accelerator, key: str, c: KernelConstants) -> float:
-    """The matrix units' best sustained share of ``acc``'s dense ``key`` peak (power-limited clocks)."""
+    """The matrix units' best sustained share of ``acc``'s dense ``key`` peak (power-limited clocks,
+    and the board's own power limit where it is set below the TDP)."""
     peak = acc.peak(key)
     if not peak or not acc.tdp_w:
         share = c.matrix_a
@@ -83,7 +90,15 @@ def matrix_share(acc: Accelerator, key: str, c: KernelConstants) -> float:
         watts_per_tflops = acc.tdp_w / (peak / 1e12)
         share = c.matrix_a + c.matrix_b * watts_per_tflops
     share = min(max(share, c.matrix_low), c.matrix_high)
-    return share * (c.amd if acc.vendor == "amd" else 1.0)
+    return share * (c.amd if acc.vendor == "amd" else 1.0) * power_clock(acc, c)
+
+
+def power_clock(acc: Accelerator, c: KernelConstants) -> float:
+    """The share of its stock clocks ``acc`` keeps at full load under its power limit:
+    (limit / TDP) ** ``power_exp``; 1 where no limit below the TDP is set."""
+    if not acc.power_limit_w or not acc.tdp_w or acc.power_limit_w >= acc.tdp_w:
+        return 1.0
+    return float((acc.power_limit_w / acc.tdp_w) ** c.power_exp)
 
 
 def tile_use(units: int | None, batch: int, m: int, n: int, simt: bool = False) -> float:
@@ -204,7 +219,8 @@ def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, h
     peak) that grows with the keys each block of queries runs over (half of ``seq_k`` on
     average under a causal mask), over waves of query blocks; unlike a best-shape GEMM it
     does not reach the power-limited clocks of :func:`matrix_share` (it keeps the tensor
-    cores under three quarters busy), so its share is of the datasheet peak; a causal
+    cores under three quarters busy), so its share is of the datasheet peak (slowed by a power
+    limit set below the TDP alone, :func:`power_clock`); a causal
     mask's diagonal tiles are computed whole (1 + FLASH_BLOCK / seq_k of the visible pairs);
     each score's exponential (one per pair, forward, and once again in the backward, which
     recomputes the probabilities) takes a special-function result (:func:`exp_rate`), added to the
@@ -236,4 +252,4 @@ def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, h
     use = share / (1 + matrix_rate * exp_per_flop)
     if causal and seq_k > 0:
         use /= 1 + FLASH_BLOCK / seq_k
-    return use / matrix_share(acc, key, c)
+    return use * power_clock(acc, c) / matrix_share(acc, key, c)
