@@ -166,6 +166,8 @@ def test_a_power_limit_below_the_tdp_loads_and_slows_the_matrix_units(tmp_path):
     assert matrix and all(b > a for a, b in matrix)
     assert capped_p.time_s > stock_p.time_s
     assert [o.memory_s for o in stock_p.ops] == [o.memory_s for o in capped_p.ops]
+    assert any(n.startswith("power limit 500 W of its 700 W TDP") for n in capped_p.notes)
+    assert not any(n.startswith("power limit") for n in stock_p.notes)
 
 
 def test_cli_gpus_and_a_bad_hardware_file(tmp_path, capsys):

@@ -72,7 +72,7 @@ from .gpu import (
     layout_transpose_bytes,
     norm_rows_s,
 )
-from .matrix import is_depthwise, is_grouped, matrix_share, problem_use
+from .matrix import is_depthwise, is_grouped, matrix_share, power_clock, problem_use
 from .prediction import Ceilings, OpTime, Prediction
 from .sdpa import sm_of
 
@@ -427,6 +427,9 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                           transposes / c.bandwidth))
     for key in sorted(missing):
         notes.append(f"{acc.name} has no published {key} rate: its fp32 rate is used for {key} matrix work")
+    if gpu and (clock := power_clock(acc, k_const)) < 1.0:
+        notes.append(f"power limit {acc.power_limit_w:g} W of its {acc.tdp_w:g} W TDP: matrix work and fused attention "
+                     f"at {clock:.0%} of their rate at the TDP")
     unknown = {e.op for e in trace.events if e.kind == "unknown"}
     if unknown:
         notes.append("operators without a FLOP formula are timed by their bytes only: " + ", ".join(sorted(unknown)))
