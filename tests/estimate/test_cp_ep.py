@@ -82,6 +82,42 @@ def _mixtral() -> torch.nn.Module:
         return transformers.MixtralForCausalLM(cfg)
 
 
+def test_expert_parallel_rank_accumulates_only_its_own_experts_gradients(monkeypatch):
+    """Over 2 micro-batches each rank adds each micro-batch's weight gradients into the step's: under
+    expert parallelism 2 only its own half of the experts' (4 experts, 2 on each rank)."""
+    from torch_footprint.estimate.layouts import schedule
+
+    model = _mixtral()
+    kw = dict(gpus=2, ep=2, grad_accum=2, **STEP)
+    [row] = api.fit(model, {"input_ids": "2,16:int64"}, **kw).rows
+    monkeypatch.setattr(schedule, "expert_prediction", lambda trace, pred, ep: pred)  # every expert's
+    [every] = api.fit(model, {"input_ids": "2,16:int64"}, **kw).rows
+    assert row.step is not None and every.step is not None and row.prediction is not None
+    # the accumulation: an in-place add in the backward of each expert weight's shape, [4, 192, 64] and [4, 64, 96]
+    adds = [o for o in row.prediction.ops if o.phase == "backward" and o.op.startswith("aten.add_")
+            and o.module.endswith("mlp.experts") and o.flops in (4 * 192 * 64, 4 * 64 * 96)]
+    assert len(adds) == 2 * 2  # two layers, two weights each
+    half = sum(o.device_s for o in adds) / 2
+    assert every.step.compute_s["micro-batches"] - row.step.compute_s["micro-batches"] == pytest.approx(2 * half)
+
+
+def test_expert_parallel_all_to_alls_of_a_pipeline_stage_by_hand():
+    """Two layers over two pipeline ranks: each rank dispatches and combines for its own layer, each of
+    4 micro-batches, and the bubble's one slot waits for one micro-batch's all-to-alls too."""
+    res = api.fit(_mixtral(), {"input_ids": "2,16:int64"}, gpus=4, ep=2, pp=2, grad_accum=4, **STEP)
+    [row] = res.rows
+    assert row.step is not None and row.step.pipeline is not None
+    a2a = {c.phase: c for c in row.step.collectives if c.op == "all-to-all"}
+    # 32 tokens x top 2 x hidden 64 x 4 B = 16,384 B each way, 1 layer, 4 micro-batches
+    assert a2a["forward"].calls == 2 * 1 * 4 and a2a["forward"].nbytes == 2 * 16_384 * 4
+    link = link_of(get("h100-sxm"), ranks=2)
+    assert link is not None
+    one = alltoall_s(16_384, 2, link)
+    assert row.step.exposed_s >= 4 * 4 * one  # dispatch and combine, forward and backward, each micro-batch
+    slowest = max(row.step.pipeline["rank_microbatch_s"])
+    assert row.step.compute_s["pipeline bubble"] == pytest.approx((2 - 1) * (slowest + 4 * one))
+
+
 def test_expert_parallel_dispatch_and_combine_by_hand():
     model = _mixtral()
     ids = {"input_ids": "2,16:int64"}

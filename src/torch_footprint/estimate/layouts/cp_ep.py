@@ -40,7 +40,7 @@ from ...errors import FootprintError
 from ...trace import Trace
 from ..kernels.prediction import Prediction
 from .comm import Collective, Link
-from .sharding import ModelStates, experts_away
+from .sharding import ModelStates, expert_modules, experts_away
 
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k", "moe_top_k")
@@ -99,6 +99,25 @@ def ring_prediction(pred: Prediction, cp: int) -> Prediction:
     return replace(pred, ops=ops)
 
 
+def expert_prediction(trace: Trace, pred: Prediction, ep: int) -> Prediction:
+    """``pred`` with the experts' gradient accumulation (each micro-batch's weight gradients added
+    into the step's, an in-place add of a parameter's shape in the backward) on the experts a rank
+    holds: 1/``ep`` of them. The trace runs every expert on the rank's own tokens; a rank runs its
+    own experts on every rank's tokens for them, the same matrix FLOPs, but accumulates only its own
+    experts' gradients."""
+    if ep <= 1:
+        return pred
+    experts = expert_modules(trace)
+    shapes = {(q.module, tuple(q.shape)) for q in trace.params if q.module in experts}
+    mine = {i for i, e in enumerate(trace.events) if e.phase == "backward" and e.op.startswith("aten.add_")
+            and e.out_shapes and (e.module, tuple(e.out_shapes[0])) in shapes}
+    if not mine:
+        return pred
+    ops = [replace(o, flops=o.flops // ep, bytes=o.bytes // ep, compute_s=o.compute_s / ep, memory_s=o.memory_s / ep,
+                   kernels_s=o.kernels_s / ep) if o.index in mine else o for o in pred.ops]
+    return replace(pred, ops=ops)
+
+
 def p2p_s(nbytes: float, link: Link) -> float:
     """One send to a ring neighbour."""
     return nbytes / link.bandwidth + link.latency + link.base if nbytes > 0 else 0.0
@@ -109,14 +128,17 @@ def ring_extra(pred: Prediction, cp: int) -> dict[str, float]:
     return {ph: (cp - 1) * s for ph, s in attention_seconds(pred).items()} if cp > 1 else {}
 
 
-def context_parallel(trace: Trace, pred: Prediction, cp: int, link: Link) -> tuple[list[Collective], float]:
+def context_parallel(trace: Trace, pred: Prediction, cp: int, link: Link,
+                     layers: int | None = None) -> tuple[list[Collective], float]:
     """Ring attention over ``cp`` ranks: the key/value passes, and their time not hidden behind the
-    attention of the block already there."""
+    attention of the block already there; ``layers``: the attention layers the rank runs (its
+    pipeline stage's; all of them by default)."""
     if cp <= 1:
         return [], 0.0
     att = attention_seconds(pred)
     blocks = kv_block_bytes(trace)
     calls = len(blocks)
+    blocks = blocks[:layers] if layers is not None else blocks
     fwd_bytes = (cp - 1) * sum(blocks)
     # per hop: a block's send against one block of attention (the traced call's time)
     per_fwd = att.get("forward", 0.0) / calls if calls else 0.0
@@ -159,14 +181,15 @@ def dispatch_bytes(trace: Trace, moe: dict[str, int], capacity: float = 1.0) -> 
     return math.ceil(tokens * moe["top_k"] * moe["hidden"] * size * capacity)
 
 
-def expert_parallel(trace: Trace, moe: dict[str, int], ep: int, link: Link,
-                    capacity: float = 1.0) -> tuple[list[Collective], float]:
-    """The all-to-alls of expert parallelism over ``ep`` ranks (module docstring), all exposed."""
+def expert_parallel(trace: Trace, moe: dict[str, int], ep: int, link: Link, capacity: float = 1.0,
+                    layers: int | None = None) -> tuple[list[Collective], float]:
+    """The all-to-alls of expert parallelism over ``ep`` ranks (module docstring), all exposed;
+    ``layers``: the mixture-of-experts layers the rank runs (its pipeline stage's; all by default)."""
     if ep <= 1:
         return [], 0.0
     b = dispatch_bytes(trace, moe, capacity)
     one = alltoall_s(b, ep, link)
-    n = moe["layers"]
+    n = moe["layers"] if layers is None else layers
     cs = [Collective("tokens to their experts and back (dispatch, combine)", "all-to-all", 2 * n * b, 2 * n,
                      "forward", False, 2 * n * one),
           Collective("their gradients, dispatch and combine", "all-to-all", 2 * n * b, 2 * n, "backward", False,

@@ -42,7 +42,14 @@ from ..kernels.bandwidth import transfer_s
 from ..kernels.prediction import Prediction
 from ..kernels.roofline import estimate_latency
 from .comm import Collective, Link, StepTime, activation_bytes, add_contention, link_of, step_time
-from .cp_ep import context_parallel, expert_parallel, ring_extra, ring_prediction
+from .cp_ep import (
+    context_parallel,
+    expert_parallel,
+    expert_prediction,
+    kv_block_bytes,
+    ring_extra,
+    ring_prediction,
+)
 from .memo import once
 from .pipeline import StageMap, bubble_fraction, in_flight, stage_map
 from .ranks import RankPrediction, phase_times
@@ -323,8 +330,9 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
     if link is None and p.gpus > 1:
         return None
     reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
-    # each rank's attention over every block of the ring, in its stages' and phases' compute
-    ring = ring_prediction(pred, p.cp)
+    # each rank's attention over every block of the ring, in its stages' and phases' compute; its
+    # own experts' gradients accumulated, not every expert's
+    ring = expert_prediction(trace, ring_prediction(pred, p.cp), p.ep)
     step = _data_step(trace, ring, p, strategy, shard, replicas, link, tp_link, rep_link, reduce, acc, network)
     if step is not None and strategy in FSDP:  # its copy kernels, each micro-batch (as it gathers)
         away = experts_away(trace) if p.ep > 1 else 0.0
@@ -359,16 +367,17 @@ def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: 
                 step.compute_s[ph] = step.compute_s.get(ph, 0.0) - s
             step.compute_s["context-parallel attention"] = sum(extra.values())
         if cp_link is not None:
-            cs, exposed = context_parallel(trace, pred, p.cp, cp_link)
+            cs, exposed = context_parallel(trace, pred, p.cp, cp_link, stage_layers(len(kv_block_bytes(trace)), p.pp))
             step.collectives += [replace(c, nbytes=m * c.nbytes, calls=m * c.calls, time_s=m * c.time_s) for c in cs]
             step.exposed_s += m * exposed
+            _in_the_bubble(step, exposed)
     moe = trace.settings.get("moe")
     if p.ep > 1 and moe:
         # the data-parallel ranks a tensor-parallel group apart, or, folded, adjacent ranks
         ep_link = link_of(acc, ranks=p.ep, per_node=p.gpus_per_node, network=network,
                           stride=1 if p.ep_folded else p.tensor)
         if ep_link is not None:
-            cs, exposed = expert_parallel(trace, moe, p.ep, ep_link)
+            cs, exposed = expert_parallel(trace, moe, p.ep, ep_link, layers=stage_layers(moe["layers"], p.pp))
             a2a = left = m * exposed
             hidden = p.overlap_moe_expert_parallel_comm
             if hidden:  # beside another micro-batch's forward or backward: what the step's compute cannot cover
@@ -379,9 +388,25 @@ def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: 
             step.collectives += [replace(c, nbytes=m * c.nbytes, calls=m * c.calls, time_s=m * c.time_s,
                                          overlapped=hidden) for c in cs]
             step.exposed_s += left
+            if not hidden:
+                _in_the_bubble(step, exposed)
     elif p.ep > 1:
         step.notes.append("expert parallelism: the model config names no top-k or hidden size; its all-to-alls "
                           "are not timed")
+
+
+def stage_layers(layers: int, pp: int) -> int:
+    """The layers of ``layers`` the most loaded of ``pp`` pipeline ranks runs (an even split)."""
+    return math.ceil(layers / pp) if pp > 1 else layers
+
+
+def _in_the_bubble(step: StepTime, per_microbatch_s: float) -> None:
+    """A pipeline's fill and drain wait for a stage's exposed communication too: ``per_microbatch_s``
+    (one micro-batch's, on the most loaded rank) times the bubble's (p - 1) / v micro-batch slots."""
+    pipe = step.pipeline or {}
+    if pipe.get("stages", 1) > 1 and per_microbatch_s > 0:
+        slots = pipe["runs"] * (pipe["stages"] - 1) / pipe["virtual_stages"]
+        step.compute_s["pipeline bubble"] = step.compute_s.get("pipeline bubble", 0.0) + slots * per_microbatch_s
 
 
 def _data_step(trace: Trace, pred: Prediction, p: Parallel, strategy: str, shard: int, replicas: int,
