@@ -69,7 +69,7 @@ def _strategy(row: dict[str, Any]) -> str:
 
 
 def run(store: dict[Any, Any], model: str, gpu: str, gpus: int, seq: int, gb: int, fp8: str | None,
-        network: str, out: list[str], sizes: str = "1", traces: bool = False, **runtime: Any) -> Any:
+        network: dict[str, Any], out: list[str], sizes: str = "1", traces: bool = False, **runtime: Any) -> Any:
     """One search; ``runtime``: how the run's framework runs a layout (Parallel's framework, sequence and
     vocabulary parallelism, async TP), applied to every layout searched."""
     from torch_footprint.estimate.plan import plan
@@ -77,12 +77,13 @@ def run(store: dict[Any, Any], model: str, gpu: str, gpus: int, seq: int, gb: in
 
     wall, cpu = time.perf_counter(), time.process_time()
     res = plan(Workload(model), Training(train=True, optimizer="adamw"),
-               Parallel(gpus=gpus, fp8=fp8, network=network, **runtime), Target(gpu=(gpu,)),
+               Parallel(gpus=gpus, fp8=fp8, **network, **runtime), Target(gpu=(gpu,)),
                Plan(seq=seq, global_batch=gb, micro_batches=sizes), store=store)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     trace_cpu = sum(m[4] for m in res.cache.made)
     out.append(f"{model} on {gpus} x {gpu}, seq {seq}, global batch {gb}, micro-batches {sizes}, fp8 {fp8 or 'off'}, "
-               f"{network}: {res.evaluated} layouts evaluated of {res.considered} possible "
+               f"{' '.join(map(str, network.values()))}: {res.evaluated} layouts evaluated of {res.considered} "
+               "possible "
                f"({res.evaluated - res.bounded} priced, {res.bounded} ruled out by their model states alone; "
                f"{len(res.rows)} fit), {res.traces} new traces ({res.trace_s:.1f} s tracing, CPU {trace_cpu:.1f} s); "
                f"wall {wall:.1f} s, CPU {cpu:.1f} s")
@@ -114,12 +115,13 @@ def published(store: dict[Any, Any], out: list[str]) -> None:
         bucket = strategy == "ddp" and megatron_distributed_optimizer(r)
         strategy = "zero1" if bucket else strategy
         p = Parallel(gpus=n, tp=tp, pp=pp, vpp=vpp, pp_schedule="interleaved-1f1b" if vpp > 1 else None,
-                     grad_accum=gb // (dp * mb), strategy=strategy, fp8=fp8, network=net, bucket_view=bucket,
+                     grad_accum=gb // (dp * mb), strategy=strategy, fp8=fp8, **net, bucket_view=bucket,
                      framework=runtime["framework"], **tensor_parallel_extras(r))
         acc = find(load(None), r["gpu"])
         # checkpointing not stated: the lightest mode under which the run's layout fits (else full)
         for ac in [_ac(r)] if _ac(r) else ["none", "selective", "full"]:
-            mine = price_layout(res.cache.get(mb, ac, p), acc, p, Target(), network_for(net))
+            mine = price_layout(res.cache.get(mb, ac, p), acc, p, Target(),
+                                network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node))
             if mine.fits:
                 break
         ac = ac + ("" if _ac(r) else " (not stated: the lightest that fits)")
@@ -148,10 +150,11 @@ def main() -> None:
     out = ["# nice -n 10 python benchmarks/plan_search.py  (2 CPU cores shared with other work; timings are this "
            "machine's at that moment, not stable: CPU seconds are the steadier figure)"]
     n = len(out)
-    run(store, "hf:meta-llama/Llama-3.1-70B", "h100-sxm", 64, 8192, 128, None, "ib-ndr", out, "1,2,4,8", traces=True)
+    ndr = {"network": "ib-ndr"}
+    run(store, "hf:meta-llama/Llama-3.1-70B", "h100-sxm", 64, 8192, 128, None, ndr, out, "1,2,4,8", traces=True)
     print(*out[n:], sep="\n", flush=True)
     out.append("the same search again, every trace cached (pricing alone):")
-    run(store, "hf:meta-llama/Llama-3.1-70B", "h100-sxm", 64, 8192, 128, None, "ib-ndr", out, "1,2,4,8")
+    run(store, "hf:meta-llama/Llama-3.1-70B", "h100-sxm", 64, 8192, 128, None, ndr, out, "1,2,4,8")
     print(out[-2], out[-1], sep="\n", flush=True)
     if not args.skip_published:
         out.append("published runs (their own layout priced from the planner's traces, ranked among those that fit):")

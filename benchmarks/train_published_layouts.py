@@ -289,13 +289,17 @@ def model_of(r: dict[str, Any], folder: Path) -> str:
     return str(d)
 
 
-def network_of(r: dict[str, Any]) -> str:
+def network_of(r: dict[str, Any]) -> dict[str, Any]:
+    """The row's network between nodes as ``Parallel`` takes it: a figure per node as that many Gb/s
+    through one port (the node's total, shared by its GPUs); a figure per GPU as the InfiniBand
+    generation of that port speed; none printed, the usual one of the GPU's generation."""
     text = str(r.get("network") or "")
     gbps = [float(x) for x in re.findall(r"(\d+)\s*G", text)]
+    if gbps and "node" in text:
+        return {"network_gbps": gbps[0], "nics_per_node": 1}
     if gbps:
-        per_gpu = gbps[0] / 8 if "node" in text else gbps[0]
-        return "ib-ndr" if per_gpu >= 400 else "ib-hdr" if per_gpu >= 200 else "ib-edr"
-    return "ib-hdr" if r["gpu"].startswith("a100") else "ib-ndr"
+        return {"network": "ib-ndr" if gbps[0] >= 400 else "ib-hdr" if gbps[0] >= 200 else "ib-edr"}
+    return {"network": "ib-hdr" if r["gpu"].startswith("a100") else "ib-ndr"}
 
 
 def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None = None) -> dict[str, Any]:
@@ -317,7 +321,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
     from torch_footprint.estimate.price import fixed_overheads
     from torch_footprint.estimate.workload import trace_step
     from torch_footprint.hardware import get
-    from torch_footprint.hardware.networks import get_network
+    from torch_footprint.hardware.networks import network_for
     from torch_footprint.settings import Parallel, Training, Workload
 
     n, tp, pp, vpp = r["n_gpus"], r.get("tp") or 1, r.get("pp") or 1, r.get("vpp") or 1
@@ -343,7 +347,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
         if r.get("fsdp") == "hybrid_shard":
             extra["dp_shard"] = min(dp, r.get("hsdp_shard") or per_node)
     p = Parallel(gpus=n, tp=tp if tp > 1 else None, strategy=strategy, gpus_per_node=per_node,
-                 network=network_of(r), **extra)
+                 **network_of(r), **extra)
     ac = str(r.get("activation_checkpointing") or "")
     kept = not before and (m > 1 or pp > 1)  # gradients accumulate over the micro-batches
     option = layer_option(r)
@@ -394,7 +398,7 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
     compiled = bool(r.get("compile")) and not before if compiled is None else compiled
     pred = estimate_latency(trace, acc, **({} if before else {"fp8": p.fp8, "compiled": compiled,
                                                                "micro_batches": m}))
-    net = get_network(p.network) if p.network else None
+    net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
     if before:
         link = link_of(acc, ranks=n, per_node=per_node, network=net)
         need_bytes = peak.peak_bytes
