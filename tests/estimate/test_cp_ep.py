@@ -118,6 +118,15 @@ def test_expert_parallel_all_to_alls_of_a_pipeline_stage_by_hand():
     assert row.step.compute_s["pipeline bubble"] == pytest.approx((2 - 1) * (slowest + 4 * one))
 
 
+def test_a_model_held_in_bf16_dispatches_bf16_hidden_states():
+    res = api.fit(_mixtral().to(torch.bfloat16), {"input_ids": "2,16:int64"}, gpus=2, ep=2, precision="bf16", **STEP)
+    [row] = res.rows
+    assert row.step is not None
+    a2a = {c.phase: c for c in row.step.collectives if c.op == "all-to-all"}
+    # per layer: 32 tokens x top 2 x hidden 64 x 2 B (bf16) = 8,192 B dispatched and as much combined; 2 layers
+    assert a2a["forward"].nbytes == 2 * 2 * 8_192
+
+
 def test_expert_parallel_dispatch_and_combine_by_hand():
     model = _mixtral()
     ids = {"input_ids": "2,16:int64"}

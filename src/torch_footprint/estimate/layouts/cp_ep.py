@@ -177,8 +177,21 @@ def dispatch_bytes(trace: Trace, moe: dict[str, int], capacity: float = 1.0) -> 
     shape = trace.inputs[0]["shape"] if trace.inputs else [1, 1]
     tokens = math.prod(shape[:2]) if len(shape) >= 2 else math.prod(shape)
     tokens = math.ceil(tokens / int(trace.settings.get("sequence_split", 1)))
-    size = 2 if trace.settings.get("autocast") or trace.settings.get("fsdp_compute_dtype") else 4
-    return math.ceil(tokens * moe["top_k"] * moe["hidden"] * size * capacity)
+    return math.ceil(tokens * moe["top_k"] * moe["hidden"] * activation_size(trace) * capacity)
+
+
+def activation_size(trace: Trace) -> int:
+    """Bytes of one element of the hidden states: 2 under autocast or FSDP's 16-bit compute, else
+    the element size of the model's floating-point weights (most of their bytes: a model held in
+    bf16 sends bf16)."""
+    if trace.settings.get("autocast") or trace.settings.get("fsdp_compute_dtype"):
+        return 2
+    by_size: dict[int, int] = {}
+    for q in trace.params:
+        dtype = getattr(torch, q.dtype, None)
+        if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+            by_size[dtype.itemsize] = by_size.get(dtype.itemsize, 0) + q.nbytes
+    return max(by_size, key=lambda k: by_size[k]) if by_size else 4
 
 
 def expert_parallel(trace: Trace, moe: dict[str, int], ep: int, link: Link, capacity: float = 1.0,
