@@ -2,10 +2,11 @@
 
 Each mechanism (``matrix.py``, ``bandwidth.py``) is a small function with its source; only
 where a mechanism needs a number that no datasheet gives is one fitted, to published kernel
-measurements (``benchmarks/published/kernels.toml``; a power limit's slowdown to the
-training epochs timed under power limits of ``benchmarks/published/power_limits.toml``), never
-to the whole-model measurements the predictions are checked against. ``benchmarks/fit_kernels.py`` fits them, writes
-``fitted.toml`` beside this module and prints the error leaving each GPU out of the fit.
+measurements (``benchmarks/published/kernels.toml``; a power limit's slowdown to the training
+epochs timed under power limits of ``benchmarks/published/power_limits.toml``), never to the
+whole-model measurements the predictions are checked against. ``benchmarks/fit_kernels.py``
+fits them, writes ``fitted.toml`` beside this module and prints the error leaving each GPU out
+of the fit.
 """
 
 from __future__ import annotations

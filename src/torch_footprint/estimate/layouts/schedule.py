@@ -332,8 +332,8 @@ def layout_step(trace: Trace, acc: Accelerator, pred: Prediction, p: Parallel,
     reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
     # each rank's attention over every block of the ring, in its stages' and phases' compute; its
     # own experts' gradients accumulated, not every expert's
-    ring = expert_prediction(trace, ring_prediction(pred, p.cp), p.ep)
-    step = _data_step(trace, ring, p, strategy, shard, replicas, link, tp_link, rep_link, reduce, acc, network)
+    rank_pred = expert_prediction(trace, ring_prediction(pred, p.cp), p.ep)
+    step = _data_step(trace, rank_pred, p, strategy, shard, replicas, link, tp_link, rep_link, reduce, acc, network)
     if step is not None and strategy in FSDP:  # its copy kernels, each micro-batch (as it gathers)
         away = experts_away(trace) if p.ep > 1 else 0.0
         if p.pp == 1:
@@ -360,8 +360,8 @@ def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: 
         extra = ring_extra(pred, p.cp)
         if "micro-batches" in step.compute_s:
             step.notes.append(f"context parallelism: each rank's attention runs over {p.cp} blocks of the ring, "
-                              f"{sum(extra.values()):.3g} s more per micro-batch over the model's layers, in the "
-                              "micro-batches' and the bubble's time")
+                              f"{sum(extra.values()):.3g} s more per micro-batch over all the model's layers "
+                              "(each rank its stage's share), in the micro-batches' and the bubble's time")
         else:
             for ph, s in extra.items():
                 step.compute_s[ph] = step.compute_s.get(ph, 0.0) - s
