@@ -501,6 +501,9 @@ def main() -> None:
                   f"{100 * statistics.median(abs(e) for e in strict_errs):.1f}%")
         for src, es in sorted(by_source.items()):
             print(f"  {src:40s} {len(es):3d} rows, median |error| {100 * statistics.median(abs(e) for e in es):.1f}%")
+        print("leave-one-source-out: no constant of the estimate is fitted to these rows (the kernel constants are "
+              "fitted by fit_kernels.py to published kernel measurements and power-limited epochs), so every "
+              "figure above is already out of sample")
 
 
 if __name__ == "__main__":
