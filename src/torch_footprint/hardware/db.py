@@ -173,8 +173,9 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
             cuda_source and not (isinstance(cuda_source, str) and re.match(r"^https?://\S+$", cuda_source))):
         raise FootprintError(f"{at}: fields 'cuda_memory_mib' and 'cuda_memory_source' go together (the figure and "
                              "the URL where it is printed)")
+    tdp = _number(raw["tdp_w"], f"{at}: field 'tdp_w'") if "tdp_w" in raw else None
     limit = _number(raw["power_limit_w"], f"{at}: field 'power_limit_w'") if "power_limit_w" in raw else None
-    if limit is not None and ("tdp_w" not in raw or limit > _number(raw["tdp_w"], f"{at}: field 'tdp_w'")):
+    if limit is not None and (tdp is None or limit > tdp):
         raise FootprintError(f"{at}: field 'power_limit_w' ({limit:g} W) needs the board's 'tdp_w' and must not exceed "
                              "it (a limit below the TDP slows the clocks; one above it is not modelled)")
     return Accelerator(
@@ -182,7 +183,7 @@ def _row(raw: Any, origin: str, index: int) -> Accelerator:
         memory_gb=_number(raw["memory_gb"], f"{at}: field 'memory_gb'"),
         bandwidth_gbs=_number(raw["bandwidth_gbs"], f"{at}: field 'bandwidth_gbs'"),
         tflops=tflops, source=raw["source"],
-        tdp_w=_number(raw["tdp_w"], f"{at}: field 'tdp_w'") if "tdp_w" in raw else None,
+        tdp_w=tdp,
         vector_fp32=_number(raw["vector_fp32"], f"{at}: field 'vector_fp32'") if "vector_fp32" in raw else None,
         notes=" ".join(notes.split()), estimated=tuple(estimated), aliases=tuple(aliases), origin=origin,
         link_gbs=_number(raw["link_gbs"], f"{at}: field 'link_gbs'") if "link_gbs" in raw else None,

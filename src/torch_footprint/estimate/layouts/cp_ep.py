@@ -38,7 +38,7 @@ import torch
 from ...analysis.memory import MemoryPeak
 from ...errors import FootprintError
 from ...trace import Trace
-from ..kernels.prediction import Prediction
+from ..kernels.prediction import OpTime, Prediction
 from .comm import Collective, Link
 from .sharding import ModelStates, expert_modules, experts_away
 
@@ -88,15 +88,24 @@ def attention_seconds(pred: Prediction) -> dict[str, float]:
     return out
 
 
+def stage_layers(layers: int, pp: int) -> int:
+    """The layers of ``layers`` the most loaded of ``pp`` pipeline ranks runs (an even split)."""
+    return math.ceil(layers / pp) if pp > 1 else layers
+
+
+def _scaled(o: OpTime, factor: float) -> OpTime:
+    """Operator ``o`` with its work (FLOPs, bytes, device time) ``factor`` times over."""
+    return replace(o, flops=int(o.flops * factor), bytes=int(o.bytes * factor), compute_s=o.compute_s * factor,
+                   memory_s=o.memory_s * factor, kernels_s=o.kernels_s * factor)
+
+
 def ring_prediction(pred: Prediction, cp: int) -> Prediction:
     """``pred`` with each attention kernel run ``cp`` times over, a rank's whole ring attention
     (the module docstring), so that the phases, the pipeline's stages and its bubble, and the
     compute that hides the collectives all carry it."""
     if cp <= 1:
         return pred
-    ops = [replace(o, flops=o.flops * cp, compute_s=o.compute_s * cp, memory_s=o.memory_s * cp,
-                   kernels_s=o.kernels_s * cp) if _is_attention(o.op) else o for o in pred.ops]
-    return replace(pred, ops=ops)
+    return replace(pred, ops=[_scaled(o, cp) if _is_attention(o.op) else o for o in pred.ops])
 
 
 def expert_prediction(trace: Trace, pred: Prediction, ep: int) -> Prediction:
@@ -113,9 +122,7 @@ def expert_prediction(trace: Trace, pred: Prediction, ep: int) -> Prediction:
             and e.out_shapes and (e.module, tuple(e.out_shapes[0])) in shapes}
     if not mine:
         return pred
-    ops = [replace(o, flops=o.flops // ep, bytes=o.bytes // ep, compute_s=o.compute_s / ep, memory_s=o.memory_s / ep,
-                   kernels_s=o.kernels_s / ep) if o.index in mine else o for o in pred.ops]
-    return replace(pred, ops=ops)
+    return replace(pred, ops=[_scaled(o, 1 / ep) if o.index in mine else o for o in pred.ops])
 
 
 def p2p_s(nbytes: float, link: Link) -> float:
@@ -129,16 +136,16 @@ def ring_extra(pred: Prediction, cp: int) -> dict[str, float]:
 
 
 def context_parallel(trace: Trace, pred: Prediction, cp: int, link: Link,
-                     layers: int | None = None) -> tuple[list[Collective], float]:
+                     pp: int = 1) -> tuple[list[Collective], float]:
     """Ring attention over ``cp`` ranks: the key/value passes, and their time not hidden behind the
-    attention of the block already there; ``layers``: the attention layers the rank runs (its
-    pipeline stage's; all of them by default)."""
+    attention of the block already there; under ``pp`` pipeline ranks, the most loaded rank's
+    attention layers (:func:`stage_layers`)."""
     if cp <= 1:
         return [], 0.0
     att = attention_seconds(pred)
     blocks = kv_block_bytes(trace)
-    calls = len(blocks)
-    blocks = blocks[:layers] if layers is not None else blocks
+    calls = len(blocks)  # the model's attention calls: each block's share of the traced attention
+    blocks = blocks[:stage_layers(calls, pp)]
     fwd_bytes = (cp - 1) * sum(blocks)
     # per hop: a block's send against one block of attention (the traced call's time)
     per_fwd = att.get("forward", 0.0) / calls if calls else 0.0
@@ -147,10 +154,11 @@ def context_parallel(trace: Trace, pred: Prediction, cp: int, link: Link,
     t_b = sum(p2p_s(2 * b, link) for b in blocks) * (cp - 1)
     exposed = sum(max(0.0, p2p_s(b, link) - per_fwd) + max(0.0, p2p_s(2 * b, link) - per_bwd)
                   for b in blocks) * (cp - 1)
-    cs = [Collective("key/value blocks round the context-parallel ring", "send/recv", fwd_bytes, calls * (cp - 1),
+    hops = len(blocks) * (cp - 1)
+    cs = [Collective("key/value blocks round the context-parallel ring", "send/recv", fwd_bytes, hops,
                      "forward", True, t_f),
           Collective("key/value blocks and their gradients round the ring", "send/recv", 2 * fwd_bytes,
-                     calls * (cp - 1), "backward", True, t_b)]
+                     hops, "backward", True, t_b)]
     return cs, exposed
 
 
@@ -195,14 +203,14 @@ def activation_size(trace: Trace) -> int:
 
 
 def expert_parallel(trace: Trace, moe: dict[str, int], ep: int, link: Link, capacity: float = 1.0,
-                    layers: int | None = None) -> tuple[list[Collective], float]:
+                    pp: int = 1) -> tuple[list[Collective], float]:
     """The all-to-alls of expert parallelism over ``ep`` ranks (module docstring), all exposed;
-    ``layers``: the mixture-of-experts layers the rank runs (its pipeline stage's; all by default)."""
+    under ``pp`` pipeline ranks, the most loaded rank's mixture-of-experts layers (:func:`stage_layers`)."""
     if ep <= 1:
         return [], 0.0
     b = dispatch_bytes(trace, moe, capacity)
     one = alltoall_s(b, ep, link)
-    n = moe["layers"] if layers is None else layers
+    n = stage_layers(moe["layers"], pp)
     cs = [Collective("tokens to their experts and back (dispatch, combine)", "all-to-all", 2 * n * b, 2 * n,
                      "forward", False, 2 * n * one),
           Collective("their gradients, dispatch and combine", "all-to-all", 2 * n * b, 2 * n, "backward", False,

@@ -46,7 +46,6 @@ from .cp_ep import (
     context_parallel,
     expert_parallel,
     expert_prediction,
-    kv_block_bytes,
     ring_extra,
     ring_prediction,
 )
@@ -367,7 +366,7 @@ def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: 
                 step.compute_s[ph] = step.compute_s.get(ph, 0.0) - s
             step.compute_s["context-parallel attention"] = sum(extra.values())
         if cp_link is not None:
-            cs, exposed = context_parallel(trace, pred, p.cp, cp_link, stage_layers(len(kv_block_bytes(trace)), p.pp))
+            cs, exposed = context_parallel(trace, pred, p.cp, cp_link, p.pp)
             step.collectives += [replace(c, nbytes=m * c.nbytes, calls=m * c.calls, time_s=m * c.time_s) for c in cs]
             step.exposed_s += m * exposed
             _in_the_bubble(step, exposed)
@@ -377,7 +376,7 @@ def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: 
         ep_link = link_of(acc, ranks=p.ep, per_node=p.gpus_per_node, network=network,
                           stride=1 if p.ep_folded else p.tensor)
         if ep_link is not None:
-            cs, exposed = expert_parallel(trace, moe, p.ep, ep_link, layers=stage_layers(moe["layers"], p.pp))
+            cs, exposed = expert_parallel(trace, moe, p.ep, ep_link, pp=p.pp)
             a2a = left = m * exposed
             hidden = p.overlap_moe_expert_parallel_comm
             if hidden:  # beside another micro-batch's forward or backward: what the step's compute cannot cover
@@ -393,11 +392,6 @@ def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: 
     elif p.ep > 1:
         step.notes.append("expert parallelism: the model config names no top-k or hidden size; its all-to-alls "
                           "are not timed")
-
-
-def stage_layers(layers: int, pp: int) -> int:
-    """The layers of ``layers`` the most loaded of ``pp`` pipeline ranks runs (an even split)."""
-    return math.ceil(layers / pp) if pp > 1 else layers
 
 
 def _in_the_bubble(step: StepTime, per_microbatch_s: float) -> None:
