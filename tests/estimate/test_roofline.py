@@ -237,3 +237,21 @@ def test_a_calibrated_gpu_keeps_the_per_kernel_mechanisms_over_its_measured_plat
     assert _only(pred, "aten.relu.default").overhead_s == HOST_OP_S
     on_cpu = predict(conv, replace(h100, kind="cpu", calibrated=cal))
     assert _only(on_cpu, "aten.relu.default").overhead_s == pytest.approx(12e-6)
+
+
+class _Scratch(nn.Module):
+    """A forward that allocates a 64 MiB buffer it never fills."""
+
+    def forward(self, x):
+        buf = x.new_empty((16, 1024, 1024))
+        return x * 2 + buf.sum() * 0
+
+
+def test_an_allocation_launches_no_kernel_on_a_gpu():
+    pred = tfp.predict(tfp.profile(_Scratch(), "8,8"), CARD, efficiency=EXACT)
+    empty = _only(pred, "aten.new_empty.default")
+    # the caching allocator hands out the block: no bytes moved, the host's dispatch alone
+    assert empty.bytes == 64 * 2**20 + 8 * 8 * 4  # what it holds (and the shape's source it was given)
+    assert empty.memory_s == empty.compute_s == empty.kernels_s == 0
+    # the sum that reads the block does stream it: 64 MiB at 100 GB/s
+    assert _only(pred, "aten.sum.default").memory_s == pytest.approx(64 * 2**20 / 100e9, rel=0.01)

@@ -152,6 +152,19 @@ def is_state_init(e: OpEvent) -> bool:
     return e.phase == "optimizer" and e.op.startswith(STATE_INIT_OPS)
 
 
+# operators that only allocate: uninitialised memory, no kernel
+ALLOCATION_OPS = ("aten.empty.", "aten.empty_like.", "aten.empty_strided.", "aten.new_empty.",
+                  "aten.new_empty_strided.", "aten.empty_permuted.")
+
+
+def is_allocation(e: OpEvent) -> bool:
+    """An operator that hands out uninitialised memory (``torch.empty`` and its kin): on a GPU the
+    caching allocator gives it a block without launching a kernel (c10/cuda/CUDACachingAllocator),
+    so it moves no bytes however large its output; the trace records those bytes for the memory
+    it holds."""
+    return e.op.startswith(ALLOCATION_OPS)
+
+
 def is_host_scalar_read(e: OpEvent) -> bool:
     """An optimizer's read of its step count (``.item()``): torch.optim keeps the counts on the
     CPU unless ``capturable`` or ``fused`` (``_init_group``: ``torch.tensor(0.0)`` without a

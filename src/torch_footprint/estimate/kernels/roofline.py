@@ -67,6 +67,7 @@ from .gpu import (
     LAYOUTS,
     batch_norm_layout_factor,
     batch_norm_pass_bytes,
+    is_allocation,
     is_host_scalar_read,
     is_state_init,
     layout_transpose_bytes,
@@ -346,7 +347,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         if e.phase == "optimizer":  # it steps the wider master copies, not the traced ones
             nbytes = round(nbytes * wider)
         total_flops += e.flops
-        if e.kind == "view" or (gpu and is_host_scalar_read(e)):  # no kernel; the host still dispatches it
+        if e.kind == "view" or (gpu and (is_host_scalar_read(e) or is_allocation(e))):  # no kernel, a dispatch
             ops.append(OpTime(i, e.op, e.module, e.phase, e.kind, dkey, e.flops, nbytes, 0.0, 0.0,
                               host_s(mode, c.view_overhead, False, False)))
             continue
