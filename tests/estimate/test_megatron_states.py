@@ -80,3 +80,22 @@ def test_megatrons_fused_norm_and_swiglu_keep_less_for_the_backward(monkeypatch:
     # is recomputed in the fused SwiGLU's backward: 2 layers
     assert saved["plain"] - saved["fused"] == 5 * 65_536 + 2 * 88_064
     assert any("5 RMSNorms, 2 SwiGLU MLPs" in n for n in notes)
+
+
+def test_megatron_fsdp_shards_the_bf16_model_and_its_fp32_states():
+    # Megatron-FSDP shards the Float16Module's bf16 parameters, the bf16 gradient buffer and the fp32 master
+    # copy and moments over the ranks: (2 + 2 + 12) / 2 = 8 B a parameter, beside the gathered units
+    trace, whole, notes = _states(Parallel(gpus=2, strategy="fsdp", framework="megatron", grad_reduce_dtype="bf16"))
+    assert whole.weights == PARAMS and whole.gradients == PARAMS
+    assert whole.optimizer == pytest.approx(6 * PARAMS, abs=3 * 84)
+    assert {q.dtype for q in trace.params} == {"bfloat16"}  # no autocast: no per-step casts of the weights
+    assert any("Megatron-core's mixed precision" in n for n in notes)
+    # its guide requires --no-gradient-accumulation-fusion: the weight gradients are added, not fused
+    assert trace.settings["wgrad_accumulation_fused"] is False
+
+
+def test_an_fsdp2_policy_under_megatron_stays_pytorchs_fsdp():
+    # --fsdp-param-dtype names PyTorch's FSDP2 MixedPrecisionPolicy: fp32 shards (4 / 2 B), computed in bf16
+    _, whole, notes = _states(Parallel(gpus=2, strategy="fsdp", framework="megatron", fsdp_param_dtype="bf16"))
+    assert whole.weights == 2 * PARAMS
+    assert not any("Megatron-core's mixed precision" in n for n in notes)

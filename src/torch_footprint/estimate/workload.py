@@ -162,9 +162,10 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     if rotary:  # read by kernels.roofline: the rotation's indexing inside the fused kernel
         trace.settings["rope_modules"] = rotary
     if p.framework == "megatron" and t.train:  # read by kernels.roofline: gradient_accumulation_fusion
-        # and by kernels.roofline.fp8_casts: under --fp8, Transformer Engine's casts
-        trace.settings.update(wgrad_accumulation_fused=True, fp8_engine="transformer-engine",
-                              merged_linears=merged_linears(m))
+        # (which Megatron-FSDP turns off: its guide's required --no-gradient-accumulation-fusion) and by
+        # kernels.roofline.fp8_casts: under --fp8, Transformer Engine's casts
+        trace.settings.update(wgrad_accumulation_fused=p.sharding not in FSDP_STRATEGIES,
+                              fp8_engine="transformer-engine", merged_linears=merged_linears(m))
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
@@ -241,9 +242,13 @@ def fsdp_compute_dtype(p: Parallel, param_dtype: torch.dtype) -> torch.dtype | N
 
 def megatron_dtype(p: Parallel, autocast: torch.dtype | None, param_dtype: torch.dtype) -> torch.dtype | None:
     """The dtype Megatron-core runs the model in under mixed precision (``Float16Module``: the
-    autocast dtype), where the layout is Megatron's own data parallelism (ddp, or zero1: its
-    distributed optimizer); None elsewhere."""
-    if p.framework != "megatron" or p.sharding in FSDP_STRATEGIES or autocast is None:
+    autocast dtype), where the layout is Megatron's own data parallelism: ddp, zero1 (its
+    distributed optimizer), or fsdp (Megatron-FSDP, which shards the Float16Module's parameters and
+    keeps their fp32 main copies in the distributed optimizer); None elsewhere, and under an FSDP2
+    mixed-precision policy (``--fsdp-param-dtype``), which is PyTorch's FSDP, not Megatron's."""
+    if p.framework != "megatron" or autocast is None:
+        return None
+    if p.sharding in FSDP_STRATEGIES and p.fsdp_param_dtype is not None:
         return None
     return autocast if autocast.itemsize < param_dtype.itemsize else None
 
