@@ -53,7 +53,7 @@ PER_OP = ("selective (per-op SAC)", "selective op")
 # torchtitan's layer-wise selective checkpointing: its selective_ac_option, "2" by default
 # (torchtitan/config_manager.py at 6a6f755, the commit of the rows: "2 = checkpoint every other layer")
 PER_LAYER = {"selective layer": "2"}
-NOT_PRICED = ("fp8 recipe not stated or mxfp8", "selective checkpointing")
+NOT_PRICED = ("fp8 recipe not stated, mxfp8 or rowwise_with_gw_hp", "selective checkpointing")
 
 
 def blocks_every(r: dict[str, Any]) -> int | None:
@@ -77,10 +77,13 @@ NOT_PRICED_BEFORE = ("context parallelism", "expert parallelism")
 
 
 def fp8_recipe(r: dict[str, Any]) -> str | None:
-    """The row's FP8 recipe as --fp8 names it (None: not fp8, "" not one priced: mxfp8, not stated)."""
+    """The row's FP8 recipe as --fp8 names it (None: not fp8, "" not one priced: mxfp8, torchao's
+    rowwise_with_gw_hp, not stated)."""
     if r.get("precision") != "fp8":
         return None
     words = str(r.get("fp8") or "")
+    if "with_gw_hp" in words:
+        return ""
     for recipe in ("tensorwise", "rowwise", "delayed"):
         if recipe in words and "mxfp8" not in words:
             return recipe
@@ -102,7 +105,7 @@ def features(r: dict[str, Any]) -> list[str]:
         out.append("expert parallelism")
     recipe = fp8_recipe(r)
     if recipe is not None:
-        out.append("fp8" if recipe else "fp8 recipe not stated or mxfp8")
+        out.append("fp8" if recipe else "fp8 recipe not stated, mxfp8 or rowwise_with_gw_hp")
     if r.get("fsdp") == "hybrid_shard":
         out.append("hsdp")
     ac = str(r.get("activation_checkpointing") or "none")
