@@ -103,3 +103,45 @@ def test_fp8_bad_input_is_one_line_and_exit_code_2(argv: list[str], message: str
         code = e.code
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_torchaos_tensor_parallel_styles_cast_each_modules_input_once_before_its_gather():
+    # torchtitan's float8 TP plan (tensorwise): PrepareFloat8ModuleInput casts the attention's input on each
+    # rank's half of the 128 tokens (TP 2, sequence parallel), and q, k and v read that one fp8 tensor
+    from torch_footprint.estimate.workload import colwise_input_shares
+    from torch_footprint.settings import Parallel
+
+    plan = {"a.q": "colwise", "a.k": "colwise", "a.v": "colwise", "a.o": "rowwise", "m.gate": "colwise",
+            "m.up": "colwise", "m.down": "rowwise"}
+    assert colwise_input_shares(plan, 4) == {"a.q": 12, "a.k": 12, "a.v": 12, "m.gate": 8, "m.up": 8}
+    t = trace_step(Workload(LLAMA, IDS, precision="bf16-mixed"), Training(train=True, optimizer="adamw"),
+                   Parallel(gpus=2, tp=2, sequence_parallel=True))[0]
+    q = next(i for i, e in enumerate(t.events) if e.module == "model.layers.0.self_attn.q_proj"
+             and e.phase == "forward" and e.kind == "matrix")
+    x, w_ = 128 * 128 * 2, 64 * 128 * 2  # the gathered 128 tokens x 128 input; the rank's 64 x 128 weight, bf16
+    assert t.events[q].bytes_read == x + w_
+    # a sixth of the input's cast (2 + 2 + 1 B an element: 2.5 x its bytes), the weight's whole
+    assert fp8_casts(t, "tensorwise")[q] == x * 5 // 2 // 6 + w_ * 5 // 2
+    assert fp8_casts(t, "rowwise")[q] == (x + w_) * 5 // 2  # no float8 TP styles for rowwise: its own cast
+
+
+def test_the_forward_gathers_carry_fp8_under_torchaos_tensor_parallel_styles():
+    from torch_footprint.estimate.layouts.comm import Link, gather_s, step_time
+    from torch_footprint.settings import Parallel
+
+    t = trace_step(Workload(LLAMA, IDS, precision="bf16-mixed"), Training(train=True, optimizer="adamw"),
+                   Parallel(gpus=2, tp=2, sequence_parallel=True))[0]
+    link = Link(100e9, 0.0, "by hand")
+    phases = {"forward": 1e-9, "backward": 1e-9}
+    plain = step_time(t, phases, "ddp", 1, link, 2)
+    fp8 = step_time(t, phases, "ddp", 1, link, 2, fp8_gather=True)
+    size = 2 * 64 * 128 * 2  # [2, 64, 128] bf16 between the blocks
+    [a] = [c for c in plain.collectives if c.what == "row-parallel outputs"]
+    [b] = [c for c in fp8.collectives if c.what == "row-parallel outputs"]
+    # each call: a bf16 reduce-scatter of the output and an fp8 all-gather of the next input (3/4 of the bytes)
+    assert b.nbytes == a.nbytes * 3 // 4
+    assert b.time_s == pytest.approx(b.calls * (gather_s(size, 2, link) + gather_s(size / 2, 2, link)))
+    assert b.time_s == pytest.approx(a.time_s * 3 / 4)
+    # the backward's collectives are unchanged
+    assert [c.time_s for c in fp8.collectives if c.phase == "backward"] == \
+        [c.time_s for c in plain.collectives if c.phase == "backward"]

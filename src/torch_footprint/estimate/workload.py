@@ -168,6 +168,8 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
                               fp8_engine="transformer-engine", merged_linears=merged_linears(m))
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
+    if p.tensor > 1 and p.framework != "megatron":  # read by kernels.roofline.fp8_casts (tensorwise)
+        trace.settings["fp8_colwise_inputs"] = colwise_input_shares(tp_plan(m), p.tensor if p.sequence_parallel else 1)
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
         trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None,
                               sequence_split=p.tensor if p.sequence_parallel and p.tensor > 1 else 1)
@@ -180,6 +182,18 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         reduce = p.fsdp_reduce_dtype or p.fsdp_param_dtype  # FSDP2 reduces in param_dtype unless told
         trace.settings["fsdp_reduce_scale"] = FSDP_DTYPES[str(reduce)].itemsize / low.itemsize
     return trace, notes + trace.notes
+
+
+def colwise_input_shares(plan: dict[str, str], split: int) -> dict[str, int]:
+    """For each column-parallel linear, the share of its input's FP8 cast it carries under torchao's
+    float8 tensor-parallel styles, as torchtitan applies them with tensorwise scaling
+    (PrepareFloat8ModuleInput before the attention and the MLP, Float8ColwiseParallel on their input
+    linears): the module's input is cast once, on each rank's ``split`` of the sequence before the
+    all-gather, which then carries fp8, and the query, key and value (or gate and up) linears read
+    that one fp8 tensor; so each carries 1 / (``split`` x the linears sharing it) of a cast."""
+    cols = [path for path, style in plan.items() if style == "colwise"]
+    parents = [path.rpartition(".")[0] for path in cols]
+    return {path: split * parents.count(parent) for path, parent in zip(cols, parents, strict=True)}
 
 
 def layout_training(t: Training, p: Parallel) -> Training:

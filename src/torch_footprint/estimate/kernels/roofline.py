@@ -231,8 +231,13 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
     linear's input cast once in the forward and its output's gradient once in the backward, each
     by a cast-transpose kernel that writes the fp8 tensor and its transpose (the weight
     gradient's GEMM reads those: no cast of its own), and the weight cast in the step's first
-    micro-batch only (TE's ``is_first_microbatch``: cached for the other ``micro_batches``)."""
+    micro-batch only (TE's ``is_first_microbatch``: cached for the other ``micro_batches``).
+
+    Under tensor parallelism with tensorwise scaling (torchao's float8 styles), a column-parallel
+    linear's forward carries its share of one cast of its module's input (``fp8_colwise_inputs``,
+    :func:`..workload.colwise_input_shares`), the weight's cast whole."""
     types = {m.path: m.type for m in trace.modules}
+    shared = trace.settings.get("fp8_colwise_inputs", {}) if recipe == "tensorwise" else {}
     per_byte = 1.5 if recipe == "delayed" else 2.5  # of the 2-byte operands: (2 + 2 + 1) / 2 or (2 + 1) / 2
     te = trace.settings.get("fp8_engine") == "transformer-engine"
     if te:  # cast_transpose: the read (and the amax's read but for delayed scaling), fp8 and its transpose written
@@ -247,10 +252,12 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
             continue
         if not any(d in ("bfloat16", "float16") for d in (e.out_dtypes or [])):
             continue
-        if not te:
-            out[i] = int(e.bytes_read * per_byte)
-            continue
         weight = sum(trace.params[k].nbytes for k in e.weights)
+        if not te:  # a forward (or its recompute) reads the weight transposed: [n, k], 2 B (autocast's copy)
+            split = shared.get(e.module) if e.transposed else None
+            w = weight or int(e.problem[3]) * int(e.problem[4]) * 2
+            out[i] = int(((e.bytes_read - w) / split + w if split else e.bytes_read) * per_byte)
+            continue
         if e.phase == "forward":  # the input each micro-batch, the weight once a step
             out[i] = int((e.bytes_read - weight) * per_byte + weight * per_byte / max(1, micro_batches))
         elif weight:  # the data gradient's GEMM: the output's gradient cast (its transpose kept for the weight's)
@@ -439,6 +446,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     if casts:
         notes.append(f"fp8 ({fp8}): {len(casts)} matmuls of linear layers at the fp8 rate, each operand's scaling "
                      "and cast a pass of its own")
+        if fp8 == "tensorwise" and trace.settings.get("fp8_colwise_inputs"):  # torchao's float8 TP styles
+            notes.append("fp8 under tensor parallelism: each attention and MLP input cast once, before its gather")
         if fp8 == "rowwise":  # priced as tensorwise's GEMM: an optimistic bound, said so
             notes.append("fp8 rowwise: its GEMMs priced as tensor-wise ones; PyTorch's row-wise _scaled_mm is a "
                          "CUTLASS kernel measured at 50-100% of the tensor-wise cuBLAS GEMM's speed (pytorch/pytorch "

@@ -283,7 +283,8 @@ def fsdp_bytes(trace: Trace, param_dtype: str | None = None, reduce_dtype: str |
 
 def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, link: Link | None,
               tp: int = 1, *, tp_link: Link | None = None, replicas: int = 1, replica_link: Link | None = None,
-              param_dtype: str | None = None, reduce_dtype: str | None = None, tp_overlap: bool = False) -> StepTime:
+              param_dtype: str | None = None, reduce_dtype: str | None = None, tp_overlap: bool = False,
+              fp8_gather: bool = False) -> StepTime:
     """One rank's step time under ``strategy`` over ``n`` data-parallel ranks (and ``tp``
     tensor-parallel ones, ``trace`` being one rank's share): ``phases`` is the compute time
     of each phase on one device (the roofline's by-phase times). ``link`` carries the
@@ -292,7 +293,9 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
     over ``replica_link`` after its reduce-scatter. FSDP2's mixed precision: all-gathers in
     ``param_dtype``, reduce-scatters in ``reduce_dtype`` (:func:`fsdp_bytes`). ``tp_overlap``
     (async TP): the tensor-parallel collectives hidden behind their phase's compute, exposed
-    only beyond it."""
+    only beyond it. ``fp8_gather`` (torchao's float8 tensor-parallel styles under sequence
+    parallelism, tensorwise scaling): each forward all-gather of a module's input carries fp8, one
+    byte a value, beside its bf16 reduce-scatter."""
     compute = {k: v for k, v in phases.items()}
     if strategy in SHARDED_OPTIMIZER and n > 1 and "optimizer" in compute:
         compute["optimizer"] /= n  # each rank steps its shard only
@@ -357,9 +360,13 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
             cols = sorted({c.rsplit(".", 1)[0] for c in cols})
         size = activation_bytes(trace, rows[0]) if rows else 0  # [batch, sequence, hidden]
         fw, bw = len(rows) * all_reduce_s(size, tp, tp_link), len(cols) * all_reduce_s(size, tp, tp_link)
+        sent = size  # the forward's bytes a call: a reduce-scatter and an all-gather of the activation
+        if fp8_gather:  # the all-gather's half in fp8 (1 byte a value of the traced 2)
+            sent = size * 3 // 4
+            fw = len(rows) * (gather_s(size, tp, tp_link) + gather_s(size / 2, tp, tp_link))
         # async TP's peer-to-peer chunks run on the copy engines, beside the SMs (PyTorch's SymmetricMemory,
         # Transformer Engine's ring exchange)
-        cs.append(Collective("row-parallel outputs", "all-reduce", size * len(rows), len(rows), "forward", tp_overlap,
+        cs.append(Collective("row-parallel outputs", "all-reduce", sent * len(rows), len(rows), "forward", tp_overlap,
                              fw, copy_engines=tp_overlap))
         cs.append(Collective("column-parallel input gradients", "all-reduce", size * len(cols), len(cols), "backward",
                              tp_overlap, bw, copy_engines=tp_overlap))
