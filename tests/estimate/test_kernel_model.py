@@ -148,6 +148,12 @@ def test_flash_attention_share_by_hand() -> None:
     share = 0.8 * 2048 / 2560 * 0.5 * 0.75 * 2048 / 2100
     expected = share / (1 + 200e12 * share / (1.25e12 * 1024)) / (1 + 128 / 4096) / 0.9
     assert attention_use(hopper, "fp16", 64, 4096, 4096, 128, 128, True, True, C) == pytest.approx(expected)
+    # an AMD part: the kernel at amd (0.5) of the rate the same formula gives it with amd = 1 (the rate
+    # a share of matrix_share's, which carries amd too)
+    amd = replace(GPU, vendor="amd")
+    half, whole = (attention_use(amd, "fp16", 64, 4096, 4096, 128, 128, False, False, k) * matrix_share(amd, "fp16", k)
+                   for k in (C, replace(C, amd=1.0)))
+    assert half == pytest.approx(0.5 * whole)
 
 
 def test_the_special_function_rate_against_published_figures() -> None:

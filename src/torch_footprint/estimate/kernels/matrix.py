@@ -235,7 +235,9 @@ def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, h
     that grows with the head dimension; FlashAttention-2 splits the queries instead (Dao 2023,
     arXiv:2307.08691, section 3.3). Measured in the FlashAttention-2 release's tables, both at
     0.55-0.7 of FlashAttention-2's throughput at head size 64 and 0.4-0.5 at 128, on the A100 and
-    the H100 alike (``published/kernels.toml``), fitted.
+    the H100 alike (``published/kernels.toml``), fitted. On an AMD part the kernel reaches the
+    ``amd`` share of that, as AMD's GEMMs reach of NVIDIA's (no AMD attention measurement is in
+    the fit: an assumption, not a fit).
     """
     keys = seq_k / 2 if causal else seq_k
     share = c.attn * keys / (keys + c.attn_s_half)
@@ -252,4 +254,6 @@ def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, h
     use = share / (1 + matrix_rate * exp_per_flop)
     if causal and seq_k > 0:
         use /= 1 + FLASH_BLOCK / seq_k
+    if acc.vendor == "amd":  # AMD's kernels reach ``amd`` of it, as its GEMM libraries do (matrix_share)
+        use *= c.amd
     return use * power_clock(acc, c) / matrix_share(acc, key, c)
