@@ -53,7 +53,7 @@ PER_OP = ("selective (per-op SAC)", "selective op")
 # torchtitan's layer-wise selective checkpointing: its selective_ac_option, "2" by default
 # (torchtitan/config_manager.py at 6a6f755, the commit of the rows: "2 = checkpoint every other layer")
 PER_LAYER = {"selective layer": "2"}
-NOT_PRICED = ("fp8 recipe not stated, mxfp8 or rowwise_with_gw_hp", "selective checkpointing")
+NOT_PRICED = ("fp8 recipe not stated or not priced", "selective checkpointing")
 
 
 def blocks_every(r: dict[str, Any]) -> int | None:
@@ -105,7 +105,7 @@ def features(r: dict[str, Any]) -> list[str]:
         out.append("expert parallelism")
     recipe = fp8_recipe(r)
     if recipe is not None:
-        out.append("fp8" if recipe else "fp8 recipe not stated, mxfp8 or rowwise_with_gw_hp")
+        out.append("fp8" if recipe else "fp8 recipe not stated or not priced")
     if r.get("fsdp") == "hybrid_shard":
         out.append("hsdp")
     ac = str(r.get("activation_checkpointing") or "none")
