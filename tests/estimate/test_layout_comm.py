@@ -160,3 +160,27 @@ def test_a_modules_output_bytes_are_read_once_for_a_trace_and_its_slices():
     del t, part
     gc.collect()
     assert key not in memo._SHARED
+
+
+def test_checkpointed_blocks_run_their_tensor_parallel_collectives_again():
+    # full checkpointing over the tiny Llama's 2 blocks: torch's checkpoint stops once the backward's
+    # tensors are back, so each block's down projection is not run again: 2 x 6 of the 15 forward linears
+    # (2 x 7 and the head) run again in the backward, and with them 12/15 of the forward's collectives
+    link = comm.Link(100e9, 0.0, "by hand")
+    phases = {"forward": 1e-9, "backward": 1e-9}
+
+    def step(ac):
+        t, _ = trace_step(Workload(LLAMA, {"input_ids": "2,64:int64"}, precision="bf16-mixed"),
+                          Training(train=True, optimizer="adamw", ac=ac),
+                          Parallel(gpus=2, tp=2, sequence_parallel=True))
+        return t, comm.step_time(t, phases, "ddp", 1, link, 2)
+
+    t, full = step("full")
+    assert comm.recomputed_share(t) == pytest.approx(12 / 15)
+    forward = next(c for c in full.collectives if c.what == "row-parallel outputs")
+    again = next(c for c in full.collectives if c.what == "row-parallel outputs, recomputed")
+    assert again.phase == "backward" and again.time_s == pytest.approx(forward.time_s * 12 / 15)
+    _, plain = step(None)
+    assert not any("recomputed" in c.what for c in plain.collectives)
+    # not overlapped (no async TP): all of it exposed
+    assert full.exposed_s == pytest.approx(plain.exposed_s + again.time_s)

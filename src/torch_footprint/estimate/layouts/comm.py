@@ -30,7 +30,9 @@ layer's activation [batch, sequence, hidden] in the compute dtype):
            each way, Shoeybi et al. 2019, figure 3); with sequence parallelism or under
            Megatron-core, one per module that holds column-parallel linears (the attention,
            the MLP): its input gathered once, its gradient reduce-scattered once (Korthikanti
-           et al. 2022, figure 6); on the critical path, not overlapped
+           et al. 2022, figure 6); on the critical path, not overlapped. Blocks whose forward
+           activation checkpointing runs again in the backward run its collectives again
+           (:func:`recomputed_share`)
 
 ZeRO's own accounting (paper, section 7): DDP moves 2W per rank per step, ZeRO-1/2 the
 same 2W (reduce-scatter + all-gather), ZeRO-3 3W: the ring formulas give these at large N.
@@ -254,6 +256,23 @@ def _output_bytes(trace: Trace) -> dict[str, int]:
     return best
 
 
+def recomputed_share(trace: Trace) -> float:
+    """The share of the forward's linear layers that activation checkpointing runs again in the
+    backward: a linear's forward GEMM reads its weight transposed (``transposed``), so those
+    found in the backward phase are recomputations. Their tensor-parallel collectives (the
+    gathers and reduce-scatters inside a checkpointed block) run again with them: all of them
+    under full checkpointing; under torchtitan's per-operator policy, which saves every other
+    matmul and each reduce-scatter, about half."""
+    def share() -> float:
+        counts = {"forward": 0, "backward": 0}
+        for e in trace.events:
+            if e.kind == "matrix" and e.transposed and e.phase in counts:
+                counts[e.phase] += 1
+        return counts["backward"] / counts["forward"] if counts["forward"] else 0.0
+
+    return float(once(trace, "recomputed share", share))
+
+
 def param_bytes(trace: Trace) -> tuple[int, int]:
     """The trace's parameter bytes, and its trainable ones' (a rank's gradients), once per trace."""
     return once(trace, "parameter bytes", lambda: (sum(p.nbytes for p in trace.params),
@@ -370,6 +389,11 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
                              fw, copy_engines=tp_overlap))
         cs.append(Collective("column-parallel input gradients", "all-reduce", size * len(cols), len(cols), "backward",
                              tp_overlap, bw, copy_engines=tp_overlap))
+        if again := recomputed_share(trace):  # the checkpointed blocks' forward collectives, in the backward
+            cs.append(Collective("row-parallel outputs, recomputed", "all-reduce", round(sent * len(rows) * again),
+                                 round(len(rows) * again), "backward", tp_overlap, fw * again,
+                                 copy_engines=tp_overlap))
+            bw += fw * again
         exposed += max(0.0, fw - fwd) + max(0.0, bw - bwd) if tp_overlap else fw + bw
     out.exposed_s = exposed
     return out
