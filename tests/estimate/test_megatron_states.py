@@ -99,3 +99,15 @@ def test_an_fsdp2_policy_under_megatron_stays_pytorchs_fsdp():
     _, whole, notes = _states(Parallel(gpus=2, strategy="fsdp", framework="megatron", fsdp_param_dtype="bf16"))
     assert whole.weights == 2 * PARAMS
     assert not any("Megatron-core's mixed precision" in n for n in notes)
+
+
+def test_megatron_fsdp_and_zero1_are_traced_apart_and_pytorchs_are_not():
+    # one trace serves the layouts whose keys are equal: Megatron-FSDP's differs from the distributed
+    # optimizer's (no gradient accumulation fusion); under PyTorch, FSDP without a policy and ZeRO-1 trace alike
+    from torch_footprint.estimate.workload import trace_key
+
+    w = Workload(str(LLAMA), IDS, precision="bf16-mixed")
+    key = {(framework, strategy): trace_key(w, ADAMW, Parallel(gpus=2, strategy=strategy, framework=framework))
+           for framework in ("megatron", "torch") for strategy in ("fsdp", "zero1")}
+    assert key["megatron", "fsdp"] != key["megatron", "zero1"]
+    assert key["torch", "fsdp"] == key["torch", "zero1"]

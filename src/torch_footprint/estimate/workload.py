@@ -206,9 +206,10 @@ def trace_key(w: Workload, t: Training, p: Parallel, cuda_sm: tuple[int, int] | 
     """What the trace of ``t`` under layout ``p`` depends on (what :func:`trace_step` reads of
     them): layouts with equal keys are priced from one trace. The pipeline split and schedule,
     the micro-batches a step and the network do not change it; the data-parallel sharding only
-    through FSDP's compute dtype."""
+    through FSDP's compute dtype and, under Megatron-core, through Megatron-FSDP's own settings."""
     fsdp_dtype = p.fsdp_param_dtype if p.sharding in FSDP_STRATEGIES else None
-    megatron = (p.grad_reduce_dtype or "fp32") if p.framework == "megatron" else None  # its gradient buffer
+    # Megatron-core's gradient buffer, and whether it is Megatron-FSDP's (no gradient accumulation fusion)
+    megatron = ((p.grad_reduce_dtype or "fp32"), p.sharding in FSDP_STRATEGIES) if p.framework == "megatron" else None
     return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.vocab_parallel, p.cp, p.ep, fsdp_dtype,
             megatron, cuda_sm)
 
