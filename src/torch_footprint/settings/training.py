@@ -144,7 +144,8 @@ class Parallel(Record):
     loss_parallel)"""
     async_tp: bool = opt(False, aliases=("--enable-async-tensor-parallel", "--tp-comm-overlap"))
     """with --tp: the tensor-parallel collectives overlap the matmuls they feed (torchtitan's async TP, Megatron-LM's
-    --tp-comm-overlap): exposed only where they outlast the compute of their phase"""
+    --tp-comm-overlap): exposed only where they outlast the compute of their phase; under PyTorch (not --framework
+    megatron) the backward's reduce-scatter of an input gradient summed over several linears stays exposed"""
     pp: int = opt(1, metavar="N", aliases=("--pipeline-model-parallel-size",))
     """pipeline-parallel stages among --gpus, each a contiguous run of the model's repeated blocks (torchtitan's
     pipeline_parallel_degree)"""

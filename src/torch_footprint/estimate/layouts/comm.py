@@ -303,7 +303,7 @@ def fsdp_bytes(trace: Trace, param_dtype: str | None = None, reduce_dtype: str |
 def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, link: Link | None,
               tp: int = 1, *, tp_link: Link | None = None, replicas: int = 1, replica_link: Link | None = None,
               param_dtype: str | None = None, reduce_dtype: str | None = None, tp_overlap: bool = False,
-              fp8_gather: bool = False) -> StepTime:
+              fp8_gather: bool = False, tp_overlap_sums: bool = True) -> StepTime:
     """One rank's step time under ``strategy`` over ``n`` data-parallel ranks (and ``tp``
     tensor-parallel ones, ``trace`` being one rank's share): ``phases`` is the compute time
     of each phase on one device (the roofline's by-phase times). ``link`` carries the
@@ -314,7 +314,12 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
     (async TP): the tensor-parallel collectives hidden behind their phase's compute, exposed
     only beyond it. ``fp8_gather`` (torchao's float8 tensor-parallel styles under sequence
     parallelism, tensorwise scaling): each forward all-gather of a module's input carries fp8, one
-    byte a value, beside its bf16 reduce-scatter."""
+    byte a value, beside its bf16 reduce-scatter. ``tp_overlap_sums`` False (PyTorch's async TP,
+    Inductor's micro-pipeline pass: torch/_inductor/fx_passes/micro_pipeline_tp.py fuses a
+    reduce-scatter only with a matmul that produces its input, ``_find_producer_matmul``): the
+    backward's reduce-scatter of an input gradient summed over several column-parallel linears
+    (q, k and v; gate and up) stays exposed; Megatron-core's overlaps it with the weight
+    gradients' GEMMs."""
     compute = {k: v for k, v in phases.items()}
     if strategy in SHARDED_OPTIMIZER and n > 1 and "optimizer" in compute:
         compute["optimizer"] /= n  # each rank steps its shard only
@@ -375,10 +380,15 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
         plan = tp_plan_of_trace(trace)
         rows = [p for p, s in plan.items() if s == "rowwise"]
         cols = [p for p, s in plan.items() if s == "colwise"]
+        summed = 0  # modules whose input gradient sums several column-parallel linears' (q, k, v; gate, up)
         if trace.settings.get("tp_inputs") == "per module":  # one collective for the module's linears
-            cols = sorted({c.rsplit(".", 1)[0] for c in cols})
+            parents = [c.rsplit(".", 1)[0] for c in cols]
+            cols = sorted(set(parents))
+            summed = sum(parents.count(c) > 1 for c in cols)
         size = activation_bytes(trace, rows[0]) if rows else 0  # [batch, sequence, hidden]
         fw, bw = len(rows) * all_reduce_s(size, tp, tp_link), len(cols) * all_reduce_s(size, tp, tp_link)
+        # PyTorch's async TP fuses a reduce-scatter only with the one matmul that produces it (below)
+        unfused = summed * gather_s(size, tp, tp_link) if tp_overlap and not tp_overlap_sums else 0.0
         sent = size  # the forward's bytes a call: a reduce-scatter and an all-gather of the activation
         if fp8_gather:  # the all-gather's half in fp8 (1 byte a value of the traced 2)
             sent = size * 3 // 4
@@ -387,13 +397,18 @@ def step_time(trace: Trace, phases: dict[str, float], strategy: str, n: int, lin
         # Transformer Engine's ring exchange)
         cs.append(Collective("row-parallel outputs", "all-reduce", sent * len(rows), len(rows), "forward", tp_overlap,
                              fw, copy_engines=tp_overlap))
-        cs.append(Collective("column-parallel input gradients", "all-reduce", size * len(cols), len(cols), "backward",
-                             tp_overlap, bw, copy_engines=tp_overlap))
+        # (an all-reduce of S is a reduce-scatter and an all-gather of S: the unfused reduce-scatters' half apart)
+        cs.append(Collective("column-parallel input gradients", "all-reduce", size * len(cols) - size * summed // 2
+                             if unfused else size * len(cols), len(cols), "backward", tp_overlap, bw - unfused,
+                             copy_engines=tp_overlap))
+        if unfused:
+            cs.append(Collective("summed input gradients, not fused", "reduce-scatter", size * summed, summed,
+                                 "backward", False, unfused))
         if again := recomputed_share(trace):  # the checkpointed blocks' forward collectives, in the backward
             cs.append(Collective("row-parallel outputs, recomputed", "all-reduce", round(sent * len(rows) * again),
                                  round(len(rows) * again), "backward", tp_overlap, fw * again,
                                  copy_engines=tp_overlap))
             bw += fw * again
-        exposed += max(0.0, fw - fwd) + max(0.0, bw - bwd) if tp_overlap else fw + bw
+        exposed += max(0.0, fw - fwd) + unfused + max(0.0, bw - unfused - bwd) if tp_overlap else fw + bw
     out.exposed_s = exposed
     return out

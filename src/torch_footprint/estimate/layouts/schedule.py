@@ -112,7 +112,8 @@ def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, s
                   replicas: int, tp: int, pp: int, vpp: int, microbatches: int, schedule: str,
                   link: Link | None, tp_link: Link | None, replica_link: Link | None, pp_link: Link | None,
                   param_dtype: str | None = None, reduce_dtype: str | None = None,
-                  tp_overlap: bool = False, per_run: int | None = None, fp8_gather: bool = False) -> StepTime:
+                  tp_overlap: bool = False, per_run: int | None = None, fp8_gather: bool = False,
+                  tp_overlap_sums: bool = True) -> StepTime:
     """One step of ``microbatches`` micro-batches over ``pp`` pipeline ranks (module docstring);
     ``phases``: one micro-batch's compute by phase on one device (the whole model's). ``per_run``:
     the micro-batches one run of the schedule takes (all of them by default); each run fills and
@@ -122,7 +123,7 @@ def schedule_step(trace: Trace, pred: Prediction, phases: dict[str, float], *, s
     runs = max(1, m // per)
     kw: dict[str, Any] = dict(tp_link=tp_link, replicas=replicas, replica_link=replica_link,
                               param_dtype=param_dtype, reduce_dtype=reduce_dtype, tp_overlap=tp_overlap,
-                              fp8_gather=fp8_gather)
+                              fp8_gather=fp8_gather, tp_overlap_sums=tp_overlap_sums)
     if pp == 1:
         sm = None
         ranks = [(trace, sum(v for k, v in phases.items() if k != "optimizer"), 1.0)]
@@ -410,17 +411,18 @@ def _data_step(trace: Trace, pred: Prediction, p: Parallel, strategy: str, shard
     tp, dp, m, pp, per_node = p.tensor, p.data * p.cp, p.grad_accum, p.pp, p.gpus_per_node
     phases = dict(once(pred, "phase times", lambda: phase_times(pred)))
     # torchao's float8 tensor-parallel styles (tensorwise) gather each module's input in fp8
-    fp8 = p.fp8 == "tensorwise" and p.framework != "megatron" and p.sequence_parallel and tp > 1
+    megatron = p.framework == "megatron"
+    fp8 = p.fp8 == "tensorwise" and not megatron and p.sequence_parallel and tp > 1
     if m > 1 or pp > 1:
         pp_link = link_of(acc, ranks=2, per_node=per_node, network=network, stride=tp * dp)
         return schedule_step(trace, pred, phases, strategy=strategy, shard=shard, replicas=replicas,
                              tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
                              tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,
                              param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce, tp_overlap=p.async_tp,
-                             per_run=p.per_schedule, fp8_gather=fp8)
+                             per_run=p.per_schedule, fp8_gather=fp8, tp_overlap_sums=megatron)
     return step_time(trace, phases, strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
                      replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce,
-                     tp_overlap=p.async_tp, fp8_gather=fp8)
+                     tp_overlap=p.async_tp, fp8_gather=fp8, tp_overlap_sums=megatron)
 
 
 def predict_pipeline(trace: Trace, pp: int, vpp: int, microbatches: int, schedule: str,
