@@ -343,6 +343,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
             extra["grad_reduce_dtype"] = grad_reduce_of(r)
         if r.get("moe_a2a_overlap") and (r.get("ep") or 1) > 1 and m > 1:
             extra["overlap_moe_expert_parallel_comm"] = True
+        if "DeepEP" in str(r.get("quote") or "") and (r.get("ep") or 1) > 1:  # the kernels column names it
+            extra["moe_dispatcher"] = "deepep"
         if strategy == "ddp" and megatron_distributed_optimizer(r):
             strategy, extra["bucket_view"] = "zero1", True
         if strategy in ("fsdp", "zero2"):

@@ -274,3 +274,37 @@ def test_data_parallel_collectives_carry_only_the_ranks_own_experts(strategy: st
     assert len(data) == (3 if strategy == "fsdp" else 1)
     for a, b in data:
         assert (a.what, a.nbytes, b.nbytes) == (b.what, total, total - half)
+
+
+def test_an_all_to_all_across_nodes_runs_at_each_gpus_share_of_its_nodes_nics():
+    from torch_footprint.estimate.layouts.comm import alltoall_link
+    from torch_footprint.hardware.networks import network_for
+
+    acc, ndr = get("b200"), network_for("ib-ndr", None, None, 8)  # 8 x 400 Gb/s per node of 8 GPUs
+    # 64 ranks on 8 nodes: 56 of every 64 bytes leave the node, through the GPU's own 50 GB/s (x 0.8)
+    link = alltoall_link(acc, ranks=64, per_node=8, network=ndr)
+    assert alltoall_s(64e6, 64, link) == pytest.approx(56e6 / 40e9 + 63 * link.latency + link.base)
+    # a ring over the same ranks leaves a node through all 8 NICs: an all-to-all's bytes cannot
+    assert link_of(acc, ranks=64, per_node=8, network=ndr).bandwidth == 320e9
+    # inside a node: the GPUs' own link, as a ring's
+    assert alltoall_link(acc, ranks=8, per_node=8, network=ndr) == link_of(acc, ranks=8, per_node=8, network=ndr)
+
+
+def test_deepep_sends_a_token_to_each_other_node_once():
+    from math import comb
+
+    from torch_footprint.estimate.layouts.cp_ep import deepep_share
+
+    # gpt-oss-120b's 128 experts, top 4, over 8 nodes of 16: a node holds none of a token's 4 with
+    # probability C(112, 4) / C(128, 4); the distinct nodes over 4 copies
+    expected = 8 * (1 - comb(112, 4) / comb(128, 4)) / 4
+    assert deepep_share({"top_k": 4, "experts": 128, "hidden": 1}, 64, 8) == pytest.approx(expected)
+    assert expected == pytest.approx(0.8356, abs=1e-4)  # 1 - 149,059,680 / 256,032,000, x 8 / 4
+    # DeepSeek-V3: 256 experts, top 8, at most 4 of its 8 groups (one a node here): 4 nodes of 8 copies
+    v3 = {"top_k": 8, "experts": 256, "n_group": 8, "topk_group": 4, "hidden": 1}
+    assert deepep_share(v3, 64, 8) == 0.5
+    assert deepep_share(v3, 8, 8) == 1.0  # one node: nothing crosses
+    # the tiny Mixtral's 4 experts, top 2, over 2 nodes of 2 GPUs: 2 x (1 - C(2, 2) / C(4, 2)) / 2 = 5/6
+    res = api.fit(_mixtral(), {"input_ids": "2,16:int64"}, gpus=4, ep=4, moe_dispatcher="deepep",
+                  gpus_per_node=2, network="ib-ndr", **STEP)
+    assert any("DeepEP: a token crosses to another node once, 83%" in n for n in res.rows[0].step.notes)

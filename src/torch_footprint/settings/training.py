@@ -23,6 +23,7 @@ FsdpDtype = Literal["fp32", "bf16", "fp16"]
 Fp8Recipe = Literal["none", "tensorwise", "rowwise", "delayed"]
 Framework = Literal["torch", "megatron"]
 Loss = Literal["fp32", "logits", "fused"]
+MoeDispatcher = Literal["alltoall", "deepep"]
 
 # torchtitan's schedule names (pipeline_parallel_schedule) and torch's dtype names, as typed
 SCHEDULE_ALIASES = {"interleaved1f1b": "interleaved-1f1b", "interleaved": "interleaved-1f1b",
@@ -176,6 +177,10 @@ class Parallel(Record):
     """expert-parallel ranks: the experts of a mixture-of-experts layer split among them (taken from the
     data- and context-parallel ranks, as torchtitan does; more than those, from the tensor-parallel ranks too, as
     Megatron-core's MoE parallel folding does with expert tensor parallelism 1)"""
+    moe_dispatcher: MoeDispatcher = opt("alltoall", metavar="NAME", what="MoE token dispatcher")
+    """with --ep: how tokens reach their experts: alltoall (NCCL's all-to-all: a copy per expert chosen, Megatron-core's
+    alltoall dispatcher, torch's all_to_all) or deepep (DeepEP's kernels, as NeMo AutoModel's and Megatron-core's
+    flex dispatcher run them: a token crosses to another node once, whatever its experts there)"""
     overlap_moe_expert_parallel_comm: bool = opt(False, aliases=("--ep-overlap",))
     """with --ep and two or more micro-batches: each micro-batch's all-to-alls run beside another micro-batch's
     forward or backward (Megatron-core's overlap_moe_expert_parallel_comm, its merged 1F1B schedule): exposed only
@@ -250,6 +255,8 @@ class Parallel(Record):
                                  f"{self.cp} = {self.data * self.cp} (--gpus / (--tp x --pp)), or, folded over the "
                                  f"tensor-parallel ranks too, {self.tensor} x {self.data * self.cp} = "
                                  f"{self.tensor * self.data * self.cp}")
+        if self.moe_dispatcher != "alltoall" and self.ep <= 1:
+            raise FootprintError("--moe-dispatcher sends tokens to the experts of other ranks: add --ep 2 or more")
         if self.overlap_moe_expert_parallel_comm and (self.ep <= 1 or self.grad_accum < 2):
             raise FootprintError("--overlap-moe-expert-parallel-comm hides one micro-batch's all-to-alls behind "
                                  "another's compute: add --ep 2 or more and --grad-accum 2 or more")

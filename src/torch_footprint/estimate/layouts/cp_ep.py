@@ -44,6 +44,7 @@ from .sharding import ModelStates, expert_modules, experts_away
 
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k", "moe_top_k")
+EXPERT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts")  # routed experts a layer
 
 
 def split_sequence(shape: tuple[int, ...], cp: int) -> tuple[int, ...]:
@@ -163,14 +164,40 @@ def context_parallel(trace: Trace, pred: Prediction, cp: int, link: Link,
 
 
 def moe_shape(model: Any) -> dict[str, int] | None:
-    """A mixture-of-experts model's top-k and hidden size from its config, and its expert layers."""
+    """A mixture-of-experts model's top-k and hidden size from its config, and its expert layers; its
+    routed experts and group-limited routing (DeepSeek-V3's n_group, topk_group) where it names them."""
     cfg = getattr(model, "config", None)
     top_k = next((getattr(cfg, k) for k in TOP_K_KEYS if isinstance(getattr(cfg, k, None), int)), None)
     hidden = getattr(cfg, "hidden_size", None)
     layers = sum(1 for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] == "experts")
     if not (top_k and hidden and layers):
         return None
-    return {"top_k": int(top_k), "hidden": int(hidden), "layers": layers}
+    out = {"top_k": int(top_k), "hidden": int(hidden), "layers": layers}
+    experts = next((getattr(cfg, k) for k in EXPERT_KEYS if isinstance(getattr(cfg, k, None), int)), None)
+    for key, value in (("experts", experts), ("n_group", getattr(cfg, "n_group", None)),
+                       ("topk_group", getattr(cfg, "topk_group", None))):
+        if isinstance(value, int) and value > 0:
+            out[key] = value
+    return out
+
+
+def deepep_share(moe: dict[str, int], ranks: int, members: int) -> float:
+    """DeepEP's bytes between nodes against an all-to-all's, for ``ranks`` expert-parallel ranks,
+    ``members`` to a node. DeepEP's normal kernels send a token to each other node once (RDMA to
+    the GPU of the same local rank, then NVLink to the experts' GPUs: the DeepEP README), where an
+    all-to-all sends a copy per expert chosen: the share is the distinct nodes among a token's
+    top_k experts over top_k. With the experts spread evenly over the nodes and chosen alike, a node
+    holds none of them with probability C(E - E/N, k) / C(E, k); group-limited routing (topk_group
+    of n_group groups, each group within a node where the groups are at least the nodes) reaches
+    at most topk_group groups' nodes. 1 where the model names no expert count."""
+    nodes = max(1, ranks // max(1, members))
+    k, experts = moe["top_k"], moe.get("experts", 0)
+    if nodes <= 1 or not experts or experts % nodes or k > experts:
+        return 1.0
+    distinct = nodes * (1 - math.comb(experts - experts // nodes, k) / math.comb(experts, k))
+    if moe.get("n_group") and moe.get("topk_group"):
+        distinct = min(distinct, moe["topk_group"] * max(1.0, nodes / moe["n_group"]))
+    return min(1.0, distinct / k)
 
 
 def alltoall_s(nbytes: float, n: int, link: Link) -> float:

@@ -41,9 +41,10 @@ from ..kernels import constants as fitted
 from ..kernels.bandwidth import transfer_s
 from ..kernels.prediction import Prediction
 from ..kernels.roofline import estimate_latency
-from .comm import Collective, Link, StepTime, activation_bytes, add_contention, link_of, step_time
+from .comm import Collective, Link, StepTime, activation_bytes, add_contention, alltoall_link, link_of, step_time
 from .cp_ep import (
     context_parallel,
+    deepep_share,
     expert_parallel,
     expert_prediction,
     ring_extra,
@@ -375,8 +376,12 @@ def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: 
     moe = trace.settings.get("moe")
     if p.ep > 1 and moe:
         # the data-parallel ranks a tensor-parallel group apart, or, folded, adjacent ranks
-        ep_link = link_of(acc, ranks=p.ep, per_node=p.gpus_per_node, network=network,
-                          stride=1 if p.ep_folded else p.tensor)
+        stride = 1 if p.ep_folded else p.tensor
+        share = deepep_share(moe, p.ep, p.gpus_per_node // stride) if p.moe_dispatcher == "deepep" else 1.0
+        ep_link = alltoall_link(acc, ranks=p.ep, per_node=p.gpus_per_node, network=network, stride=stride,
+                                remote_share=share)
+        if share < 1 and p.ep * stride > p.gpus_per_node:
+            step.notes.append(f"DeepEP: a token crosses to another node once, {share:.0%} of an all-to-all's copies")
         if ep_link is not None:
             cs, exposed = expert_parallel(trace, moe, p.ep, ep_link, pp=p.pp)
             a2a = left = m * exposed
