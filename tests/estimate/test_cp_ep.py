@@ -304,6 +304,13 @@ def test_deepep_sends_a_token_to_each_other_node_once():
     v3 = {"top_k": 8, "experts": 256, "n_group": 8, "topk_group": 4, "hidden": 1}
     assert deepep_share(v3, 64, 8) == 0.5
     assert deepep_share(v3, 8, 8) == 1.0  # one node: nothing crosses
+    # DeepEP's kernels at the NICs' whole 50 GB/s (its README: 51 GB/s at EP 64), half the bytes crossing
+    from torch_footprint.estimate.layouts.comm import alltoall_link
+    from torch_footprint.hardware.networks import network_for
+
+    link = alltoall_link(get("h100-sxm"), ranks=64, per_node=8, network=network_for("ib-ndr", None, None, 8),
+                         remote_share=0.5, nic_efficiency=1.0)
+    assert alltoall_s(64e6, 64, link) == pytest.approx(56e6 * 0.5 / 50e9 + 63 * link.latency + link.base)
     # the tiny Mixtral's 4 experts, top 2, over 2 nodes of 2 GPUs: 2 x (1 - C(2, 2) / C(4, 2)) / 2 = 5/6
     res = api.fit(_mixtral(), {"input_ids": "2,16:int64"}, gpus=4, ep=4, moe_dispatcher="deepep",
                   gpus_per_node=2, network="ib-ndr", **STEP)

@@ -141,20 +141,22 @@ def link_of(acc: Accelerator, efficiency: float = LINK_EFFICIENCY, *, ranks: int
 
 
 def alltoall_link(acc: Accelerator, efficiency: float = LINK_EFFICIENCY, *, ranks: int = 1, per_node: int = 8,
-                  network: Network | None = None, stride: int = 1, remote_share: float = 1.0) -> Link | None:
+                  network: Network | None = None, stride: int = 1, remote_share: float = 1.0,
+                  nic_efficiency: float | None = None) -> Link | None:
     """The link an all-to-all over ``ranks`` ranks ``stride`` apart runs at, in the terms of
     ``(n-1)/n x bytes / bandwidth``. Unlike a ring, whose hops between nodes are a few of many
     (:func:`across_nodes`), an all-to-all sends each rank's bytes for another node straight there:
     (ranks - members) / ranks of them, ``members`` being the group's ranks on its node, all through
     the GPU's share of its node's NICs (every GPU of the node sends at once), the rest over the
     GPUs' own link beside it. ``remote_share``: the share of those bytes a dispatcher that sends a
-    token to a node once really sends (:func:`.cp_ep.deepep_share`). Within a node: the GPUs' own
+    token to a node once really sends (:func:`.cp_ep.deepep_share`); ``nic_efficiency``: the share
+    of the NICs' rate it reaches (default ``efficiency``, NCCL's). Within a node: the GPUs' own
     link (:func:`link_of`)."""
     link = _link_of(acc, efficiency)
     if link is None or network is None or ranks <= 1 or ranks * stride <= per_node:
         return link_of(acc, efficiency, ranks=ranks, per_node=per_node, network=network, stride=stride)
     members = max(1, min(ranks, per_node // stride))
-    nic = network.per_gpu(per_node) * efficiency
+    nic = network.per_gpu(per_node) * (efficiency if nic_efficiency is None else nic_efficiency)
     nodes = math.ceil(ranks * stride / per_node)
     bandwidth = min(link.bandwidth, nic * (ranks - 1) / (ranks - members) / max(remote_share, 1e-9))
     return Link(bandwidth, max(link.latency, NCCL_NET_STEP_LATENCY_S),

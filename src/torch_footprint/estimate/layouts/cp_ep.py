@@ -44,6 +44,10 @@ from .sharding import ModelStates, expert_modules, experts_away
 
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k", "moe_top_k")
+# DeepEP's normal kernels between nodes reach their NICs' rate: 43, 58 and 51 GB/s of RDMA
+# "bottleneck bandwidth" dispatching at EP 16, 32 and 64 over CX7 400 Gb/s cards of "~50 GB/s
+# maximum bandwidth" (DeepEP's README, V1 performance table, H800)
+DEEPEP_NIC_SHARE = 1.0
 EXPERT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts")  # routed experts a layer
 
 

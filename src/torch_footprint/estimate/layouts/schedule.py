@@ -43,6 +43,7 @@ from ..kernels.prediction import Prediction
 from ..kernels.roofline import estimate_latency
 from .comm import Collective, Link, StepTime, activation_bytes, add_contention, alltoall_link, link_of, step_time
 from .cp_ep import (
+    DEEPEP_NIC_SHARE,
     context_parallel,
     deepep_share,
     expert_parallel,
@@ -377,9 +378,10 @@ def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: 
     if p.ep > 1 and moe:
         # the data-parallel ranks a tensor-parallel group apart, or, folded, adjacent ranks
         stride = 1 if p.ep_folded else p.tensor
-        share = deepep_share(moe, p.ep, p.gpus_per_node // stride) if p.moe_dispatcher == "deepep" else 1.0
+        deepep = p.moe_dispatcher == "deepep"
+        share = deepep_share(moe, p.ep, p.gpus_per_node // stride) if deepep else 1.0
         ep_link = alltoall_link(acc, ranks=p.ep, per_node=p.gpus_per_node, network=network, stride=stride,
-                                remote_share=share)
+                                remote_share=share, nic_efficiency=DEEPEP_NIC_SHARE if deepep else None)
         if share < 1 and p.ep * stride > p.gpus_per_node:
             step.notes.append(f"DeepEP: a token crosses to another node once, {share:.0%} of an all-to-all's copies")
         if ep_link is not None:
