@@ -235,8 +235,11 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
 
     Under tensor parallelism with tensorwise scaling (torchao's float8 styles), a column-parallel
     linear's forward carries its share of one cast of its module's input (``fp8_colwise_inputs``,
-    :func:`..workload.colwise_input_shares`), the weight's cast whole."""
+    :func:`..workload.colwise_input_shares`), the weight's cast whole. Row-wise scaling first transposes in bf16 (2 B
+    read and written an element; torchao's float8 roofline: ``x_bf16_dim0 -> x_bf16_dim1``) the operands the
+    backward reads across their rows: the data gradient's weight, both of the weight gradient's."""
     types = {m.path: m.type for m in trace.modules}
+    shapes = {q.module: q.shape for q in trace.params if q.name.endswith("weight")}
     shared = trace.settings.get("fp8_colwise_inputs", {}) if recipe == "tensorwise" else {}
     per_byte = 1.5 if recipe == "delayed" else 2.5  # of the 2-byte operands: (2 + 2 + 1) / 2 or (2 + 1) / 2
     te = trace.settings.get("fp8_engine") == "transformer-engine"
@@ -254,9 +257,10 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
             continue
         weight = sum(trace.params[k].nbytes for k in e.weights)
         if not te:  # a forward (or its recompute) reads the weight transposed: [n, k], 2 B (autocast's copy)
-            split = shared.get(e.module) if e.transposed else None
-            w = weight or int(e.problem[3]) * int(e.problem[4]) * 2
+            split, w = shared.get(e.module) if e.transposed else None, weight or math.prod(e.problem[3:5]) * 2
             out[i] = int(((e.bytes_read - w) / split + w if split else e.bytes_read) * per_byte)
+            if recipe == "rowwise" and not e.transposed:  # the weight gradient's output has the weight's shape
+                out[i] += 2 * (e.bytes_read if e.out_shapes[0] == shapes.get(e.module) else w)
             continue
         if e.phase == "forward":  # the input each micro-batch, the weight once a step
             out[i] = int((e.bytes_read - weight) * per_byte + weight * per_byte / max(1, micro_batches))
@@ -449,9 +453,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         if fp8 == "tensorwise" and trace.settings.get("fp8_colwise_inputs"):  # torchao's float8 TP styles
             notes.append("fp8 under tensor parallelism: each attention and MLP input cast once, before its gather")
         if fp8 == "rowwise":  # priced as tensorwise's GEMM: an optimistic bound, said so
-            notes.append("fp8 rowwise: its GEMMs priced as tensor-wise ones; PyTorch's row-wise _scaled_mm is a "
-                         "CUTLASS kernel measured at 50-100% of the tensor-wise cuBLAS GEMM's speed (pytorch/pytorch "
-                         "issue 147971): an optimistic bound")
+            notes.append("fp8 rowwise: GEMMs priced as tensor-wise ones; PyTorch's row-wise _scaled_mm, a CUTLASS "
+                         "kernel, runs at 50-100% of their speed (pytorch issue 147971): an optimistic bound")
     main = max(flops_by_dtype, key=lambda k: flops_by_dtype[k]) if flops_by_dtype else "fp32"
     return Prediction(accelerator=acc, ceilings=c, ops=ops, flops=total_flops, main_dtype=main, notes=notes,
                       missing_dtypes=sorted(missing))
