@@ -169,7 +169,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
     if p.tensor > 1 and p.framework != "megatron":  # read by kernels.roofline.fp8_casts (tensorwise)
-        trace.settings["fp8_colwise_inputs"] = colwise_input_shares(tp_plan(m), p.tensor if p.sequence_parallel else 1)
+        trace.settings["fp8_colwise_inputs"] = colwise_input_shares(plan, p.tensor if p.sequence_parallel else 1)
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
         trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None,
                               sequence_split=p.tensor if p.sequence_parallel and p.tensor > 1 else 1)

@@ -239,7 +239,7 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
     read and written an element; torchao's float8 roofline: ``x_bf16_dim0 -> x_bf16_dim1``) the operands the
     backward reads across their rows: the data gradient's weight, both of the weight gradient's."""
     types = {m.path: m.type for m in trace.modules}
-    shapes = {q.module: q.shape for q in trace.params if q.name.endswith("weight")}
+    shapes = {q.module: q.shape for q in trace.params if q.name.endswith("weight")} if recipe == "rowwise" else {}
     shared = trace.settings.get("fp8_colwise_inputs", {}) if recipe == "tensorwise" else {}
     per_byte = 1.5 if recipe == "delayed" else 2.5  # of the 2-byte operands: (2 + 2 + 1) / 2 or (2 + 1) / 2
     te = trace.settings.get("fp8_engine") == "transformer-engine"

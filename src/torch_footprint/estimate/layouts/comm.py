@@ -156,12 +156,13 @@ def alltoall_link(acc: Accelerator, efficiency: float = LINK_EFFICIENCY, *, rank
     if link is None or network is None or ranks <= 1 or ranks * stride <= per_node:
         return link_of(acc, efficiency, ranks=ranks, per_node=per_node, network=network, stride=stride)
     members = max(1, min(ranks, per_node // stride))
-    nic = network.per_gpu(per_node) * (efficiency if nic_efficiency is None else nic_efficiency)
+    share = efficiency if nic_efficiency is None else nic_efficiency
+    nic = network.per_gpu(per_node) * share
     nodes = math.ceil(ranks * stride / per_node)
     bandwidth = min(link.bandwidth, nic * (ranks - 1) / (ranks - members) / max(remote_share, 1e-9))
     return Link(bandwidth, max(link.latency, NCCL_NET_STEP_LATENCY_S),
                 f"{link.source} within a node; across {nodes} nodes {network.name}, each GPU's share of "
-                f"{network.nics} x {network.port_gbps:g} Gb/s per node of {per_node} GPUs ({efficiency:.0%}), "
+                f"{network.nics} x {network.port_gbps:g} Gb/s per node of {per_node} GPUs ({share:.0%}), "
                 f"{ranks - members} of the {ranks} ranks on other nodes", link.base)
 
 

@@ -382,7 +382,7 @@ def add_cp_ep(step: StepTime, trace: Trace, pred: Prediction, p: Parallel, acc: 
         share = deepep_share(moe, p.ep, p.gpus_per_node // stride) if deepep else 1.0
         ep_link = alltoall_link(acc, ranks=p.ep, per_node=p.gpus_per_node, network=network, stride=stride,
                                 remote_share=share, nic_efficiency=DEEPEP_NIC_SHARE if deepep else None)
-        if share < 1 and p.ep * stride > p.gpus_per_node:
+        if share < 1:  # (1 where the group sits inside one node)
             step.notes.append(f"DeepEP: a token crosses to another node once, {share:.0%} of an all-to-all's copies")
         if ep_link is not None:
             cs, exposed = expert_parallel(trace, moe, p.ep, ep_link, pp=p.pp)
@@ -419,17 +419,17 @@ def _data_step(trace: Trace, pred: Prediction, p: Parallel, strategy: str, shard
     phases = dict(once(pred, "phase times", lambda: phase_times(pred)))
     # torchao's float8 tensor-parallel styles (tensorwise) gather each module's input in fp8
     megatron = p.framework == "megatron"
-    fp8 = p.fp8 == "tensorwise" and not megatron and p.sequence_parallel and tp > 1
+    fp8_gather = p.fp8 == "tensorwise" and not megatron and p.sequence_parallel and tp > 1
     if m > 1 or pp > 1:
         pp_link = link_of(acc, ranks=2, per_node=per_node, network=network, stride=tp * dp)
         return schedule_step(trace, pred, phases, strategy=strategy, shard=shard, replicas=replicas,
                              tp=tp, pp=pp, vpp=p.vpp, microbatches=m, schedule=p.schedule, link=link,
                              tp_link=tp_link, replica_link=rep_link, pp_link=pp_link,
                              param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce, tp_overlap=p.async_tp,
-                             per_run=p.per_schedule, fp8_gather=fp8, tp_overlap_sums=megatron)
+                             per_run=p.per_schedule, fp8_gather=fp8_gather, tp_overlap_sums=megatron)
     return step_time(trace, phases, strategy, shard, link, tp, tp_link=tp_link, replicas=replicas,
                      replica_link=rep_link, param_dtype=p.fsdp_param_dtype, reduce_dtype=reduce,
-                     tp_overlap=p.async_tp, fp8_gather=fp8, tp_overlap_sums=megatron)
+                     tp_overlap=p.async_tp, fp8_gather=fp8_gather, tp_overlap_sums=megatron)
 
 
 def predict_pipeline(trace: Trace, pp: int, vpp: int, microbatches: int, schedule: str,
