@@ -10,7 +10,8 @@ import pytest
 from torch_footprint import api
 from torch_footprint.cli import main
 from torch_footprint.estimate.kernels import constants as fitted
-from torch_footprint.estimate.kernels.roofline import estimate_latency, fp8_casts
+from torch_footprint.estimate.kernels.fp8 import fp8_casts
+from torch_footprint.estimate.kernels.roofline import estimate_latency
 from torch_footprint.estimate.workload import trace_step
 from torch_footprint.hardware import get
 from torch_footprint.settings import Training, Workload
@@ -104,11 +105,40 @@ def test_fit_keeps_the_gpus_with_fp8_units():
     assert any("only the accelerators with fp8 units" in n for n in res.notes)
 
 
+def test_mxfp8_casts_once_a_gemm_with_a_scale_per_32_values_and_runs_on_blackwell_only():
+    # q_proj's forward reads the 128 tokens x 128 input and the 128 x 128 weight, bf16: 32,768 elements. An MX cast
+    # reads each 2-byte value once and writes its byte and, per 32 values, a 1-byte E8M0 scale: 2 + 1 + 1/32 B an
+    # element (torchao's MX, a cast per GEMM); Transformer Engine writes the row-wise and column-wise copies in one
+    # kernel: 2 + 2 x (1 + 1/32) B, its weight cast once over 4 micro-batches
+    from torch_footprint.settings import Parallel
+
+    t = _trace()
+    q = next(i for i, e in enumerate(t.events) if e.module == "model.layers.0.self_attn.q_proj"
+             and e.phase == "forward" and e.kind == "matrix")
+    assert fp8_casts(t, "mxfp8")[q] == 32_768 * 2 + 32_768 + 32_768 // 32
+    w = Workload(LLAMA, IDS, precision="bf16-mixed")
+    te = trace_step(w, Training(train=True, optimizer="adamw", grads="zero"),
+                    Parallel(framework="megatron", fp8="mxfp8", grad_accum=4))[0]
+    forward = next(i for i, e in enumerate(te.events) if e.module == "model.layers.0.self_attn.q_proj"
+                   and e.phase == "forward" and e.kind == "matrix")
+    per = 2 + 2 * (1 + 1 / 32)
+    assert fp8_casts(te, "mxfp8", micro_batches=4)[forward] == int(16_384 * per + 16_384 * per / 4)
+    # block-scaled matmuls: Blackwell's (compute capability 10.0 and 12.0), not Hopper's or AMD's CDNA3
+    from torch_footprint.estimate.kernels.fp8 import block_scaled
+
+    assert [block_scaled(get(g)) for g in ("b200", "rtx-5090", "h100-sxm", "mi300x")] == [True, True, False, False]
+    res = api.fit(LLAMA, IDS, train=True, optimizer="adamw", precision="bf16-mixed", fp8="mxfp8")
+    assert {r.accelerator.id for r in res.rows} == {"b200", "rtx-5090", "rtx-5080"}
+    assert any("only the accelerators with MX units" in n for n in res.notes)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--fp8", "tensorwise", "--precision", "bf16-mixed", "--gpu", "a100-sxm-80gb"],
      "--fp8 tensorwise: a100-sxm-80gb has no fp8 units (no fp8 rate in its row)"),
     (["--fp8", "rowwise", "--gpu", "h100-sxm"], "--fp8 rowwise casts bf16 or fp16 matmuls to fp8: add --precision"),
-    (["--fp8", "mxfp8", "--gpu", "h100-sxm"], "unknown FP8 recipe 'mxfp8': use none, tensorwise, rowwise, delayed"),
+    (["--fp8", "mxfp8", "--precision", "bf16-mixed", "--gpu", "h100-sxm"],
+     "--fp8 mxfp8: h100-sxm has no block-scaled (MX) matmul units"),
+    (["--fp8", "nvfp4", "--gpu", "b200"], "unknown FP8 recipe 'nvfp4': use none, tensorwise, rowwise, delayed, mxfp8"),
 ])
 def test_fp8_bad_input_is_one_line_and_exit_code_2(argv: list[str], message: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:

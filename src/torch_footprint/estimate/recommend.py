@@ -24,6 +24,7 @@ from ..trace import Trace
 from .allocator import SOURCES as EXTRAS_SOURCES
 from .allocator import models_extras
 from .batch import Scaling, aligned_pair, extrapolate
+from .kernels.fp8 import block_scaled
 from .kernels.roofline import Prediction, estimate_latency
 from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime
@@ -180,9 +181,13 @@ def fp8_rows(rows: list[Accelerator], p: Parallel, w: Workload, explicit: bool) 
     lacking = [a for a in rows if not a.peak("fp8")]
     if explicit and lacking:
         raise FootprintError(f"--fp8 {p.fp8}: {lacking[0].id} has no fp8 units (no fp8 rate in its row)")
-    kept = [a for a in rows if a.peak("fp8")]
+    unscaled = [a for a in rows if p.fp8 == "mxfp8" and not block_scaled(a)]
+    if explicit and unscaled:
+        raise FootprintError(f"--fp8 mxfp8: {unscaled[0].id} has no block-scaled (MX) matmul units; "
+                             "NVIDIA's GPUs have them from Blackwell (compute capability 10.0)")
+    kept = [a for a in rows if a.peak("fp8") and a not in unscaled]
     if not kept:
-        raise FootprintError(f"--fp8 {p.fp8}: no accelerator considered has fp8 units")
+        raise FootprintError(f"--fp8 {p.fp8}: no accelerator considered has {'MX' if unscaled else 'fp8'} units")
     return kept
 
 
@@ -212,7 +217,8 @@ def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),
     cuda = min(sm for sm in sms if sm is not None) if sms and None not in sms else None
     t1, notes = trace_step(w, t, p, cuda_sm=cuda)
     if p.fp8 not in (None, "none") and not only:
-        notes.append(f"fp8 ({p.fp8}): only the accelerators with fp8 units are considered")
+        units = "MX" if p.fp8 == "mxfp8" else "fp8"
+        notes.append(f"fp8 ({p.fp8}): only the accelerators with {units} units are considered")
     b1 = first_batch(t1, w.batch)
     traces = {b1: t1, **{k * b1: trace_step(at_batch(w, k * b1), t, p, cuda_sm=cuda)[0] for k in (2, 3)}}
     peaks = {b: layout_memory(tr, step_peak(tr, strategy, shard, p.bucket_view), strategy) for b, tr in traces.items()}

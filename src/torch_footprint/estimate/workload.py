@@ -20,7 +20,7 @@ from ..sources import prepare
 from ..sources.inputs import InputSpec
 from ..trace import StepOptions, Trace, setups, trace_model
 from ..trace.recompute import enable_recompute
-from .kernels.roofline import FP8_HEADS
+from .kernels.fp8 import FP8_HEADS
 from .kernels.sdpa import ATTENTION_KERNELS, cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.fused import fuse_like_megatron, merged_linears, rope_modules, te_fp8_inputs
@@ -163,12 +163,12 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         trace.settings["rope_modules"] = rotary
     if p.framework == "megatron" and t.train:  # read by kernels.roofline: gradient_accumulation_fusion
         # (which Megatron-FSDP turns off: its guide's required --no-gradient-accumulation-fusion) and by
-        # kernels.roofline.fp8_casts: under --fp8, Transformer Engine's casts
+        # kernels.fp8.fp8_casts: under --fp8, Transformer Engine's casts
         trace.settings.update(wgrad_accumulation_fused=p.sharding not in FSDP_STRATEGIES,
                               fp8_engine="transformer-engine", merged_linears=merged_linears(m))
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
-    if p.tensor > 1 and p.framework != "megatron":  # read by kernels.roofline.fp8_casts (tensorwise)
+    if p.tensor > 1 and p.framework != "megatron":  # read by kernels.fp8.fp8_casts (tensorwise)
         trace.settings["fp8_colwise_inputs"] = colwise_input_shares(plan, p.tensor if p.sequence_parallel else 1)
     if p.cp > 1 or p.ep > 1:  # read by layouts.cp_ep
         trace.settings.update(cp=p.cp, ep=p.ep, moe=moe_shape(m) if p.ep > 1 else None,

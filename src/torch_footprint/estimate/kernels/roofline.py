@@ -62,6 +62,7 @@ from ...trace.records import Trace
 from . import constants as fitted
 from .bandwidth import bandwidth_share
 from .cpu import downsamples, extra_costs, kind_extra, op_kind, window_kind
+from .fp8 import fp8_casts
 from .fusion import accumulated_gradients, compiled_layout, fused_chains, host_s, input_gradient_sums, module_chains
 from .gpu import (
     LAYOUTS,
@@ -216,61 +217,6 @@ def _rate_keys(trace: Trace) -> list[str]:
     return _LAST_KEYS[1]
 
 
-FP8_HEADS = ("lm_head", "output", "head", "classifier")  # left in high precision (torchtitan's filter_fqns)
-
-
-def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, int]:
-    """The matmuls FP8 training runs in fp8 (torchao's convert_to_float8_training, Transformer
-    Engine's Linear): those of ``nn.Linear`` modules but the head, traced in bf16 or fp16, both
-    dimensions multiples of 16 (torchao's requirement); each with the bytes of its operands'
-    casts: per operand element, dynamic scaling (tensorwise, rowwise) reads it for its amax,
-    reads it again and writes one byte; delayed scaling (an amax history) the read and the
-    write. Event index -> bytes.
-
-    Under Transformer Engine (``fp8_engine``, Megatron-core's FP8) the casts are TE's: each
-    linear's input cast once in the forward and its output's gradient once in the backward, each
-    by a cast-transpose kernel that writes the fp8 tensor and its transpose (the weight
-    gradient's GEMM reads those: no cast of its own), and the weight cast in the step's first
-    micro-batch only (TE's ``is_first_microbatch``: cached for the other ``micro_batches``).
-
-    Under tensor parallelism with tensorwise scaling (torchao's float8 styles), a column-parallel
-    linear's forward carries its share of one cast of its module's input (``fp8_colwise_inputs``,
-    :func:`..workload.colwise_input_shares`), the weight's cast whole. Row-wise scaling first transposes in bf16 (2 B
-    read and written an element; torchao's float8 roofline: ``x_bf16_dim0 -> x_bf16_dim1``) the operands the
-    backward reads across their rows: the data gradient's weight, both of the weight gradient's."""
-    types = {m.path: m.type for m in trace.modules}
-    shapes = {q.module: q.shape for q in trace.params if q.name.endswith("weight")} if recipe == "rowwise" else {}
-    shared = trace.settings.get("fp8_colwise_inputs", {}) if recipe == "tensorwise" else {}
-    per_byte = 1.5 if recipe == "delayed" else 2.5  # of the 2-byte operands: (2 + 2 + 1) / 2 or (2 + 1) / 2
-    te = trace.settings.get("fp8_engine") == "transformer-engine"
-    if te:  # cast_transpose: the read (and the amax's read but for delayed scaling), fp8 and its transpose written
-        per_byte = 2.0 if recipe == "delayed" else 3.0
-    out = {}
-    for i, e in enumerate(trace.events):
-        if e.kind != "matrix" or types.get(e.module) != "Linear" or e.module.rsplit(".", 1)[-1] in FP8_HEADS:
-            continue
-        if not (e.problem and e.problem[0] == "gemm" and len(e.problem) >= 5):
-            continue
-        if any(int(d) % 16 for d in e.problem[2:5]) or not e.out_shapes:
-            continue
-        if not any(d in ("bfloat16", "float16") for d in (e.out_dtypes or [])):
-            continue
-        weight = sum(trace.params[k].nbytes for k in e.weights)
-        if not te:  # a forward (or its recompute) reads the weight transposed: [n, k], 2 B (autocast's copy)
-            split, w = shared.get(e.module) if e.transposed else None, weight or math.prod(e.problem[3:5]) * 2
-            out[i] = int(((e.bytes_read - w) / split + w if split else e.bytes_read) * per_byte)
-            if recipe == "rowwise" and not e.transposed:  # the weight gradient's output has the weight's shape
-                out[i] += 2 * (e.bytes_read if e.out_shapes[0] == shapes.get(e.module) else w)
-            continue
-        if e.phase == "forward":  # the input each micro-batch, the weight once a step
-            out[i] = int((e.bytes_read - weight) * per_byte + weight * per_byte / max(1, micro_batches))
-        elif weight:  # the data gradient's GEMM: the output's gradient cast (its transpose kept for the weight's)
-            out[i] = int((e.bytes_read - weight) * per_byte)
-        else:  # the weight gradient's GEMM: both operands' fp8 transposes made already
-            out[i] = 0
-    return out
-
-
 def master_scale(trace: Trace) -> float:
     """How much wider each rank's sharded parameters, gradients and optimizer state are than the
     traced ones: under FSDP2's MixedPrecisionPolicy the trace runs in param_dtype (bf16) while
@@ -294,7 +240,7 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     (``channels_last``). On GPUs the kernels' own traffic is added (:mod:`.gpu_kernels`): the
     transposes around tensor-core convolutions in NCHW, batch norm's second pass in
     training; and an optimizer's first-step state creation is left out of a step's time.
-    ``fp8`` (tensorwise, rowwise, delayed): FP8 training's matmuls (:func:`fp8_casts`, a step of
+    ``fp8`` (tensorwise, rowwise, delayed, mxfp8): FP8 training's matmuls (:func:`fp8_casts`, a step of
     ``micro_batches``).
     ``compiled``: the model runs under torch.compile (:mod:`.fusion`): chains of elementwise and
     normalisation operators fused into one kernel each, convolutions in channels-last on NVIDIA
