@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torch_footprint.settings.training import RECOMPUTE_NOT_PRICED
+
 try:
     import tomllib
 except ImportError:  # Python 3.10
@@ -53,7 +55,7 @@ PER_OP = ("selective (per-op SAC)", "selective op")
 # torchtitan's layer-wise selective checkpointing: its selective_ac_option, "2" by default
 # (torchtitan/config_manager.py at 6a6f755, the commit of the rows: "2 = checkpoint every other layer")
 PER_LAYER = {"selective layer": "2"}
-NOT_PRICED = ("fp8 recipe not stated or not priced", "selective checkpointing")
+NOT_PRICED = ("fp8 recipe not stated or not priced", "selective checkpointing", "a recompute module not priced")
 
 
 def blocks_every(r: dict[str, Any]) -> int | None:
@@ -77,15 +79,15 @@ NOT_PRICED_BEFORE = ("context parallelism", "expert parallelism")
 
 
 def fp8_recipe(r: dict[str, Any]) -> str | None:
-    """The row's FP8 recipe as --fp8 names it (None: not fp8, "" not one priced: mxfp8, torchao's
+    """The row's FP8 recipe as --fp8 names it (None: not fp8, "" not one priced: torchao's
     rowwise_with_gw_hp, not stated)."""
     if r.get("precision") != "fp8":
         return None
     words = str(r.get("fp8") or "")
     if "with_gw_hp" in words:
         return ""
-    for recipe in ("tensorwise", "rowwise", "delayed"):
-        if recipe in words and "mxfp8" not in words:
+    for recipe in ("mxfp8", "tensorwise", "rowwise", "delayed"):
+        if recipe in words:
             return recipe
     return ""
 
@@ -106,6 +108,8 @@ def features(r: dict[str, Any]) -> list[str]:
     recipe = fp8_recipe(r)
     if recipe is not None:
         out.append("fp8" if recipe else "fp8 recipe not stated or not priced")
+    if set(r.get("recompute_modules") or ()) & set(RECOMPUTE_NOT_PRICED):
+        out.append("a recompute module not priced")
     if r.get("fsdp") == "hybrid_shard":
         out.append("hsdp")
     ac = str(r.get("activation_checkpointing") or "none")
@@ -343,8 +347,11 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
             extra["grad_reduce_dtype"] = grad_reduce_of(r)
         if r.get("moe_a2a_overlap") and (r.get("ep") or 1) > 1 and m > 1:
             extra["overlap_moe_expert_parallel_comm"] = True
-        if "DeepEP" in str(r.get("quote") or "") and (r.get("ep") or 1) > 1:  # the kernels column names it
+        # the kernels column names DeepEP, or the run's config a hierarchical dispatcher (DeepEP, HybridEP)
+        if ("DeepEP" in str(r.get("quote") or "") or r.get("moe_dispatcher")) and (r.get("ep") or 1) > 1:
             extra["moe_dispatcher"] = "deepep"
+        if r.get("pp_last_stage_less_layers"):  # the run's own pipeline layout (Megatron-Bridge's DeepSeek-V3)
+            extra["pp_last_stage_less_layers"] = r["pp_last_stage_less_layers"]
         if strategy == "ddp" and megatron_distributed_optimizer(r):
             strategy, extra["bucket_view"] = "zero1", True
         if strategy in ("fsdp", "zero2"):
