@@ -117,6 +117,43 @@ def test_the_launch_configuration_says_the_layout(tmp_path: Path) -> None:
         assert titan["training"] == {"local_batch_size": local, "global_batch_size": 16, "seq_len": SEQ}
 
 
+def test_the_launch_configuration_carries_the_fp8_recipe_priced() -> None:
+    # torchtitan's model converters (torchao's float8, tensorwise by default, or MX) and Megatron-LM's --fp8-format
+    # and --fp8-recipe as Megatron-Bridge's mixed-precision presets set them (HYBRID, but e4m3 for MXFP8); a recipe
+    # a framework does not have gives no configuration for it rather than a wrong one
+    import tomllib
+
+    from torch_footprint.estimate.launch import launch
+    from torch_footprint.estimate.plan import PlanRow
+    from torch_footprint.report.plan import toml
+
+    def out(fp8: str) -> dict:
+        row = PlanRow(SimpleNamespace(layout=Parallel(gpus=8, strategy="fsdp", fp8=fp8)), 1, "none", 64, 8, 2)
+        return launch(row)  # type: ignore[arg-type]
+
+    mx = out("mxfp8")
+    assert tomllib.loads(toml(mx["torchtitan"]))["model"] == {"converters": ["mx"]}
+    assert mx["torchtitan"]["mx"] == {"recipe_name": "mxfp8"}
+    assert mx["megatron"][-2:] == ["--fp8-format e4m3", "--fp8-recipe mxfp8"]
+    tensorwise = out("tensorwise")
+    assert tensorwise["torchtitan"]["model"] == {"converters": ["float8"]} and "float8" not in tensorwise["torchtitan"]
+    assert tensorwise["megatron"][-2:] == ["--fp8-format hybrid", "--fp8-recipe tensorwise"]
+    assert out("rowwise")["megatron"] is None and out("rowwise")["torchtitan"]["float8"] == {"recipe_name": "rowwise"}
+    assert out("delayed")["torchtitan"] is None and out("delayed")["megatron"][-1] == "--fp8-recipe delayed"
+
+
+@pytest.mark.parametrize(("gpu", "fp8", "message"), [
+    ("a100-sxm-80gb", "tensorwise", "--fp8 tensorwise: a100-sxm-80gb has no fp8 units"),
+    ("h100-sxm", "mxfp8", "--fp8 mxfp8: h100-sxm has no block-scaled (MX) matmul units"),
+])
+def test_plan_refuses_an_fp8_recipe_the_gpu_cannot_run(gpu: str, fp8: str, message: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["plan", str(LLAMA), "--gpu", gpu, "--gpus", "8", "--seq", str(SEQ), "--global-batch", "16",
+                 "--fp8", fp8])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
 def test_ctrl_c_keeps_the_best_found_so_far() -> None:
     calls = []
 

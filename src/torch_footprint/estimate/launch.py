@@ -9,11 +9,17 @@ if TYPE_CHECKING:
     from .plan import PlanRow
 
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved-1f1b": "Interleaved1F1B"}
+# --fp8 as torchtitan's model converters take it (float8: torchao's float8 training, tensorwise unless a recipe is
+# named; mx: torchao's MX) and as Megatron-LM's --fp8-format and --fp8-recipe do (Transformer Engine's formats:
+# HYBRID, e4m3 forward and e5m2 backward, but MXFP8's e4m3 throughout, as Megatron-Bridge's mixed-precision
+# presets set them); None where the framework has no such recipe (torchtitan no delayed scaling, Megatron no rowwise)
+TORCHTITAN_FP8 = {"tensorwise": ("float8", None), "rowwise": ("float8", "rowwise"), "mxfp8": ("mx", "mxfp8")}
+MEGATRON_FP8 = {"tensorwise": "hybrid", "delayed": "hybrid", "mxfp8": "e4m3"}
 
 
 def launch(row: PlanRow) -> dict[str, Any]:
     """The layout in torchtitan's job config (TOML sections; None for ZeRO-1, which torchtitan
-    does not have) and Megatron-LM's flags."""
+    does not have, and for delayed FP8 scaling) and Megatron-LM's flags (None for row-wise FP8)."""
     p = row.layout
     fsdp = p.sharding in ("zero2", "zero3", "fsdp")
     shard = p.shard_group if fsdp else 1
@@ -54,4 +60,14 @@ def launch(row: PlanRow) -> dict[str, Any]:
         mega.append("--recompute-granularity selective")
     if p.tensor > 1 and p.sequence_parallel:
         mega.append("--sequence-parallel")
-    return {"torchtitan": None if p.sharding == "zero1" else titan, "megatron": mega}
+    fp8 = p.fp8 if p.fp8 not in (None, "none") else None
+    if fp8 in TORCHTITAN_FP8:
+        converter, recipe = TORCHTITAN_FP8[fp8]
+        titan["model"] = {"converters": [converter]}
+        if recipe:
+            titan[converter] = {"recipe_name": recipe}
+    if fp8 in MEGATRON_FP8:
+        mega += [f"--fp8-format {MEGATRON_FP8[fp8]}", f"--fp8-recipe {fp8}"]
+    usable = p.sharding != "zero1" and (fp8 is None or fp8 in TORCHTITAN_FP8)
+    return {"torchtitan": titan if usable else None,
+            "megatron": mega if fp8 is None or fp8 in MEGATRON_FP8 else None}

@@ -51,7 +51,7 @@ from .layouts.pipeline import check_layout, repeated_blocks
 from .layouts.sharding import experts_away, master_scale, model_states, pipeline_gathered
 from .layouts.tensor_parallel import check_tp
 from .price import LayoutPrice, TracedStep, price_layout
-from .workload import at_batch, layout_training, trace_key, trace_step
+from .workload import at_batch, fp8_rows, layout_training, trace_key, trace_step
 
 AC_ORDER = ("none", "selective", "full")  # lightest first: each recomputes more than the one before
 SHARDINGS = ("ddp", "zero1", "zero2", "fsdp")
@@ -281,6 +281,7 @@ def plan(w: Workload, t: Training, p: Parallel, target: Target, settings: Plan,
     acc = find(load(target.hardware), target.gpu[0])
     net = network_for(p.network, p.network_gbps, p.nics_per_node, p.gpus_per_node)
     w = dataclasses.replace(w, inputs={"input_ids": f"1,{settings.seq}:int64"}, precision=w.precision or "bf16-mixed")
+    fp8_rows([acc], p, w, explicit=True)  # an FP8 recipe the accelerator cannot run is refused
     t = dataclasses.replace(t, train=True, optimizer=t.optimizer or "adamw")
     gb = settings.batch_for(p.gpus)
     acs = (t.ac,) if t.ac is not None else ("full",) if t.checkpointing else AC_ORDER

@@ -24,7 +24,6 @@ from ..trace import Trace
 from .allocator import SOURCES as EXTRAS_SOURCES
 from .allocator import models_extras
 from .batch import Scaling, aligned_pair, extrapolate
-from .kernels.fp8 import block_scaled
 from .kernels.roofline import Prediction, estimate_latency
 from .kernels.sdpa import cuda_backend, sm_of
 from .layouts.comm import StepTime
@@ -33,7 +32,7 @@ from .layouts.schedule import layout_step, schedule_peak
 from .layouts.sharding import ModelStates, pipeline_gathered, step_peak
 from .memory import allocation_count
 from .price import layout_extras, needed, rank_states
-from .workload import at_batch, first_batch, layout_training, precision_of, trace_step
+from .workload import at_batch, first_batch, fp8_rows, layout_training, precision_of, trace_step
 
 
 @dataclass
@@ -169,26 +168,6 @@ def layout_prediction(w: Workload, t: Training, p: Parallel, acc: Accelerator, t
         f"the operators are one rank's micro-batch; its whole step ({p.grad_accum} micro-batch(es), "
         f"{p.gpus} GPUs): {pred.step.time_s * 1e3:.4g} ms"]
     return pred
-
-
-def fp8_rows(rows: list[Accelerator], p: Parallel, w: Workload, explicit: bool) -> list[Accelerator]:
-    """The accelerators FP8 training can run on (a published fp8 rate: fp8 units); one named
-    without them, or arithmetic that is not bf16 or fp16, is refused."""
-    if p.fp8 in (None, "none"):
-        return rows
-    if precision_of(w) not in ("bf16", "bf16-mixed", "fp16", "fp16-mixed"):
-        raise FootprintError(f"--fp8 {p.fp8} casts bf16 or fp16 matmuls to fp8: add --precision bf16-mixed")
-    lacking = [a for a in rows if not a.peak("fp8")]
-    if explicit and lacking:
-        raise FootprintError(f"--fp8 {p.fp8}: {lacking[0].id} has no fp8 units (no fp8 rate in its row)")
-    unscaled = [a for a in rows if p.fp8 == "mxfp8" and not block_scaled(a)]
-    if explicit and unscaled:
-        raise FootprintError(f"--fp8 mxfp8: {unscaled[0].id} has no block-scaled (MX) matmul units; "
-                             "NVIDIA's GPUs have them from Blackwell (compute capability 10.0)")
-    kept = [a for a in rows if a.peak("fp8") and a not in unscaled]
-    if not kept:
-        raise FootprintError(f"--fp8 {p.fp8}: no accelerator considered has {'MX' if unscaled else 'fp8'} units")
-    return kept
 
 
 def recommend(w: Workload, t: Training = Training(), p: Parallel = Parallel(),

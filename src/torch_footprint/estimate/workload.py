@@ -13,6 +13,7 @@ from torch import nn
 
 from ..dtypes import name_of
 from ..errors import FootprintError
+from ..hardware import Accelerator
 from ..settings import Parallel, Training, Workload
 from ..settings.training import FSDP_STRATEGIES
 from ..sources import Workload as Prepared
@@ -20,7 +21,7 @@ from ..sources import prepare
 from ..sources.inputs import InputSpec
 from ..trace import StepOptions, Trace, setups, trace_model
 from ..trace.recompute import enable_recompute
-from .kernels.fp8 import FP8_HEADS
+from .kernels.fp8 import FP8_HEADS, block_scaled
 from .kernels.sdpa import ATTENTION_KERNELS, cuda_backend
 from .layouts.cp_ep import moe_shape, split_sequence
 from .layouts.fused import fuse_like_megatron, merged_linears, rope_modules, te_fp8_inputs
@@ -35,6 +36,26 @@ DUPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa", "kv_a_proj"})  # MLA's
 def precision_of(w: Workload) -> str:
     """The arithmetic a traced step runs in (fp32 unless the workload says)."""
     return w.precision or DEFAULT_PRECISION
+
+
+def fp8_rows(rows: list[Accelerator], p: Parallel, w: Workload, explicit: bool) -> list[Accelerator]:
+    """The accelerators FP8 training can run on (a published fp8 rate: fp8 units); one named
+    without them, or arithmetic that is not bf16 or fp16, is refused."""
+    if p.fp8 in (None, "none"):
+        return rows
+    if precision_of(w) not in ("bf16", "bf16-mixed", "fp16", "fp16-mixed"):
+        raise FootprintError(f"--fp8 {p.fp8} casts bf16 or fp16 matmuls to fp8: add --precision bf16-mixed")
+    lacking = [a for a in rows if not a.peak("fp8")]
+    if explicit and lacking:
+        raise FootprintError(f"--fp8 {p.fp8}: {lacking[0].id} has no fp8 units (no fp8 rate in its row)")
+    unscaled = [a for a in rows if p.fp8 == "mxfp8" and not block_scaled(a)]
+    if explicit and unscaled:
+        raise FootprintError(f"--fp8 mxfp8: {unscaled[0].id} has no block-scaled (MX) matmul units; "
+                             "NVIDIA's GPUs have them from Blackwell (compute capability 10.0)")
+    kept = [a for a in rows if a.peak("fp8") and a not in unscaled]
+    if not kept:
+        raise FootprintError(f"--fp8 {p.fp8}: no accelerator considered has {'MX' if unscaled else 'fp8'} units")
+    return kept
 
 
 def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), *,

@@ -40,14 +40,21 @@ def why(r: dict[str, Any]) -> str:
     return ", ".join(out)
 
 
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return f'"{v}"' if isinstance(v, str) else str(v)
+
+
 def toml(sections: dict[str, dict[str, Any]]) -> str:
     """torchtitan's job-config sections as TOML."""
     lines = []
     for name, values in sections.items():
         lines.append(f"[{name}]")
         for k, v in values.items():
-            lines.append(f"{k} = " + (f'"{v}"' if isinstance(v, str) else str(v).lower() if isinstance(v, bool)
-                                      else str(v)))
+            lines.append(f"{k} = {_toml_value(v)}")
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -101,8 +108,12 @@ def render_plan(res: Any, console: Console, top: int = 5) -> None:
         console.print(Text(f"torchtitan, #{titan[0]} (job config TOML" + (
             "; torchtitan has no ZeRO-1, so not #1" if titan[0] > 1 else "") + "):", style="bold"))
         console.print(Text(toml(titan[1])))
-    console.print(Text("Megatron-LM, #1:", style="bold"))
-    console.print(Text(" ".join(rows[0]["launch"]["megatron"])))
+    if rows[0]["launch"]["megatron"] is not None:
+        console.print(Text("Megatron-LM, #1:", style="bold"))
+        console.print(Text(" ".join(rows[0]["launch"]["megatron"])))
+    else:
+        console.print(Text("Megatron-LM: no such FP8 recipe (its --fp8-recipe: tensorwise, delayed, mxfp8, blockwise)",
+                           style="dim"))
     for n in d["notes"]:
         console.print(Text(f"note: {n}", style="dim"))
 
