@@ -60,6 +60,9 @@ def launch(row: PlanRow) -> dict[str, Any]:
         mega.append("--recompute-granularity selective")
     if p.tensor > 1 and p.sequence_parallel:
         mega.append("--sequence-parallel")
+    if p.tensor > 1 and p.async_tp:  # torchtitan's async TP (its micro-pipelining needs torch.compile)
+        par["enable_async_tensor_parallel"] = True
+        mega.append("--tp-comm-overlap")
     fp8 = p.fp8 if p.fp8 not in (None, "none") else None
     if fp8 in TORCHTITAN_FP8:
         converter, recipe = TORCHTITAN_FP8[fp8]
