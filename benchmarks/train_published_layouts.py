@@ -55,7 +55,7 @@ PER_OP = ("selective (per-op SAC)", "selective op")
 # torchtitan's layer-wise selective checkpointing: its selective_ac_option, "2" by default
 # (torchtitan/config_manager.py at 6a6f755, the commit of the rows: "2 = checkpoint every other layer")
 PER_LAYER = {"selective layer": "2"}
-NOT_PRICED = ("fp8 recipe not stated or not priced", "selective checkpointing", "a recompute module not priced")
+NOT_PRICED = ("fp8 recipe not stated", "selective checkpointing", "a recompute module not priced")
 
 
 def blocks_every(r: dict[str, Any]) -> int | None:
@@ -79,14 +79,11 @@ NOT_PRICED_BEFORE = ("context parallelism", "expert parallelism")
 
 
 def fp8_recipe(r: dict[str, Any]) -> str | None:
-    """The row's FP8 recipe as --fp8 names it (None: not fp8, "" not one priced: torchao's
-    rowwise_with_gw_hp, not stated)."""
+    """The row's FP8 recipe as --fp8 names it (None: not fp8, "" not stated)."""
     if r.get("precision") != "fp8":
         return None
     words = str(r.get("fp8") or "")
-    if "with_gw_hp" in words:
-        return ""
-    for recipe in ("mxfp8", "tensorwise", "rowwise", "delayed"):
+    for recipe in ("mxfp8", "tensorwise", "rowwise_with_gw_hp", "rowwise", "delayed"):
         if recipe in words:
             return recipe
     return ""
@@ -107,7 +104,7 @@ def features(r: dict[str, Any]) -> list[str]:
         out.append("expert parallelism")
     recipe = fp8_recipe(r)
     if recipe is not None:
-        out.append("fp8" if recipe else "fp8 recipe not stated or not priced")
+        out.append("fp8" if recipe else "fp8 recipe not stated")
     if set(r.get("recompute_modules") or ()) & set(RECOMPUTE_NOT_PRICED):
         out.append("a recompute module not priced")
     if r.get("fsdp") == "hybrid_shard":

@@ -105,6 +105,24 @@ def test_fit_keeps_the_gpus_with_fp8_units():
     assert any("only the accelerators with fp8 units" in n for n in res.notes)
 
 
+def test_rowwise_with_gw_hp_keeps_the_weight_gradient_in_bf16():
+    # torchao's rowwise_with_gw_hp on k_proj (weight 64 x 128: 16,384 B; input 128 x 128: 32,768 B; output gradient
+    # 128 x 64: 16,384 B, bf16): the forward as rowwise (2.5 x its operands' bytes); the data gradient scales the
+    # weight per tensor, so no bf16 transpose first; the weight gradient's GEMM runs in bf16, uncast
+    t = _trace()
+    mms = [i for i, e in enumerate(t.events) if e.module == "model.layers.0.self_attn.k_proj" and e.kind == "matrix"]
+    backward = {tuple(t.events[i].out_shapes[0]): i for i in mms if t.events[i].phase == "backward"}
+    forward = next(i for i in mms if t.events[i].phase == "forward")
+    casts = fp8_casts(t, "rowwise_with_gw_hp")
+    assert casts[forward] == (32_768 + 16_384) * 5 // 2
+    assert casts[backward[128, 128]] == (16_384 + 16_384) * 5 // 2
+    assert backward[64, 128] not in casts
+    assert len(casts) == 16  # of rowwise's 24: the 8 weight gradients stay in bf16
+    h100 = get("h100-sxm")
+    hp = estimate_latency(t, h100, fp8="rowwise_with_gw_hp")
+    assert hp.ops[backward[64, 128]].compute_s == estimate_latency(t, h100).ops[backward[64, 128]].compute_s
+
+
 def test_mxfp8_casts_once_a_gemm_with_a_scale_per_32_values_and_runs_on_blackwell_only():
     # q_proj's forward reads the 128 tokens x 128 input and the 128 x 128 weight, bf16: 32,768 elements. An MX cast
     # reads each 2-byte value once and writes its byte and, per 32 values, a 1-byte E8M0 scale: 2 + 1 + 1/32 B an
@@ -138,7 +156,10 @@ def test_mxfp8_casts_once_a_gemm_with_a_scale_per_32_values_and_runs_on_blackwel
     (["--fp8", "rowwise", "--gpu", "h100-sxm"], "--fp8 rowwise casts bf16 or fp16 matmuls to fp8: add --precision"),
     (["--fp8", "mxfp8", "--precision", "bf16-mixed", "--gpu", "h100-sxm"],
      "--fp8 mxfp8: h100-sxm has no block-scaled (MX) matmul units"),
-    (["--fp8", "nvfp4", "--gpu", "b200"], "unknown FP8 recipe 'nvfp4': use none, tensorwise, rowwise, delayed, mxfp8"),
+    (["--fp8", "nvfp4", "--gpu", "b200"],
+     "unknown FP8 recipe 'nvfp4': use none, tensorwise, rowwise, rowwise_with_gw_hp, delayed, mxfp8"),
+    (["--fp8", "rowwise", "--precision", "bf16-mixed", "--framework", "megatron", "--gpu", "h100-sxm"],
+     "--fp8 rowwise is torchao's; Megatron-core's Transformer Engine recipes priced here: tensorwise, delayed, mxfp8"),
 ])
 def test_fp8_bad_input_is_one_line_and_exit_code_2(argv: list[str], message: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:

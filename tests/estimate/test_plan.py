@@ -140,6 +140,7 @@ def test_the_launch_configuration_carries_the_fp8_recipe_priced() -> None:
     assert tensorwise["megatron"][-2:] == ["--fp8-format hybrid", "--fp8-recipe tensorwise"]
     assert out("rowwise")["megatron"] is None and out("rowwise")["torchtitan"]["float8"] == {"recipe_name": "rowwise"}
     assert out("delayed")["torchtitan"] is None and out("delayed")["megatron"][-1] == "--fp8-recipe delayed"
+    assert out("rowwise_with_gw_hp")["torchtitan"]["float8"] == {"recipe_name": "rowwise_with_gw_hp"}
     row = PlanRow(SimpleNamespace(layout=Parallel(gpus=8, tp=2, async_tp=True)), 1, "none", 64, 8, 2)
     overlapped = launch(row)  # type: ignore[arg-type]
     assert overlapped["torchtitan"]["parallelism"]["enable_async_tensor_parallel"] is True

@@ -13,7 +13,8 @@ TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved-1f1b": "I
 # named; mx: torchao's MX) and as Megatron-LM's --fp8-format and --fp8-recipe do (Transformer Engine's formats:
 # HYBRID, e4m3 forward and e5m2 backward, but MXFP8's e4m3 throughout, as Megatron-Bridge's mixed-precision
 # presets set them); None where the framework has no such recipe (torchtitan no delayed scaling, Megatron no rowwise)
-TORCHTITAN_FP8 = {"tensorwise": ("float8", None), "rowwise": ("float8", "rowwise"), "mxfp8": ("mx", "mxfp8")}
+TORCHTITAN_FP8 = {"tensorwise": ("float8", None), "rowwise": ("float8", "rowwise"),
+                  "rowwise_with_gw_hp": ("float8", "rowwise_with_gw_hp"), "mxfp8": ("mx", "mxfp8")}
 MEGATRON_FP8 = {"tensorwise": "hybrid", "delayed": "hybrid", "mxfp8": "e4m3"}
 
 

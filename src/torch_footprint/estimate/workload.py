@@ -45,6 +45,9 @@ def fp8_rows(rows: list[Accelerator], p: Parallel, w: Workload, explicit: bool) 
         return rows
     if precision_of(w) not in ("bf16", "bf16-mixed", "fp16", "fp16-mixed"):
         raise FootprintError(f"--fp8 {p.fp8} casts bf16 or fp16 matmuls to fp8: add --precision bf16-mixed")
+    if p.framework == "megatron" and p.fp8.startswith("rowwise"):  # torchao's recipes, not Transformer Engine's
+        raise FootprintError(f"--fp8 {p.fp8} is torchao's; Megatron-core's Transformer Engine recipes priced here: "
+                             "tensorwise, delayed, mxfp8")
     lacking = [a for a in rows if not a.peak("fp8")]
     if explicit and lacking:
         raise FootprintError(f"--fp8 {p.fp8}: {lacking[0].id} has no fp8 units (no fp8 rate in its row)")

@@ -20,7 +20,7 @@ Grads = Literal["none", "zero"]
 Checkpointing = Literal["none", "full", "selective"]
 PipelineSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]
 FsdpDtype = Literal["fp32", "bf16", "fp16"]
-Fp8Recipe = Literal["none", "tensorwise", "rowwise", "delayed", "mxfp8"]
+Fp8Recipe = Literal["none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed", "mxfp8"]
 Framework = Literal["torch", "megatron"]
 Loss = Literal["fp32", "logits", "fused"]
 MoeDispatcher = Literal["alltoall", "deepep"]
@@ -204,9 +204,9 @@ class Parallel(Record):
     as Megatron-LM runs bf16; bf16 where it is off, as Megatron-Bridge's performance recipes run)"""
     fp8: Fp8Recipe | None = opt(metavar="RECIPE", what="FP8 recipe")
     """FP8 training of the linear layers but the head (torchao float8 and MX, Transformer Engine): tensorwise or
-    rowwise scales computed from each tensor (dynamic), delayed from an amax history, mxfp8 a scale per 32 values
-    (Blackwell's block-scaled matmuls); the three matmuls of each at the fp8 rate, the casts as kernels of their own
-    (with bf16 or fp16 arithmetic; none: off)"""
+    rowwise scales computed from each tensor (dynamic; rowwise_with_gw_hp: the weight gradient in bf16), delayed from
+    an amax history, mxfp8 a scale per 32 values (Blackwell's block-scaled matmuls); the three matmuls of each at the
+    fp8 rate, the casts as kernels of their own (with bf16 or fp16 arithmetic; none: off)"""
     framework: Framework = opt("torch", metavar="NAME", aliases_of_values=FRAMEWORK_ALIASES,
                                what="training framework")
     """what runs the layout, as it holds memory: torch (torch.distributed: FSDP2, DTensor, pipelining; torchtitan)

@@ -5,6 +5,9 @@ The recipes (``--fp8``), as torchao's float8 and MX training and Transformer Eng
 * ``tensorwise``: one scale per tensor, computed from the tensor itself (dynamic, or "current"
   scaling in Transformer Engine): a pass that reads the tensor for its amax before the cast.
 * ``rowwise``: one scale per row along the reduction (torchao's float8 rowwise).
+* ``rowwise_with_gw_hp``: row-wise for the forward, the input gradient's GEMM with a tensor-wise scale
+  for the weight, and the weight gradient's GEMM left in high precision (torchao's recipe of that name:
+  ``cast_config_input_for_grad_weight`` and ``cast_config_grad_output_for_grad_weight`` disabled).
 * ``delayed``: one scale per tensor from an amax history (Transformer Engine's DelayedScaling):
   no pass of its own, the cast records the amax as it goes.
 * ``mxfp8``: one power-of-two (E8M0) scale per 32 consecutive values along the reduction (the
@@ -34,6 +37,7 @@ _SCALE = 1 / MX_BLOCK  # an E8M0 byte per block
 CAST_BYTES = {
     "tensorwise": ((2 + 2 + 1) / 2, (2 + 2 + 1 + 1) / 2),  # read for the amax, read again, write fp8 (and transpose)
     "rowwise": ((2 + 2 + 1) / 2, (2 + 2 + 1 + 1) / 2),
+    "rowwise_with_gw_hp": ((2 + 2 + 1) / 2, (2 + 2 + 1 + 1) / 2),
     "delayed": ((2 + 1) / 2, (2 + 1 + 1) / 2),  # the amax history: no pass of its own
     "mxfp8": ((2 + 1 + _SCALE) / 2, (2 + 2 * (1 + _SCALE)) / 2),  # one read, fp8 and its scales (row- and column-wise)
 }
@@ -43,6 +47,27 @@ def block_scaled(acc: Accelerator) -> bool:
     """Whether ``acc`` has block-scaled (MX) matmul units: an NVIDIA GPU of compute capability 10.0 or later."""
     sm = sm_of(acc)
     return sm is not None and sm >= BLOCK_SCALED_SM
+
+
+def weight_gradients(trace: Trace) -> set[int]:
+    """The events that are a linear layer's weight-gradient GEMM: in the backward, not reading the weight
+    transposed, with the weight's shape. Where the layer's input gradient has that shape too (as many tokens as
+    output features, a square weight), the two GEMMs alternate, the input's first: autograd computes mm's
+    gradients in the order of its inputs (``mat1``, the input, then ``mat2``, the weight; derivatives.yaml)."""
+    shapes = {q.module: q.shape for q in trace.params if q.name.endswith("weight")}
+    out, seen = set(), dict[str, int]()
+    for i, e in enumerate(trace.events):
+        if e.kind != "matrix" or e.phase != "backward" or e.transposed or not e.out_shapes:
+            continue
+        shape = shapes.get(e.module)
+        if shape is None or list(e.out_shapes[0]) != list(shape):
+            continue
+        if e.problem and len(e.problem) >= 5 and e.problem[2] == e.problem[4]:  # tokens = output features
+            seen[e.module] = seen.get(e.module, 0) + 1
+            if seen[e.module] % 2:  # the input's gradient, whose shape is the weight's too
+                continue
+        out.add(i)
+    return out
 
 
 def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, int]:
@@ -62,11 +87,13 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
     linear's forward carries its share of one cast of its module's input (``fp8_colwise_inputs``,
     :func:`..workload.colwise_input_shares`), the weight's cast whole. Row-wise scaling first transposes in bf16 (2 B
     read and written an element; torchao's float8 roofline: ``x_bf16_dim0 -> x_bf16_dim1``) the operands the
-    backward reads across their rows: the data gradient's weight, both of the weight gradient's. torchao's MX
+    backward reads across their rows: the data gradient's weight, both of the weight gradient's (with GW-HP the
+    data gradient's weight is scaled per tensor, no transpose first, and the weight gradient's GEMM is not in the
+    result: bf16). torchao's MX
     casts along either dimension from the bf16 tensor in one kernel (``to_mx`` along dim0, its dim1 cast): each
     GEMM's operands cast once, as tensorwise's but with no amax pass."""
     types = {m.path: m.type for m in trace.modules}
-    shapes = {q.module: q.shape for q in trace.params if q.name.endswith("weight")} if recipe == "rowwise" else {}
+    wgrads = weight_gradients(trace) if recipe in ("rowwise", "rowwise_with_gw_hp") else set()
     shared = trace.settings.get("fp8_colwise_inputs", {}) if recipe == "tensorwise" else {}
     te = trace.settings.get("fp8_engine") == "transformer-engine"
     per_byte = CAST_BYTES[recipe][te]
@@ -83,9 +110,12 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
         weight = sum(trace.params[k].nbytes for k in e.weights)
         if not te:  # a forward (or its recompute) reads the weight transposed: [n, k], 2 B (autocast's copy)
             split, w = shared.get(e.module) if e.transposed else None, weight or math.prod(e.problem[3:5]) * 2
+            wgrad = i in wgrads
+            if wgrad and recipe == "rowwise_with_gw_hp":  # the weight gradient's GEMM stays in bf16: no cast
+                continue
             out[i] = int(((e.bytes_read - w) / split + w if split else e.bytes_read) * per_byte)
-            if recipe == "rowwise" and not e.transposed:  # the weight gradient's output has the weight's shape
-                out[i] += 2 * (e.bytes_read if e.out_shapes[0] == shapes.get(e.module) else w)
+            if recipe == "rowwise" and not e.transposed:
+                out[i] += 2 * (e.bytes_read if wgrad else w)
             continue
         if e.phase == "forward":  # the input each micro-batch, the weight once a step
             out[i] = int((e.bytes_read - weight) * per_byte + weight * per_byte / max(1, micro_batches))

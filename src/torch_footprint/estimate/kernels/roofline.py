@@ -398,8 +398,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
                      "and cast a pass of its own")
         if fp8 == "tensorwise" and trace.settings.get("fp8_colwise_inputs"):  # torchao's float8 TP styles
             notes.append("fp8 under tensor parallelism: each attention and MLP input cast once, before its gather")
-        if fp8 == "rowwise":  # priced as tensorwise's GEMM: an optimistic bound, said so
-            notes.append("fp8 rowwise: GEMMs priced as tensor-wise ones; PyTorch's row-wise _scaled_mm, a CUTLASS "
+        if fp8 in ("rowwise", "rowwise_with_gw_hp"):  # priced as tensorwise's GEMM: an optimistic bound, said so
+            notes.append(f"fp8 {fp8}: GEMMs priced as tensor-wise ones; PyTorch's row-wise _scaled_mm, a CUTLASS "
                          "kernel, runs at 50-100% of their speed (pytorch issue 147971): an optimistic bound")
     main = max(flops_by_dtype, key=lambda k: flops_by_dtype[k]) if flops_by_dtype else "fp32"
     return Prediction(accelerator=acc, ceilings=c, ops=ops, flops=total_flops, main_dtype=main, notes=notes,
