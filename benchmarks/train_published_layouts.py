@@ -55,7 +55,8 @@ PER_OP = ("selective (per-op SAC)", "selective op")
 # torchtitan's layer-wise selective checkpointing: its selective_ac_option, "2" by default
 # (torchtitan/config_manager.py at 6a6f755, the commit of the rows: "2 = checkpoint every other layer")
 PER_LAYER = {"selective layer": "2"}
-NOT_PRICED = ("fp8 recipe not stated", "selective checkpointing", "a recompute module not priced")
+NOT_PRICED = ("fp8 recipe not stated", "fp8 on the GPT-2 stand-in", "selective checkpointing",
+              "a recompute module not priced")
 
 
 def blocks_every(r: dict[str, Any]) -> int | None:
@@ -103,7 +104,9 @@ def features(r: dict[str, Any]) -> list[str]:
     if (r.get("ep") or 1) > 1:
         out.append("expert parallelism")
     recipe = fp8_recipe(r)
-    if recipe is not None:
+    if recipe is not None and r["model"].startswith("gpt-mpt"):  # MPT's nn.Linear layers are GPT-2's Conv1D here
+        out.append("fp8 on the GPT-2 stand-in")
+    elif recipe is not None:
         out.append("fp8" if recipe else "fp8 recipe not stated")
     if set(r.get("recompute_modules") or ()) & set(RECOMPUTE_NOT_PRICED):
         out.append("a recompute module not priced")
@@ -347,6 +350,8 @@ def predict(r: dict[str, Any], folder: Path, before: bool, compiled: bool | None
         # the kernels column names DeepEP, or the run's config a hierarchical dispatcher (DeepEP, HybridEP)
         if ("DeepEP" in str(r.get("quote") or "") or r.get("moe_dispatcher")) and (r.get("ep") or 1) > 1:
             extra["moe_dispatcher"] = "deepep"
+        if r.get("fp8_engine") and framework_of(r) != "megatron":  # Transformer Engine's linears under PyTorch
+            extra["fp8_engine"] = r["fp8_engine"]
         if r.get("pp_last_stage_less_layers"):  # the run's own pipeline layout (Megatron-Bridge's DeepSeek-V3)
             extra["pp_last_stage_less_layers"] = r["pp_last_stage_less_layers"]
         if strategy == "ddp" and megatron_distributed_optimizer(r):

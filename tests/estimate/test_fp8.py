@@ -61,6 +61,41 @@ def test_transformer_engines_casts_under_megatron_core():
     assert fp8_casts(t, "tensorwise", 4)[forward] == x * 3 + w_ * 3 // 4
 
 
+def test_transformer_engines_linears_under_pytorch():
+    # --fp8-engine transformer-engine without Megatron-core (llm-foundry's fc_type te, Lightning's and Accelerate's
+    # TE back ends): Transformer Engine's casts (the input and the output's gradient once with their transposes, the
+    # weight gradient's GEMM nothing), and the inputs kept in fp8 for the backward
+    from torch_footprint.analysis.memory import replay
+    from torch_footprint.settings import Parallel
+
+    w = Workload(LLAMA, IDS, precision="bf16-mixed")
+    t, notes = trace_step(w, Training(train=True, optimizer="adamw", grads="zero"),
+                          Parallel(fp8="delayed", fp8_engine="transformer-engine", grad_accum=4))
+    casts = fp8_casts(t, "delayed", micro_batches=4)
+    mms = [i for i, e in enumerate(t.events) if e.module == "model.layers.0.self_attn.q_proj" and e.kind == "matrix"]
+    forward = next(i for i in mms if t.events[i].phase == "forward")
+    wgrad, data = (i for i in mms if t.events[i].phase == "backward")  # PyTorch's MmBackward0: the weight's first
+    x = w_ = 128 * 128 * 2
+    # the weight cast every micro-batch: a PyTorch stack passes TE no is_first_microbatch (Megatron-core does)
+    assert casts[forward] == (x + w_) * 2 and casts[wgrad] == 0 and casts[data] == x * 2
+    plain = trace_step(w, Training(train=True, optimizer="adamw", grads="zero"),
+                       Parallel(fp8="delayed", grad_accum=4))[0]
+    assert t.settings["fp8_engine"] == "transformer-engine" and "fp8_engine" not in plain.settings
+    assert any("keep their inputs in fp8" in n for n in notes)
+
+    def forward_end(trace) -> int:  # what lives as the backward starts: the inputs the linears keep
+        live = dict(replay(trace, keep_timeline=True).timeline)
+        return live[max(i for i, e in enumerate(trace.events) if e.phase == "forward")]
+
+    # per layer, under autocast: each linear keeps autocast's bf16 copy of its weight, now 1 byte a value (q, o 128 x
+    # 128; k, v 64 x 128; gate, up, down 344 x 128: 181,248 values, 181,248 B saved); q, k, v and gate, up each
+    # keep their own bf16 cast of the fp32 norm output (128 tokens x 128: 16,384 B saved each, 5 of them); down keeps
+    # SwiGLU's 128 x 344 output (44,032 B saved); o keeps an fp8 copy of the attention's output, which the fused
+    # attention keeps in bf16 for its own backward (16,384 B more)
+    per_layer = 181_248 + 5 * 16_384 + 44_032 - 16_384
+    assert forward_end(plain) - forward_end(t) == 2 * per_layer == 581_632
+
+
 def test_fp8_matmuls_at_the_fp8_rate_and_casts_as_their_own_kernels():
     t = _trace()
     h100 = get("h100-sxm")  # dense bf16 989.4 TFLOP/s, fp8 1978.9 (the datasheet's sparse figures halved)
@@ -96,6 +131,17 @@ def test_rowwise_scaling_transposes_the_operands_the_backward_reads_across_their
     assert tensorwise[forward] == rowwise[forward] == (32_768 + 16_384) * 5 // 2
     assert tensorwise[dgrad] == (16_384 + 16_384) * 5 // 2 and rowwise[dgrad] == tensorwise[dgrad] + 2 * 16_384
     assert tensorwise[wgrad] == (16_384 + 32_768) * 5 // 2 and rowwise[wgrad] == tensorwise[wgrad] + 2 * 49_152
+
+
+def test_a_model_without_linear_layers_says_no_matmul_runs_in_fp8():
+    # GPT-2's projections are transformers' Conv1D, not nn.Linear: torchao's convert_to_float8_training and Transformer
+    # Engine's linears leave them in bf16, so --fp8 changes nothing, and says so rather than print the bf16 time bare
+    gpt2 = str(Path(__file__).resolve().parents[1] / "configs" / "gpt2-tiny")
+    t = trace_step(Workload(gpt2, IDS, precision="bf16-mixed"), Training(train=True, optimizer="adamw"))[0]
+    h100 = get("h100-sxm")
+    fp8 = estimate_latency(t, h100, fp8="tensorwise")
+    assert fp8_casts(t, "tensorwise") == {} and fp8.time_s == estimate_latency(t, h100).time_s
+    assert any("no matmul runs in fp8" in n and "Conv1D" in n for n in fp8.notes)
 
 
 def test_fit_keeps_the_gpus_with_fp8_units():
@@ -159,7 +205,10 @@ def test_mxfp8_casts_once_a_gemm_with_a_scale_per_32_values_and_runs_on_blackwel
     (["--fp8", "nvfp4", "--gpu", "b200"],
      "unknown FP8 recipe 'nvfp4': use none, tensorwise, rowwise, rowwise_with_gw_hp, delayed, mxfp8"),
     (["--fp8", "rowwise", "--precision", "bf16-mixed", "--framework", "megatron", "--gpu", "h100-sxm"],
-     "--fp8 rowwise is torchao's; Megatron-core's Transformer Engine recipes priced here: tensorwise, delayed, mxfp8"),
+     "--fp8 rowwise is torchao's; Transformer Engine's recipes priced here: tensorwise, delayed, mxfp8"),
+    (["--fp8", "tensorwise", "--framework", "megatron", "--fp8-engine", "torchao", "--gpu", "h100-sxm"],
+     "--fp8-engine torchao: Megatron-core's FP8 is Transformer Engine's"),
+    (["--fp8-engine", "te", "--gpu", "h100-sxm"], "--fp8-engine transformer-engine runs FP8 training: add --fp8"),
 ])
 def test_fp8_bad_input_is_one_line_and_exit_code_2(argv: list[str], message: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:

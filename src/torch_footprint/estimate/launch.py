@@ -72,6 +72,6 @@ def launch(row: PlanRow) -> dict[str, Any]:
             titan[converter] = {"recipe_name": recipe}
     if fp8 in MEGATRON_FP8:
         mega += [f"--fp8-format {MEGATRON_FP8[fp8]}", f"--fp8-recipe {fp8}"]
-    usable = p.sharding != "zero1" and (fp8 is None or fp8 in TORCHTITAN_FP8)
+    usable = p.sharding != "zero1" and (fp8 is None or fp8 in TORCHTITAN_FP8 and p.fp8_engine != "transformer-engine")
     return {"torchtitan": titan if usable else None,
             "megatron": mega if fp8 is None or fp8 in MEGATRON_FP8 else None}

@@ -45,9 +45,6 @@ def fp8_rows(rows: list[Accelerator], p: Parallel, w: Workload, explicit: bool) 
         return rows
     if precision_of(w) not in ("bf16", "bf16-mixed", "fp16", "fp16-mixed"):
         raise FootprintError(f"--fp8 {p.fp8} casts bf16 or fp16 matmuls to fp8: add --precision bf16-mixed")
-    if p.framework == "megatron" and p.fp8.startswith("rowwise"):  # torchao's recipes, not Transformer Engine's
-        raise FootprintError(f"--fp8 {p.fp8} is torchao's; Megatron-core's Transformer Engine recipes priced here: "
-                             "tensorwise, delayed, mxfp8")
     lacking = [a for a in rows if not a.peak("fp8")]
     if explicit and lacking:
         raise FootprintError(f"--fp8 {p.fp8}: {lacking[0].id} has no fp8 units (no fp8 rate in its row)")
@@ -145,7 +142,7 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
             fused_paths = sorted({*fused_paths, *rotary})
             notes.append(f"Megatron-core's fused RoPE: {len(rotary)} attention modules' rotations one kernel each way")
     unfp8: Any = lambda: None  # noqa: E731
-    if p.framework == "megatron" and p.fp8 not in (None, "none") and t.train:
+    if p.te_fp8 and t.train:
         kept, unfp8 = te_fp8_inputs(m, FP8_HEADS)
         notes.append(f"Transformer Engine's FP8: {kept} linears and expert groups keep their inputs in fp8 for the "
                      "backward")
@@ -187,9 +184,12 @@ def trace_step(w: Workload, t: Training = Training(), p: Parallel = Parallel(), 
         trace.settings["rope_modules"] = rotary
     if p.framework == "megatron" and t.train:  # read by kernels.roofline: gradient_accumulation_fusion
         # (which Megatron-FSDP turns off: its guide's required --no-gradient-accumulation-fusion) and by
-        # kernels.fp8.fp8_casts: under --fp8, Transformer Engine's casts
+        # kernels.fp8.fp8_casts: under --fp8, Transformer Engine's casts, its weights' cached a step
+        # (Megatron-core passes is_first_microbatch)
         trace.settings.update(wgrad_accumulation_fused=p.sharding not in FSDP_STRATEGIES,
-                              fp8_engine="transformer-engine", merged_linears=merged_linears(m))
+                              fp8_engine="transformer-engine", fp8_weight_cached=True, merged_linears=merged_linears(m))
+    elif p.te_fp8:  # read by kernels.fp8.fp8_casts: Transformer Engine's linears under PyTorch
+        trace.settings["fp8_engine"] = "transformer-engine"
     if p.tensor > 1 and (p.sequence_parallel or p.framework == "megatron"):  # read by layouts.comm
         trace.settings["tp_inputs"] = "per module"
     if p.tensor > 1 and p.framework != "megatron":  # read by kernels.fp8.fp8_casts (tensorwise)
@@ -230,12 +230,13 @@ def trace_key(w: Workload, t: Training, p: Parallel, cuda_sm: tuple[int, int] | 
     """What the trace of ``t`` under layout ``p`` depends on (what :func:`trace_step` reads of
     them): layouts with equal keys are priced from one trace. The pipeline split and schedule,
     the micro-batches a step and the network do not change it; the data-parallel sharding only
-    through FSDP's compute dtype and, under Megatron-core, through Megatron-FSDP's own settings."""
+    through FSDP's compute dtype and, under Megatron-core, through Megatron-FSDP's own settings; FP8 through
+    Transformer Engine's linears, which keep their inputs in fp8."""
     fsdp_dtype = p.fsdp_param_dtype if p.sharding in FSDP_STRATEGIES else None
     # Megatron-core's gradient buffer, and whether it is Megatron-FSDP's (no gradient accumulation fusion)
     megatron = ((p.grad_reduce_dtype or "fp32"), p.sharding in FSDP_STRATEGIES) if p.framework == "megatron" else None
     return (repr(w), layout_training(t, p), p.tensor, p.sequence_parallel, p.vocab_parallel, p.cp, p.ep, fsdp_dtype,
-            megatron, cuda_sm)
+            megatron, p.te_fp8, cuda_sm)
 
 
 def _cuda_fuses(sm: tuple[int, int] | None) -> Any:

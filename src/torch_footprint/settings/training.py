@@ -22,8 +22,10 @@ PipelineSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]
 FsdpDtype = Literal["fp32", "bf16", "fp16"]
 Fp8Recipe = Literal["none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed", "mxfp8"]
 Framework = Literal["torch", "megatron"]
+Fp8Engine = Literal["torchao", "transformer-engine"]
 Loss = Literal["fp32", "logits", "fused"]
 MoeDispatcher = Literal["alltoall", "deepep"]
+FP8_ENGINE_ALIASES = {"te": "transformer-engine", "transformer_engine": "transformer-engine"}
 
 # torchtitan's schedule names (pipeline_parallel_schedule) and torch's dtype names, as typed
 SCHEDULE_ALIASES = {"interleaved1f1b": "interleaved-1f1b", "interleaved": "interleaved-1f1b",
@@ -207,6 +209,11 @@ class Parallel(Record):
     rowwise scales computed from each tensor (dynamic; rowwise_with_gw_hp: the weight gradient in bf16), delayed from
     an amax history, mxfp8 a scale per 32 values (Blackwell's block-scaled matmuls); the three matmuls of each at the
     fp8 rate, the casts as kernels of their own (with bf16 or fp16 arithmetic; none: off)"""
+    fp8_engine: Fp8Engine | None = opt(metavar="NAME", aliases_of_values=FP8_ENGINE_ALIASES, what="FP8 library")
+    """what runs --fp8: torchao (its float8 and MX training; the default under PyTorch) or transformer-engine (its
+    Linear modules, as llm-foundry's fc_type te, Lightning's and Accelerate's TE back ends use them: each input and
+    output gradient cast once with its transpose, the input kept in fp8 for the backward, the weight cast once a
+    step; always so under --framework megatron)"""
     framework: Framework = opt("torch", metavar="NAME", aliases_of_values=FRAMEWORK_ALIASES,
                                what="training framework")
     """what runs the layout, as it holds memory: torch (torch.distributed: FSDP2, DTensor, pipelining; torchtitan)
@@ -262,6 +269,7 @@ class Parallel(Record):
             raise FootprintError("--overlap-moe-expert-parallel-comm hides one micro-batch's all-to-alls behind "
                                  "another's compute: add --ep 2 or more and --grad-accum 2 or more")
         self._check_fsdp()
+        self._check_fp8()
 
     @property
     def stage_weights(self) -> tuple[int, int] | None:
@@ -290,6 +298,21 @@ class Parallel(Record):
         if self.vpp > 1 and self.pp_schedule in ("1f1b", "gpipe"):
             raise FootprintError(f"--pp-schedule {self.pp_schedule} runs one stage per rank: --vpp {self.vpp} needs "
                                  "interleaved-1f1b")
+
+    @property
+    def te_fp8(self) -> bool:
+        """Whether Transformer Engine runs --fp8 (always under Megatron-core; --fp8-engine transformer-engine)."""
+        te = self.framework == "megatron" or self.fp8_engine == "transformer-engine"
+        return self.fp8 not in (None, "none") and te
+
+    def _check_fp8(self) -> None:
+        if self.fp8_engine is not None and self.fp8 in (None, "none"):
+            raise FootprintError(f"--fp8-engine {self.fp8_engine} runs FP8 training: add --fp8 RECIPE")
+        if self.framework == "megatron" and self.fp8_engine == "torchao":
+            raise FootprintError("--fp8-engine torchao: Megatron-core's FP8 is Transformer Engine's")
+        if self.te_fp8 and str(self.fp8).startswith("rowwise"):
+            raise FootprintError(f"--fp8 {self.fp8} is torchao's; Transformer Engine's recipes priced here: "
+                                 "tensorwise, delayed, mxfp8")
 
     def _check_fsdp(self) -> None:
         if self.grad_reduce_dtype is not None and self.framework != "megatron":

@@ -50,21 +50,21 @@ def block_scaled(acc: Accelerator) -> bool:
 
 
 def weight_gradients(trace: Trace) -> set[int]:
-    """The events that are a linear layer's weight-gradient GEMM: in the backward, not reading the weight
-    transposed, with the weight's shape. Where the layer's input gradient has that shape too (as many tokens as
-    output features, a square weight), the two GEMMs alternate, the input's first: autograd computes mm's
-    gradients in the order of its inputs (``mat1``, the input, then ``mat2``, the weight; derivatives.yaml)."""
+    """The events that are a linear layer's weight-gradient GEMM: in the backward, with the weight's shape, not
+    reading the parameter (the input gradient's GEMM does, or under autocast reads its copy column-major). Where
+    neither tells them apart (as many tokens as output features, a square weight) the first of the two is the
+    weight's: PyTorch's MmBackward0 computes ``mat2``'s gradient (``weight.t()``) before ``self``'s, as traced."""
     shapes = {q.module: q.shape for q in trace.params if q.name.endswith("weight")}
     out, seen = set(), dict[str, int]()
     for i, e in enumerate(trace.events):
-        if e.kind != "matrix" or e.phase != "backward" or e.transposed or not e.out_shapes:
+        if e.kind != "matrix" or e.phase != "backward" or e.transposed or e.weights or not e.out_shapes:
             continue
         shape = shapes.get(e.module)
         if shape is None or list(e.out_shapes[0]) != list(shape):
             continue
         if e.problem and len(e.problem) >= 5 and e.problem[2] == e.problem[4]:  # tokens = output features
             seen[e.module] = seen.get(e.module, 0) + 1
-            if seen[e.module] % 2:  # the input's gradient, whose shape is the weight's too
+            if not seen[e.module] % 2:  # the second: the input's gradient, whose shape is the weight's too
                 continue
         out.add(i)
     return out
@@ -76,12 +76,12 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
     dimensions multiples of 16 (torchao's requirement); each with the bytes of its operands'
     casts (:data:`CAST_BYTES`). Event index -> bytes.
 
-    Under Transformer Engine (``fp8_engine``, Megatron-core's FP8) the casts are TE's: each
+    Under Transformer Engine (``fp8_engine``: Megatron-core's FP8, or ``--fp8-engine``) the casts are TE's: each
     linear's input cast once in the forward and its output's gradient once in the backward, each
     by a cast-transpose kernel that writes the fp8 tensor and its transpose (MX: its column-wise
     copy; the weight gradient's GEMM reads those: no cast of its own), and the weight cast in the
-    step's first micro-batch only (TE's ``is_first_microbatch``: cached for the other
-    ``micro_batches``).
+    step's first micro-batch only where the caller passes TE's ``is_first_microbatch`` (Megatron-core:
+    ``fp8_weight_cached``; cached for the other ``micro_batches``), every micro-batch otherwise.
 
     Under tensor parallelism with tensorwise scaling (torchao's float8 styles), a column-parallel
     linear's forward carries its share of one cast of its module's input (``fp8_colwise_inputs``,
@@ -93,9 +93,10 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
     casts along either dimension from the bf16 tensor in one kernel (``to_mx`` along dim0, its dim1 cast): each
     GEMM's operands cast once, as tensorwise's but with no amax pass."""
     types = {m.path: m.type for m in trace.modules}
-    wgrads = weight_gradients(trace) if recipe in ("rowwise", "rowwise_with_gw_hp") else set()
-    shared = trace.settings.get("fp8_colwise_inputs", {}) if recipe == "tensorwise" else {}
     te = trace.settings.get("fp8_engine") == "transformer-engine"
+    wgrads = weight_gradients(trace) if te or recipe in ("rowwise", "rowwise_with_gw_hp") else set()
+    once = max(1, micro_batches) if trace.settings.get("fp8_weight_cached") else 1
+    shared = trace.settings.get("fp8_colwise_inputs", {}) if recipe == "tensorwise" else {}
     per_byte = CAST_BYTES[recipe][te]
     out = {}
     for i, e in enumerate(trace.events):
@@ -117,10 +118,11 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
             if recipe == "rowwise" and not e.transposed:
                 out[i] += 2 * (e.bytes_read if wgrad else w)
             continue
-        if e.phase == "forward":  # the input each micro-batch, the weight once a step
-            out[i] = int((e.bytes_read - weight) * per_byte + weight * per_byte / max(1, micro_batches))
-        elif weight:  # the data gradient's GEMM: the output's gradient cast (its transpose kept for the weight's)
-            out[i] = int((e.bytes_read - weight) * per_byte)
-        else:  # the weight gradient's GEMM: both operands' fp8 transposes made already
+        w = weight or math.prod(e.problem[3:5]) * 2  # the weight operand: the parameter, or autocast's bf16 copy
+        if e.phase == "forward":  # the input each micro-batch, the weight once a step where TE caches it
+            out[i] = int((e.bytes_read - w) * per_byte + w * per_byte / once)
+        elif i in wgrads:  # the weight gradient's GEMM: both operands' fp8 transposes made already
             out[i] = 0
+        else:  # the data gradient's GEMM: the output's gradient cast (its transpose kept for the weight's)
+            out[i] = int((e.bytes_read - w) * per_byte)
     return out

@@ -393,6 +393,9 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         notes.append("operators without a FLOP formula are timed by their bytes only: " + ", ".join(sorted(unknown)))
     if compute_dtype:
         notes.append(f"matrix work timed at the {compute_dtype} rate; bytes as traced")
+    if fp8 and fp8 != "none" and not casts:  # torchao and Transformer Engine convert nn.Linear modules only
+        notes.append(f"fp8 ({fp8}): no matmul runs in fp8: none is an nn.Linear's (the head apart) in bf16 or fp16 "
+                     "with both sides multiples of 16 (GPT-2's Conv1D is not an nn.Linear)")
     if casts:
         notes.append(f"fp8 ({fp8}): {len(casts)} matmuls of linear layers at the fp8 rate, each operand's scaling "
                      "and cast a pass of its own")
