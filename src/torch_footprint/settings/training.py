@@ -212,8 +212,8 @@ class Parallel(Record):
     fp8_engine: Fp8Engine | None = opt(metavar="NAME", aliases_of_values=FP8_ENGINE_ALIASES, what="FP8 library")
     """what runs --fp8: torchao (its float8 and MX training; the default under PyTorch) or transformer-engine (its
     Linear modules, as llm-foundry's fc_type te, Lightning's and Accelerate's TE back ends use them: each input and
-    output gradient cast once with its transpose, the input kept in fp8 for the backward, the weight cast once a
-    step; always so under --framework megatron)"""
+    output gradient cast once with its transpose, the input kept in fp8 for the backward, the weight cast every
+    micro-batch; always so under --framework megatron, which casts the weight once a step)"""
     framework: Framework = opt("torch", metavar="NAME", aliases_of_values=FRAMEWORK_ALIASES,
                                what="training framework")
     """what runs the layout, as it holds memory: torch (torch.distributed: FSDP2, DTensor, pipelining; torchtitan)

@@ -89,9 +89,8 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
     read and written an element; torchao's float8 roofline: ``x_bf16_dim0 -> x_bf16_dim1``) the operands the
     backward reads across their rows: the data gradient's weight, both of the weight gradient's (with GW-HP the
     data gradient's weight is scaled per tensor, no transpose first, and the weight gradient's GEMM is not in the
-    result: bf16). torchao's MX
-    casts along either dimension from the bf16 tensor in one kernel (``to_mx`` along dim0, its dim1 cast): each
-    GEMM's operands cast once, as tensorwise's but with no amax pass."""
+    result: bf16). torchao's MX casts along either dimension from the bf16 tensor in one kernel (``to_mx`` along
+    dim0, its dim1 cast): each GEMM's operands cast once, as tensorwise's but with no amax pass."""
     types = {m.path: m.type for m in trace.modules}
     te = trace.settings.get("fp8_engine") == "transformer-engine"
     wgrads = weight_gradients(trace) if te or recipe in ("rowwise", "rowwise_with_gw_hp") else set()
