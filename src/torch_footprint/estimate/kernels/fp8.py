@@ -108,8 +108,9 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
         if not any(d in ("bfloat16", "float16") for d in (e.out_dtypes or [])):
             continue
         weight = sum(trace.params[k].nbytes for k in e.weights)
-        if not te:  # a forward (or its recompute) reads the weight transposed: [n, k], 2 B (autocast's copy)
-            split, w = shared.get(e.module) if e.transposed else None, weight or math.prod(e.problem[3:5]) * 2
+        w = weight or math.prod(e.problem[3:5]) * 2  # the weight operand: the parameter, or autocast's bf16 copy
+        if not te:  # a forward (or its recompute) reads the weight transposed: [n, k]
+            split = shared.get(e.module) if e.transposed else None
             wgrad = i in wgrads
             if wgrad and recipe == "rowwise_with_gw_hp":  # the weight gradient's GEMM stays in bf16: no cast
                 continue
@@ -117,7 +118,6 @@ def fp8_casts(trace: Trace, recipe: str, micro_batches: int = 1) -> dict[int, in
             if recipe == "rowwise" and not e.transposed:
                 out[i] += 2 * (e.bytes_read if wgrad else w)
             continue
-        w = weight or math.prod(e.problem[3:5]) * 2  # the weight operand: the parameter, or autocast's bf16 copy
         if e.phase == "forward":  # the input each micro-batch, the weight once a step where TE caches it
             out[i] = int((e.bytes_read - w) * per_byte + w * per_byte / once)
         elif i in wgrads:  # the weight gradient's GEMM: both operands' fp8 transposes made already

@@ -417,9 +417,9 @@ def _data_step(trace: Trace, pred: Prediction, p: Parallel, strategy: str, shard
                acc: Accelerator, network: Network | None) -> StepTime | None:
     tp, dp, m, pp, per_node = p.tensor, p.data * p.cp, p.grad_accum, p.pp, p.gpus_per_node
     phases = dict(once(pred, "phase times", lambda: phase_times(pred)))
-    # torchao's float8 tensor-parallel styles (tensorwise) gather each module's input in fp8
+    # torchao's float8 tensor-parallel styles (tensorwise) gather each module's input in fp8; Transformer Engine's not
     megatron = p.framework == "megatron"
-    fp8_gather = p.fp8 == "tensorwise" and not megatron and p.sequence_parallel and tp > 1
+    fp8_gather = p.fp8 == "tensorwise" and not p.te_fp8 and p.sequence_parallel and tp > 1
     if m > 1 or pp > 1:
         pp_link = link_of(acc, ranks=2, per_node=per_node, network=network, stride=tp * dp)
         return schedule_step(trace, pred, phases, strategy=strategy, shard=shard, replicas=replicas,
