@@ -59,10 +59,18 @@ def gpu(name: str) -> Accelerator | None:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Unlisted:
+    """A GPU the accelerator list does not have, whose rows need no datasheet (a ratio of two times)."""
+
+    id: str
+    vendor: str
+
+
 @dataclasses.dataclass
 class Row:
     family: str
-    gpu: Accelerator
+    gpu: Accelerator | Unlisted
     measured_s: float
     predict: Callable[[KernelConstants], float]
     label: str
@@ -98,7 +106,7 @@ def attention_rows(data: dict[str, Any], v1: bool = False) -> list[Row]:
     rows = []
     for r in data["attention"]:
         acc = gpu(r["gpu"])
-        kinds = ("flash1", "flash1-triton") if v1 else ("flash2", "flash3", "cudnn")
+        kinds = ("flash1", "flash1-triton") if v1 else ("flash2", "flash3", "cudnn", "aotriton")
         if acc is None or r["kernel"] not in kinds:
             continue
         b, h, s, d, causal = int(r["batch"]), int(r["heads"]), int(r["seqlen"]), int(r["head_dim"]), bool(r["causal"])
@@ -118,8 +126,33 @@ def attention_rows(data: dict[str, Any], v1: bool = False) -> list[Row]:
                 t += floored_s(2 * ours / (rate * attention_use(acc, key, bh, s, s, d, d, causal, True, c, kernel)), c)
             return t
 
-        rows.append(Row("attention", acc, measured, predict,
+        family = "attention-aotriton" if r["kernel"] == "aotriton" else "attention"
+        rows.append(Row(family, acc, measured, predict,
                         f"{r['kernel']} {r['direction']} s{s} d{d}{' causal' if causal else ''}"))
+    return rows
+
+
+def attention_backward_rows(data: dict[str, Any]) -> list[Row]:
+    """AOTriton's backward against its own forward at one shape on one GPU: the backward's time
+    predicted from the forward's measured time (footprint counts the backward's matrix FLOPs as
+    twice the forward's), so that it needs no datasheet (the MI355X's rows)."""
+    fwd = {(r["gpu"], r["causal"], r["seqlen"], r["head_dim"]): r for r in data["attention"]
+           if r["kernel"] == "aotriton" and r["direction"] == "fwd"}
+    rows = []
+    for r in data["attention"]:
+        f = fwd.get((r["gpu"], r["causal"], r["seqlen"], r["head_dim"]))
+        if r["kernel"] != "aotriton" or r["direction"] != "bwd" or f is None or not r.get("ratio", True):
+            continue
+        flops = 4 * int(r["batch"]) * int(r["heads"]) * int(r["seqlen"]) ** 2 * int(r["head_dim"])
+        flops /= 2 if r["causal"] else 1
+        t_fwd, t_bwd = flops / (f["tflops"] * 1e12), 2.5 * flops / (r["tflops"] * 1e12)
+
+        def predict(c: KernelConstants, t_fwd: float = t_fwd) -> float:
+            return 2 * t_fwd / c.attn_aotriton_backward
+
+        acc = gpu(r["gpu"]) or Unlisted(str(r["gpu"]).lower().replace("amd ", "").replace(" ", "-"), "amd")
+        rows.append(Row("attention-aotriton-bwd", acc, t_bwd, predict,
+                        f"aotriton bwd/fwd s{r['seqlen']} d{r['head_dim']}{' causal' if r['causal'] else ''}"))
     return rows
 
 
@@ -174,12 +207,15 @@ FAMILIES = {  # the constants each family fits (its own; the others as fitted be
     "gemm": ("matrix_a", "matrix_b", "k_half", "kernel_floor_s", "amd"),
     "attention": ("attn", "attn_s_half", "attn_backward", "attn_wgmma"),
     "attention-v1": ("attn_v1_head",),
+    "attention-aotriton": ("attn_aotriton", "attn_aotriton_s_half"),
+    "attention-aotriton-bwd": ("attn_aotriton_backward",),
     "power": ("power_exp",),
 }
 BOUNDS = {"hbm": (0.5, 1.0), "gddr": (0.5, 1.0), "other_memory": (0.3, 1.0), "matrix_a": (0.3, 1.2),
           "matrix_b": (-0.3, 0.3), "k_half": (0.0, 2048.0), "kernel_floor_s": (0.0, 3e-5), "amd": (0.2, 1.2),
           "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5),
-          "attn_wgmma": (0.2, 1.5), "attn_v1_head": (8.0, 4096.0), "power_exp": (0.0, 2.0)}
+          "attn_wgmma": (0.2, 1.5), "attn_v1_head": (8.0, 4096.0), "power_exp": (0.0, 2.0),
+          "attn_aotriton": (0.05, 1.5), "attn_aotriton_s_half": (0.0, 8192.0), "attn_aotriton_backward": (0.05, 1.5)}
 
 
 def loss(rows: Sequence[Row], c: KernelConstants) -> float:
@@ -250,8 +286,12 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="save the fit on every row as the shipped constants")
     args = ap.parse_args()
     data = tomllib.loads((ROOT / "benchmarks" / "published" / "kernels.toml").read_text())
-    families = {"bandwidth": bandwidth_rows(data), "gemm": gemm_rows(data), "attention": attention_rows(data),
+    attention = attention_rows(data)
+    families = {"bandwidth": bandwidth_rows(data), "gemm": gemm_rows(data),
+                "attention": [r for r in attention if r.family == "attention"],
                 "attention-v1": attention_rows(data, v1=True),
+                "attention-aotriton": [r for r in attention if r.family == "attention-aotriton"],
+                "attention-aotriton-bwd": attention_backward_rows(data),
                 "power": power_rows(tomllib.loads((ROOT / "benchmarks" / "published" / "power_limits.toml")
                                                   .read_text()))}
     start = KernelConstants()
@@ -260,7 +300,7 @@ def main() -> None:
     for name in (n for names in FAMILIES.values() for n in names):
         print(f"  {name:16s} {getattr(full, name):.4g}")
     gpus = sorted({r.gpu.id for rows in families.values() for r in rows})
-    print(f"\n{'family':10s} {'in-sample':48s} leave-one-GPU-out")
+    print(f"\n{'family':22s} {'in-sample':48s} leave-one-GPU-out")
     logo: dict[str, list[float]] = {f: [] for f in families}
     by_gpu: dict[str, list[float]] = {}
     for g in gpus:
@@ -271,11 +311,11 @@ def main() -> None:
             logo[f] += errs
             by_gpu.setdefault(g, []).extend(errs)
     for f, rows in families.items():
-        print(f"{f:10s} {summary(errors(rows, full)):48s} {summary(logo[f])}")
+        print(f"{f:22s} {summary(errors(rows, full)):48s} {summary(logo[f])}")
     # the kernels' figure: the power family's epochs are not kernel times (and would dilute it)
     kernels = [f for f in families if f != "power"]
     allerr = [e for f in kernels for e in logo[f]]
-    print(f"{'kernels':10s} {summary([e for f in kernels for e in errors(families[f], full)]):48s} "
+    print(f"{'kernels':22s} {summary([e for f in kernels for e in errors(families[f], full)]):48s} "
           f"{summary(allerr)}")
     print("\nleave-one-GPU-out, by GPU:")
     for g in gpus:

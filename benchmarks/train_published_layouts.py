@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torch_footprint.hardware import get
 from torch_footprint.settings.training import RECOMPUTE_NOT_PRICED
 
 try:
@@ -235,11 +236,14 @@ def attention_of_row(r: dict[str, Any]) -> str:
     attention) under Megatron-core and NeMo, and where NeMo AutoModel's backend sets attn: te (its Qwen3
     and gpt-oss-120b configs); FlashAttention-2's class elsewhere: torchtitan before PyTorch 2.9 (SDPA's
     flash back end; the releases since prefer cuDNN on Hopper), llm-foundry's and fms-fsdp's flash-attn
-    and SDPA of 2023-2024, AutoModel's FlexAttention (attn: flex, the gpt-oss-20b config). A row's own
-    ``attention`` wins: llm-foundry's runs of its Triton port of FlashAttention v1 (flash1)."""
+    and SDPA of 2023-2024, AutoModel's FlexAttention (attn: flex, the gpt-oss-20b config). On an AMD GPU
+    SDPA's flash back end is AOTriton's kernels: the fused kernel as PyTorch picks it there (fused). A
+    row's own ``attention`` wins: llm-foundry's runs of its Triton port of FlashAttention v1 (flash1)."""
     framework = str(r.get("framework") or "").lower()
     if r.get("attention"):  # the kernel the run's scripts name (llm-foundry's Triton FlashAttention v1)
         return str(r["attention"])
+    if get(r["gpu"]).vendor == "amd" and framework_of(r) != "megatron":
+        return "fused"
     if framework_of(r) == "megatron" or ("automodel" in framework and "FlexAttn" not in str(r.get("quote") or "")):
         return "cudnn"
     return "flash2"

@@ -59,6 +59,13 @@ class KernelConstants:
     # attn_v1_head (matrix.py's attention_use: v1 splits the keys and values over a block's warps,
     # whose partial results meet in shared memory, traffic that grows with the head dimension)
     attn_v1_head: float = 96.0
+    # PyTorch's SDPA on ROCm (AOTriton's Triton kernels, ahead-of-time compiled): its matrix work's
+    # share of the peak with S keys per block of queries, attn_aotriton x S / (S + attn_aotriton_s_half),
+    # and its backward's rate over its forward's; the defaults are FlashAttention-2's constants times
+    # `amd`, the assumption made before AMD attention measurements were in the fit
+    attn_aotriton: float = 0.63
+    attn_aotriton_s_half: float = 150.0
+    attn_aotriton_backward: float = 0.6
     # a board run below its TDP: the matrix units' rate falls as (limit / TDP) ** power_exp
     # (matrix.py's power_clock), fitted to training epochs timed under power limits
     power_exp: float = 0.5

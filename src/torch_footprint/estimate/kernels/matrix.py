@@ -235,25 +235,34 @@ def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, h
     that grows with the head dimension; FlashAttention-2 splits the queries instead (Dao 2023,
     arXiv:2307.08691, section 3.3). Measured in the FlashAttention-2 release's tables, both at
     0.55-0.7 of FlashAttention-2's throughput at head size 64 and 0.4-0.5 at 128, on the A100 and
-    the H100 alike (``published/kernels.toml``), fitted. On an AMD part the kernel reaches the
-    ``amd`` share of that, as AMD's GEMMs reach of NVIDIA's (no AMD attention measurement is in
-    the fit: an assumption, not a fit).
+    the H100 alike (``published/kernels.toml``), fitted. Another kernel on an AMD part (ROCm's
+    flash-attention package, CK) reaches the ``amd`` share of FlashAttention-2's, as AMD's GEMMs
+    reach of NVIDIA's (an assumption, not a fit).
+    ``kernel`` "aotriton": PyTorch's SDPA on ROCm (AOTriton's kernels), with constants of its own
+    (``attn_aotriton``, ``attn_aotriton_s_half``), fitted to its published forward times on the MI300X;
+    its backward runs at ``attn_aotriton_backward`` of its forward's rate at the same shape, the ratio
+    fitted to its published pairs on the MI355X.
     """
     keys = seq_k / 2 if causal else seq_k
-    share = c.attn * keys / (keys + c.attn_s_half)
+    aotriton = kernel == "aotriton"
+    if aotriton:
+        share = c.attn_aotriton * keys / (keys + c.attn_aotriton_s_half)
+    else:
+        share = c.attn * keys / (keys + c.attn_s_half)
+        share *= c.attn_backward if backward else 1.0
     if sm_of(acc) in WARPGROUP_SM:
         share *= c.attn_wgmma if kernel in ("cudnn", "flash3") else MMA_SYNC_SHARE
-    if backward:
-        share *= c.attn_backward
     if kernel == "flash1":
         share /= 1 + head / c.attn_v1_head
     share *= tile_use(acc.units, bh, seq_q, FLASH_BLOCK)
-    flops_per_pair = 2 * (head + head_v) * (2 if backward else 1)
+    flops_per_pair = 2 * (head + head_v) * (2 if backward and not aotriton else 1)
     matrix_rate = (acc.peak(key) or acc.vector_peak) * share
     exp_per_flop = EXP_PER_SCORE / (exp_rate(acc) * flops_per_pair)  # seconds of exponentials per matrix FLOP
     use = share / (1 + matrix_rate * exp_per_flop)
     if causal and seq_k > 0:
         use /= 1 + FLASH_BLOCK / seq_k
-    if acc.vendor == "amd":  # AMD's kernels reach ``amd`` of it, as its GEMM libraries do (matrix_share)
+    if aotriton and backward:  # its backward runs at a fitted share of its forward's rate at the same shape
+        use *= c.attn_aotriton_backward
+    if acc.vendor == "amd" and not aotriton:  # reach ``amd`` of it, as AMD's GEMM libraries do (matrix_share)
         use *= c.amd
     return use * power_clock(acc, c) / matrix_share(acc, key, c)

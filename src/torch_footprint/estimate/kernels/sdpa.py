@@ -107,10 +107,14 @@ def sdpa_kernel(acc: Accelerator, key: str, head: int, head_v: int, asked: str |
     head size, a multiple of 8 up to 256), else FlashAttention-2 (the flash back end). ``asked``:
     the kernel the user names (``--attention flash1|flash2|flash3|cudnn``: an older PyTorch,
     FlashAttention or Transformer Engine), where the GPU can run it (FlashAttention-2's class
-    elsewhere)."""
+    elsewhere). On an AMD GPU PyTorch's flash and memory-efficient back ends both run AOTriton's
+    kernels (aten/src/ATen/native/transformers/hip/flash_attn/aot, the default unless
+    TORCH_ROCM_FA_PREFER_CK=1 selects Composable Kernel's): ``aotriton``."""
     sm = sm_of(acc)
     if asked in ATTENTION_KERNELS:  # the kernel the user's stack runs; a warpgroup kernel only where wgmma is
         return asked if asked in ("flash1", "flash2") or sm in WGMMA_SMS else "flash2"
+    if acc.vendor == "amd" and acc.kind == "gpu":
+        return "aotriton"
     if sm in WGMMA_SMS and key in ("fp16", "bf16") and head == head_v and head <= 256 and head % 8 == 0:
         return "cudnn"
     return "flash2"
