@@ -78,3 +78,16 @@ def test_fit_names_cudas_kernel_where_the_cpu_path_differs():
                             "the CPU's math path (dropout 0.1 in training)") for n in res.notes)
     assert not any("t4" in n for n in res.notes if n.startswith("attention"))
     assert rows["h100-sxm"].to_dict()["attention"][0]["kernel"] == "flash"
+
+
+def test_fit_names_rocms_kernel_on_an_amd_gpu():
+    # PyTorch's SDPA on ROCm runs AOTriton's kernels: a fused call is named (and priced) so on an MI300X;
+    # GPT-2 with attention dropout trains through the CPU's math path, priced as traced
+    llama = str(Path(__file__).resolve().parents[1] / "configs" / "llama-tiny")
+    res = api.fit(llama, {"input_ids": "2,64:int64"}, train=True, precision="bf16-mixed", gpu=["mi300x"])
+    [row] = res.rows
+    assert row.attention is not None and {c["kernel"] for c in row.attention} == {"aotriton"}
+    assert row.to_dict()["attention"][0]["why"] == "PyTorch's SDPA on ROCm"
+    dropout = str(Path(__file__).resolve().parents[1] / "configs" / "gpt2-tiny-dropout")
+    res = api.fit(dropout, {"input_ids": "2,64:int64"}, train=True, precision="bf16-mixed", gpu=["mi300x"])
+    assert res.rows[0].attention is not None and res.rows[0].attention[0]["kernel"] == "math"

@@ -132,10 +132,17 @@ def _closest_miss(rows: list[FitRow]) -> str:
 def attention_kernels(rows: list[FitRow], calls: list[dict[str, Any]]) -> list[str]:
     """Name on each NVIDIA row the kernel CUDA runs each traced attention call with (sdp_utils'
     choice, :mod:`.kernels.sdpa`); a note where that is fused and the trace's CPU path was not,
-    or the other way round (the step is priced as traced)."""
+    or the other way round (the step is priced as traced). On an AMD GPU a fused call is priced as
+    AOTriton's kernels, what PyTorch's SDPA runs on ROCm, and the math path as traced."""
     differ: dict[str, list[str]] = {}
     for row in rows:
         sm = sm_of(row.accelerator)
+        if row.accelerator.vendor == "amd" and row.accelerator.kind == "gpu" and calls:
+            row.attention = [{"kernel": "math" if c["cpu_path"] == "math" else "aotriton",
+                              "why": "as traced" if c["cpu_path"] == "math" else "PyTorch's SDPA on ROCm",
+                              "traced": c["cpu_path"], "calls": c["calls"], "dtype": c["dtype"],
+                              "head_dim": c["head_dim"], "dropout": c["dropout"]} for c in calls]
+            continue
         if sm is None or not calls:
             continue
         row.attention = []
