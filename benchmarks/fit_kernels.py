@@ -2,9 +2,10 @@
 leaving each GPU out.
 
 Reads benchmarks/published/kernels.toml: cuBLAS GEMM throughputs (best shapes, square sizes,
-few-row products), FlashAttention-2's throughputs (forward, backward and both, A100 and
-H100) by sequence length, head dimension and mask, FlashAttention v1's and its Triton port's
-beside them in the same tables, and streaming-kernel bandwidths; and
+few-row products, and the best of five square sizes on fifteen boards, GeForce among them),
+FlashAttention-2's throughputs (forward, backward and both, A100 and H100) by sequence length,
+head dimension and mask, FlashAttention v1's and its Triton port's beside them in the same
+tables, PyTorch's SDPA on ROCm (AOTriton's kernels), and streaming-kernel bandwidths; and
 benchmarks/published/power_limits.toml: training epochs timed under power limits (the clocks'
 fall below the TDP). Each family's constants are fitted
 to its rows (least squares on the log of the time), then refitted without each GPU's rows
@@ -86,17 +87,23 @@ def gemm_rows(data: dict[str, Any]) -> list[Row]:
         flops = 2 * m * n * k * b
         measured = r["time_us"] * 1e-6 if r.get("time_us") else flops / (r["tflops"] * 1e12)
         key = DTYPE[r["dtype"]]
-        elem = 1 if key == "fp8" else 4 if key == "fp32" else 2
-        nbytes = (m * k + k * n + m * n) * b * elem
+        elem = 1 if key == "fp8" else 4 if key in ("fp32", "tf32") else 2
+        # a row that prints the best of several square sizes is priced at the best of them
+        shapes = [(b, s, s, s) for s in r["sizes"]] if r.get("sizes") else [(b, m, n, k)]
 
-        def predict(c: KernelConstants, acc: Accelerator = acc, key: str = key, shape: tuple = (b, m, n, k),
-                    flops: int = flops, nbytes: int = nbytes) -> float:
+        def predict(c: KernelConstants, acc: Accelerator = acc, key: str = key, shapes: list = shapes,
+                    flops: int = flops, elem: int = elem) -> float:
             peak = acc.peak(key) or 0.0
-            compute = flops / (peak * matrix_share(acc, key, c) * gemm_use(acc, *shape, c, key))
-            memory = nbytes / (acc.bandwidth * bandwidth_share(acc, c))
-            return floored_s(max(compute, memory), c)
+            per_flop = []
+            for bb, mm, nn, kk in shapes:
+                work = 2 * bb * mm * nn * kk
+                compute = work / (peak * matrix_share(acc, key, c) * gemm_use(acc, bb, mm, nn, kk, c, key))
+                memory = (mm * kk + kk * nn + mm * nn) * bb * elem / (acc.bandwidth * bandwidth_share(acc, c))
+                per_flop.append(floored_s(max(compute, memory), c) / work)
+            return min(per_flop) * flops
 
-        rows.append(Row("gemm", acc, measured, predict, f"{r['dtype']} {m}x{n}x{k}"))
+        label = f"best of {'/'.join(map(str, r['sizes']))}" if r.get("sizes") else f"{m}x{n}x{k}"
+        rows.append(Row("gemm", acc, measured, predict, f"{r['dtype']} {label}"))
     return rows
 
 
@@ -204,7 +211,7 @@ def power_rows(data: dict[str, Any]) -> list[Row]:
 
 FAMILIES = {  # the constants each family fits (its own; the others as fitted before it)
     "bandwidth": ("hbm", "gddr", "other_memory"),
-    "gemm": ("matrix_a", "matrix_b", "k_half", "kernel_floor_s", "amd"),
+    "gemm": ("matrix_a", "matrix_b", "k_half", "kernel_floor_s", "amd", "geforce"),
     "attention": ("attn", "attn_s_half", "attn_backward", "attn_wgmma"),
     "attention-v1": ("attn_v1_head",),
     "attention-aotriton": ("attn_aotriton", "attn_aotriton_s_half"),
@@ -212,10 +219,24 @@ FAMILIES = {  # the constants each family fits (its own; the others as fitted be
     "power": ("power_exp",),
 }
 BOUNDS = {"hbm": (0.5, 1.0), "gddr": (0.5, 1.0), "other_memory": (0.3, 1.0), "matrix_a": (0.3, 1.2),
-          "matrix_b": (-0.3, 0.3), "k_half": (0.0, 2048.0), "kernel_floor_s": (0.0, 3e-5), "amd": (0.2, 1.2),
+          "matrix_b": (-0.3, 0.3), "geforce": (0.8, 1.4), "k_half": (0.0, 2048.0), "kernel_floor_s": (0.0, 3e-5),
+          "amd": (0.2, 1.2),
           "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5),
           "attn_wgmma": (0.2, 1.5), "attn_v1_head": (8.0, 4096.0), "power_exp": (0.0, 2.0),
           "attn_aotriton": (0.05, 1.5), "attn_aotriton_s_half": (0.0, 8192.0), "attn_aotriton_backward": (0.05, 1.5)}
+
+
+def all_rows() -> dict[str, list[Row]]:
+    """Every family's rows: the kernel measurements of ``published/kernels.toml`` and the
+    power-limited epochs of ``published/power_limits.toml``."""
+    data = tomllib.loads((ROOT / "benchmarks" / "published" / "kernels.toml").read_text())
+    attention = attention_rows(data)
+    return {"bandwidth": bandwidth_rows(data), "gemm": gemm_rows(data),
+            "attention": [r for r in attention if r.family == "attention"],
+            "attention-v1": attention_rows(data, v1=True),
+            "attention-aotriton": [r for r in attention if r.family == "attention-aotriton"],
+            "attention-aotriton-bwd": attention_backward_rows(data),
+            "power": power_rows(tomllib.loads((ROOT / "benchmarks" / "published" / "power_limits.toml").read_text()))}
 
 
 def loss(rows: Sequence[Row], c: KernelConstants) -> float:
@@ -252,10 +273,11 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, steps: np.ndar
 def fit(rows_by_family: dict[str, list[Row]], start: KernelConstants) -> KernelConstants:
     c = start
     for family, names in FAMILIES.items():
-        rows = rows_by_family[family]
+        rows = rows_by_family.get(family, [])
         if not rows:
             continue
-        present = [n for n in names if n != "amd" or any(r.gpu.vendor == "amd" for r in rows)]
+        present = [n for n in names if (n != "amd" or any(r.gpu.vendor == "amd" for r in rows))
+                   and (n != "geforce" or any("GeForce" in getattr(r.gpu, "name", "") for r in rows))]
         x0 = np.array([getattr(c, n) for n in present], dtype=float)
 
         def clamp(x: np.ndarray, present: list[str] = present) -> dict[str, float]:
@@ -285,15 +307,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write", action="store_true", help="save the fit on every row as the shipped constants")
     args = ap.parse_args()
-    data = tomllib.loads((ROOT / "benchmarks" / "published" / "kernels.toml").read_text())
-    attention = attention_rows(data)
-    families = {"bandwidth": bandwidth_rows(data), "gemm": gemm_rows(data),
-                "attention": [r for r in attention if r.family == "attention"],
-                "attention-v1": attention_rows(data, v1=True),
-                "attention-aotriton": [r for r in attention if r.family == "attention-aotriton"],
-                "attention-aotriton-bwd": attention_backward_rows(data),
-                "power": power_rows(tomllib.loads((ROOT / "benchmarks" / "published" / "power_limits.toml")
-                                                  .read_text()))}
+    families = all_rows()
     start = KernelConstants()
     full = fit(families, start)
     print("constants fitted on every row:")

@@ -147,9 +147,7 @@ def main() -> None:
     args = ap.parse_args()
     fits: dict[str, Any] = {}
     if args.leave_one_gpu_out:
-        data = tomllib.loads((ROOT / "benchmarks" / "published" / "kernels.toml").read_text())
-        families = {"bandwidth": fit_kernels.bandwidth_rows(data), "gemm": fit_kernels.gemm_rows(data),
-                    "attention": fit_kernels.attention_rows(data)}
+        families = fit_kernels.all_rows()
     rows = measured_rows(args.measured) if args.measured else \
         tomllib.loads((ROOT / "benchmarks" / "published" / "models.toml").read_text())["row"]
     rows = rows[:args.rows]

@@ -303,3 +303,31 @@ def test_sdpa_on_an_mi300x_runs_aotritons_kernels_at_their_published_rates() -> 
                                  (301.24, 593.913331), (309.30, 821.786381), (311.66, 872.787694))]
     back, fwd = (attention_use(acc, "bf16", 256, 8192, 8192, 128, 128, False, b, c, "aotriton") for b in (True, False))
     assert back / fwd == pytest.approx(0.8 * sorted(ratios)[4], rel=0.15)
+
+
+def test_a_geforce_boards_clock_by_hand() -> None:
+    # NVIDIA rates a GeForce board at its boost clock, which GPU Boost exceeds: its matrix share is the
+    # data-centre formula's times geforce; a data-centre part's is not; a power limit still applies
+    from dataclasses import replace
+
+    from torch_footprint.estimate.kernels.matrix import board_clock
+
+    k = replace(C, geforce=1.25)
+    geforce = replace(GPU, name="NVIDIA GeForce G")
+    assert board_clock(GPU, k) == 1.0 and board_clock(geforce, k) == 1.25
+    assert matrix_share(geforce, "fp16", k) == pytest.approx(1.25 * matrix_share(GPU, "fp16", k))
+    capped = replace(geforce, power_limit_w=200.0)
+    assert board_clock(capped, k) == pytest.approx(1.25 * 0.5 ** k.power_exp)
+
+
+def test_geforce_matmuls_against_their_published_best_rates() -> None:
+    # the best of five square fp16 matmuls (1k-10k), medians of the boards in
+    # zzc0721/torch-performance-test-data's database.md (benchmarks/published/kernels.toml), TFLOP/s:
+    # RTX 3090 75.64 of 71 rated, RTX 4090 166.87 of 165.2, RTX 5090 229.52 of 209.5
+    c = constants.current()
+    for gpu, tflops in (("rtx-3090", 75.64), ("rtx-4090", 166.87), ("rtx-5090", 229.52)):
+        acc = get(gpu)
+        best = max(acc.peak("fp16") * matrix_share(acc, "fp16", c) * problem_use(acc, ["gemm", 1, s, s, s], c, "fp16")
+                   for s in (1024, 2048, 4096, 8192, 10240))
+        assert best > acc.peak("fp16")  # above the rated peak, as measured
+        assert best == pytest.approx(tflops * 1e12, rel=0.10)

@@ -36,6 +36,9 @@ class KernelConstants:
     matrix_low: float = 0.35
     matrix_high: float = 0.97
     amd: float = 0.70
+    # a GeForce board's clocks under load over the boost clock its datasheet rates are at
+    # (matrix.py's board_clock): GPU Boost runs above it where power and temperature allow
+    geforce: float = 1.0
     # a GEMM's reduction length K fills its pipeline: K / (K + k_half)
     k_half: float = 48.0
     # the least time a kernel takes on the device (launch latency, a wave's ramp), seconds

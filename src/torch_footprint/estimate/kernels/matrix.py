@@ -90,7 +90,17 @@ def matrix_share(acc: Accelerator, key: str, c: KernelConstants) -> float:
         watts_per_tflops = acc.tdp_w / (peak / 1e12)
         share = c.matrix_a + c.matrix_b * watts_per_tflops
     share = min(max(share, c.matrix_low), c.matrix_high)
-    return share * (c.amd if acc.vendor == "amd" else 1.0) * power_clock(acc, c)
+    return share * (c.amd if acc.vendor == "amd" else 1.0) * board_clock(acc, c)
+
+
+def board_clock(acc: Accelerator, c: KernelConstants) -> float:
+    """The board's clocks at full load over those its datasheet rates are at: a power limit set
+    below the TDP (:func:`power_clock`), and on a GeForce board ``geforce``. NVIDIA rates a GeForce
+    part's TFLOP/s at its boost clock, a typical figure, and GPU Boost runs above it while power and
+    temperature allow (the RTX 3090, 4090 and 5090 run square matmuls at 1.00-1.17 of their rated
+    dense peak, ``published/kernels.toml``); a data-centre part's boost clock is its ceiling."""
+    boost = c.geforce if acc.vendor == "nvidia" and "GeForce" in acc.name else 1.0
+    return power_clock(acc, c) * boost
 
 
 def power_clock(acc: Accelerator, c: KernelConstants) -> float:
@@ -220,7 +230,7 @@ def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, h
     average under a causal mask), over waves of query blocks; unlike a best-shape GEMM it
     does not reach the power-limited clocks of :func:`matrix_share` (it keeps the tensor
     cores under three quarters busy), so its share is of the datasheet peak (slowed by a power
-    limit set below the TDP alone, :func:`power_clock`); a causal
+    limit set below the TDP and a GeForce board's boost alone, :func:`board_clock`); a causal
     mask's diagonal tiles are computed whole (1 + FLASH_BLOCK / seq_k of the visible pairs);
     each score's exponential (one per pair, forward, and once again in the backward, which
     recomputes the probabilities) takes a special-function result (:func:`exp_rate`), added to the
@@ -265,4 +275,4 @@ def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, h
         use *= c.attn_aotriton_backward
     if acc.vendor == "amd" and not aotriton:  # reach ``amd`` of it, as AMD's GEMM libraries do (matrix_share)
         use *= c.amd
-    return use * power_clock(acc, c) / matrix_share(acc, key, c)
+    return use * board_clock(acc, c) / matrix_share(acc, key, c)
