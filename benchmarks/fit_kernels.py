@@ -43,6 +43,7 @@ from torch_footprint.estimate.kernels.constants import KernelConstants  # noqa: 
 from torch_footprint.estimate.kernels.matrix import (  # noqa: E402
     attention_use,
     gemm_use,
+    is_geforce,
     matrix_share,
 )
 from torch_footprint.hardware import get  # noqa: E402
@@ -277,7 +278,7 @@ def fit(rows_by_family: dict[str, list[Row]], start: KernelConstants) -> KernelC
         if not rows:
             continue
         present = [n for n in names if (n != "amd" or any(r.gpu.vendor == "amd" for r in rows))
-                   and (n != "geforce" or any("GeForce" in getattr(r.gpu, "name", "") for r in rows))]
+                   and (n != "geforce" or any(isinstance(r.gpu, Accelerator) and is_geforce(r.gpu) for r in rows))]
         x0 = np.array([getattr(c, n) for n in present], dtype=float)
 
         def clamp(x: np.ndarray, present: list[str] = present) -> dict[str, float]:

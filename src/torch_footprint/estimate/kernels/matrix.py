@@ -99,8 +99,12 @@ def board_clock(acc: Accelerator, c: KernelConstants) -> float:
     part's TFLOP/s at its boost clock, a typical figure, and GPU Boost runs above it while power and
     temperature allow (the RTX 3090, 4090 and 5090 run square matmuls at 1.00-1.17 of their rated
     dense peak, ``published/kernels.toml``); a data-centre part's boost clock is its ceiling."""
-    boost = c.geforce if acc.vendor == "nvidia" and "GeForce" in acc.name else 1.0
-    return power_clock(acc, c) * boost
+    return power_clock(acc, c) * (c.geforce if is_geforce(acc) else 1.0)
+
+
+def is_geforce(acc: Accelerator) -> bool:
+    """Whether ``acc`` is an NVIDIA GeForce board (its datasheet rated at a typical boost clock)."""
+    return acc.vendor == "nvidia" and "GeForce" in acc.name
 
 
 def power_clock(acc: Accelerator, c: KernelConstants) -> float:
