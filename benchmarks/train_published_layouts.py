@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torch_footprint.estimate.kernels.sdpa import is_rocm
 from torch_footprint.hardware import get
 from torch_footprint.settings.training import RECOMPUTE_NOT_PRICED
 
@@ -242,9 +243,10 @@ def attention_of_row(r: dict[str, Any]) -> str:
     framework = str(r.get("framework") or "").lower()
     if r.get("attention"):  # the kernel the run's scripts name (llm-foundry's Triton FlashAttention v1)
         return str(r["attention"])
-    if get(r["gpu"]).vendor == "amd" and framework_of(r) != "megatron":
+    megatron = framework_of(r) == "megatron"
+    if is_rocm(get(r["gpu"])) and not megatron:
         return "fused"
-    if framework_of(r) == "megatron" or ("automodel" in framework and "FlexAttn" not in str(r.get("quote") or "")):
+    if megatron or ("automodel" in framework and "FlexAttn" not in str(r.get("quote") or "")):
         return "cudnn"
     return "flash2"
 

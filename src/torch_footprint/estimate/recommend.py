@@ -25,7 +25,7 @@ from .allocator import SOURCES as EXTRAS_SOURCES
 from .allocator import models_extras
 from .batch import Scaling, aligned_pair, extrapolate
 from .kernels.roofline import Prediction, estimate_latency
-from .kernels.sdpa import cuda_backend, sm_of
+from .kernels.sdpa import cuda_backend, is_rocm, rocm_backend, sm_of
 from .layouts.comm import StepTime
 from .layouts.cp_ep import layout_memory, without_experts
 from .layouts.schedule import layout_step, schedule_peak
@@ -136,21 +136,15 @@ def attention_kernels(rows: list[FitRow], calls: list[dict[str, Any]]) -> list[s
     AOTriton's kernels, what PyTorch's SDPA runs on ROCm, and the math path as traced."""
     differ: dict[str, list[str]] = {}
     for row in rows:
-        sm = sm_of(row.accelerator)
-        if row.accelerator.vendor == "amd" and row.accelerator.kind == "gpu" and calls:
-            row.attention = [{"kernel": "math" if c["cpu_path"] == "math" else "aotriton",
-                              "why": "as traced" if c["cpu_path"] == "math" else "PyTorch's SDPA on ROCm",
-                              "traced": c["cpu_path"], "calls": c["calls"], "dtype": c["dtype"],
-                              "head_dim": c["head_dim"], "dropout": c["dropout"]} for c in calls]
-            continue
-        if sm is None or not calls:
+        sm, rocm = sm_of(row.accelerator), is_rocm(row.accelerator)
+        if (sm is None and not rocm) or not calls:
             continue
         row.attention = []
         for c in calls:
-            kernel, why = cuda_backend(c, sm)
+            kernel, why = rocm_backend(c) if sm is None else cuda_backend(c, sm)
             row.attention.append({"kernel": kernel, "why": why, "traced": c["cpu_path"], "calls": c["calls"],
                                   "dtype": c["dtype"], "head_dim": c["head_dim"], "dropout": c["dropout"]})
-            if (kernel == "math") != (c["cpu_path"] == "math"):
+            if sm is not None and (kernel == "math") != (c["cpu_path"] == "math"):
                 differ.setdefault(f"{kernel} where the trace ran the CPU's {c['cpu_path']} path"
                                   + (f" (dropout {c['dropout']:g} in training)" if c["dropout"] and c["grad"]
                                      else ""), []).append(row.accelerator.id)

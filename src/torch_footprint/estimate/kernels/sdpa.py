@@ -96,6 +96,17 @@ def cuda_backend(c: dict[str, Any], sm: tuple[int, int]) -> tuple[str, str]:
     return "math", f"not flash: {no_flash}; not mem-efficient: {no_eff}"
 
 
+def rocm_backend(c: dict[str, Any]) -> tuple[str, str]:
+    """The kernel PyTorch's SDPA runs attention call ``c`` with on an AMD GPU, and why: AOTriton's for a
+    fused call (ROCm's flash and memory-efficient back ends both run them), the math path as traced."""
+    return ("math", "as traced") if c["cpu_path"] == "math" else ("aotriton", "PyTorch's SDPA on ROCm")
+
+
+def is_rocm(acc: Accelerator) -> bool:
+    """Whether ``acc`` is an AMD GPU, where PyTorch runs on ROCm."""
+    return acc.vendor == "amd" and acc.kind == "gpu"
+
+
 ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "cudnn")  # the fused kernels a user can name (--attention)
 WGMMA_SMS = ((9, 0), (10, 0))  # warpgroup (wgmma) tensor-core instructions: Hopper and Blackwell data-centre parts
 
@@ -113,7 +124,7 @@ def sdpa_kernel(acc: Accelerator, key: str, head: int, head_v: int, asked: str |
     sm = sm_of(acc)
     if asked in ATTENTION_KERNELS:  # the kernel the user's stack runs; a warpgroup kernel only where wgmma is
         return asked if asked in ("flash1", "flash2") or sm in WGMMA_SMS else "flash2"
-    if acc.vendor == "amd" and acc.kind == "gpu":
+    if is_rocm(acc):
         return "aotriton"
     if sm in WGMMA_SMS and key in ("fp16", "bf16") and head == head_v and head <= 256 and head % 8 == 0:
         return "cudnn"
