@@ -42,7 +42,6 @@ from typing import Any
 
 from torch_footprint.estimate.kernels.sdpa import is_rocm
 from torch_footprint.hardware import get
-from torch_footprint.settings.training import RECOMPUTE_NOT_PRICED
 
 try:
     import tomllib
@@ -57,8 +56,7 @@ PER_OP = ("selective (per-op SAC)", "selective op")
 # torchtitan's layer-wise selective checkpointing: its selective_ac_option, "2" by default
 # (torchtitan/config_manager.py at 6a6f755, the commit of the rows: "2 = checkpoint every other layer")
 PER_LAYER = {"selective layer": "2"}
-NOT_PRICED = ("fp8 recipe not stated", "fp8 on the GPT-2 stand-in", "selective checkpointing",
-              "a recompute module not priced")
+NOT_PRICED = ("fp8 recipe not stated", "fp8 on the GPT-2 stand-in", "selective checkpointing")
 
 
 def blocks_every(r: dict[str, Any]) -> int | None:
@@ -110,8 +108,6 @@ def features(r: dict[str, Any]) -> list[str]:
         out.append("fp8 on the GPT-2 stand-in")
     elif recipe is not None:
         out.append("fp8" if recipe else "fp8 recipe not stated")
-    if set(r.get("recompute_modules") or ()) & set(RECOMPUTE_NOT_PRICED):
-        out.append("a recompute module not priced")
     if r.get("fsdp") == "hybrid_shard":
         out.append("hsdp")
     ac = str(r.get("activation_checkpointing") or "none")

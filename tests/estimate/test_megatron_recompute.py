@@ -25,7 +25,7 @@ from torch_footprint.estimate.workload import trace_step
 from torch_footprint.settings import Parallel, Training, Workload
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-LLAMA, MOE = str(CONFIGS / "llama-tiny"), str(CONFIGS / "qwen3-moe-tiny")
+LLAMA, MOE, MLA = str(CONFIGS / "llama-tiny"), str(CONFIGS / "qwen3-moe-tiny"), str(CONFIGS / "deepseek-v3-tiny")
 VOCAB, HIDDEN, LAYERS = 1000, 128, 2
 
 
@@ -113,8 +113,6 @@ def test_a_checkpointed_mlp_keeps_its_input_not_its_insides() -> None:
 def test_names_are_megatrons_and_checked() -> None:
     assert Training(train=True, recompute_modules=("layernorm,moe-act", "layernorm")).recompute_modules == (
         "layernorm", "moe_act")
-    with pytest.raises(FootprintError, match="core_attn: not priced yet"):
-        Training(train=True, recompute_modules=("core_attn",))
     with pytest.raises(FootprintError, match="unknown --recompute-modules name 'norms'"):
         Training(train=True, recompute_modules=("norms",))
     with pytest.raises(FootprintError, match="add --train"):
@@ -123,12 +121,70 @@ def test_names_are_megatrons_and_checked() -> None:
         Training(train=True, ac="full", recompute_modules=("mlp",))
 
 
+def _recomputed(attention: str, module: str, model: str = LLAMA, ids: str = "2,128:int64",
+                reuse: bool = True, op: str = "") -> tuple[int, int]:
+    """(bytes live at the forward's end, FLOPs of the backward's operators named ``op``, all by default)
+    that recomputing ``module`` saves and adds, in fp32."""
+    def run(modules: tuple[str, ...]) -> tuple[int, int]:
+        w = Workload(model, {"input_ids": ids}, attention=attention, reuse=reuse)
+        trace, _ = trace_step(w, Training(train=True, optimizer="adamw", recompute_modules=modules), Parallel(gpus=1))
+        live = dict(replay(trace, keep_timeline=True).timeline)
+        end = live[max(i for i, e in enumerate(trace.events) if e.phase == "forward")]
+        return end, sum(e.flops for e in trace.events if e.phase == "backward" and op in e.op)
+
+    (kept, flops), (checkpointed, again) = run(()), run((module,))
+    return kept - checkpointed, again - flops
+
+
+def test_checkpointed_eager_attention_drops_its_scores_and_recomputes_them() -> None:
+    # 4 heads over 2 key-value heads, head 32, 2 x 128 tokens, fp32. Eager attention keeps the softmax's output
+    # (2 x 4 x 128 x 128) and the keys and values repeated to every head (2 x 4 x 128 x 32 each); checkpointed, it
+    # keeps the rotated keys and the values it was called with (2 x 2 x 128 x 32 each), and the call's mask
+    # (2 x 1 x 128 x 128 fp32) and position ids (128 int64), made once for all layers, stay alive with it
+    probs, repeated, own = 2 * 4 * 128 * 128 * 4, 2 * 4 * 128 * 32 * 4, 2 * 2 * 128 * 32 * 4
+    saved, flops = _recomputed("eager", "core_attn")
+    assert saved == LAYERS * (probs + 2 * repeated - 2 * own) - 2 * 128 * 128 * 4 - 128 * 8 == 1_178_624
+    # the backward runs q @ k^T, the scale, the mask's add and the softmax (5 FLOPs an element) again; PyTorch's
+    # checkpoint stops once the softmax's output is remade (nothing after it saves more)
+    scores = 2 * 4 * 128 * 128
+    assert flops == LAYERS * (2 * scores * 32 + 2 * scores + 5 * scores) == 18_612_224
+
+
+def test_checkpointed_fused_attention_keeps_its_inputs_and_runs_its_forward_again() -> None:
+    # the fused kernel (PyTorch's SDPA, keys and values shared by the heads they serve) keeps its inputs and its
+    # output (the output projection reads the same storage) in both cases: checkpointed, only its log-sum-exp
+    # (2 x 4 x 128 fp32 a layer) is not kept, the position ids (128 int64) stay alive with the call
+    saved, flops = _recomputed("sdpa", "core_attn")
+    assert saved == LAYERS * 2 * 4 * 128 * 4 - 128 * 8 == 7_168
+    # its forward again in the backward, causal: the query-key pairs each query sees (128 x 129 / 2 of each of 8
+    # heads), two matmuls of head 32 over them and the softmax's 5 FLOPs a pair
+    pairs = 2 * 4 * 128 * 129 // 2
+    assert flops == LAYERS * (2 * pairs * (32 + 32) + 5 * pairs) == 17_568_768
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_mla_up_projections_drop_query_key_and_value_and_remake_them(reuse: bool) -> None:
+    # tiny DeepSeek-V3 (tests/configs/deepseek-v3-tiny): hidden 64, 4 heads, query latent 32, key-value latent
+    # 16, heads of 8 + 8 rotary (query, key) and 8 (value), 2 layers, 2 x 64 tokens, fp32, one fused attention
+    # call a layer. Dropped once the attention has read them: the query and the key (2 x 4 x 64 x 16 each) and
+    # the key-value up-projection's output that the value is a view of (2 x 64 x 4 x (8 + 8)); the position
+    # ids (64 int64) stay alive with the recipe
+    q = k = kv = 2 * 4 * 64 * 16 * 4
+    saved, flops = _recomputed("fused", "mla_up_proj", MLA, "2,64:int64", reuse, op="aten.mm")
+    assert saved == LAYERS * (q + k + kv) - 64 * 8 == 196_096
+    # remade by running the attention's forward again up to its attention call: the four projections of its
+    # 128 tokens (64 -> 32 -> 4 x 16 for the query; 64 -> 16 + 8, then 16 -> 4 x (8 + 8) for key and value)
+    assert flops == LAYERS * 2 * 128 * (64 * 32 + 32 * 64 + 64 * 24 + 16 * 64) == 3_407_872
+
+
 def test_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["memory", LLAMA, "--input-ids", "2,128", "--train", "--recompute-modules", "layernorm,mlp"]) == 0
     assert "selective recompute of layernorm (4), mlp (2) of 2 blocks" in capsys.readouterr().out
-    assert main(["memory", LLAMA, "--input-ids", "2,128", "--train", "--recompute-modules", "mla_up_proj"]) == 2
+    assert main(["memory", LLAMA, "--input-ids", "2,128", "--train", "--recompute-modules", "core_attn"]) == 0
+    assert "selective recompute of core_attn (2) of 2 blocks" in capsys.readouterr().out
+    assert main(["memory", LLAMA, "--input-ids", "2,128", "--train", "--recompute-modules", "core-attn,mla"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "mla_up_proj: not priced yet" in err[0]
+    assert len(err) == 1 and "unknown --recompute-modules name 'mla'" in err[0]
 
 
 def test_transformer_engine_fp8_keeps_each_linears_input_in_fp8() -> None:

@@ -35,9 +35,8 @@ FRAMEWORK_ALIASES = {"torchtitan": "torch", "pytorch": "torch", "fsdp2": "torch"
                      "megatron-core": "megatron", "mcore": "megatron", "nemo": "megatron",
                      "megatron-bridge": "megatron"}
 # Megatron-core's recompute_modules priced (trace/recompute.py): output-discarding ones, then whole modules
-DISCARDING = ("layernorm", "moe_act")
-RECOMPUTE_MODULES = (*DISCARDING, "mlp", "moe", "shared_experts")
-RECOMPUTE_NOT_PRICED = ("core_attn", "mla_up_proj")
+DISCARDING = ("layernorm", "moe_act", "mla_up_proj")
+RECOMPUTE_MODULES = (*DISCARDING, "mlp", "moe", "shared_experts", "core_attn")
 DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 FSDP_STRATEGIES = ("zero2", "zero3", "fsdp")
 
@@ -63,9 +62,10 @@ class Training(Record):
     repeated block recomputed whole, the N-th, 2N-th and so on, the others kept as they run)"""
     recompute_modules: tuple[str, ...] = opt((), metavar="NAME")
     """Megatron-core's selective recompute (--recompute-granularity selective --recompute-modules): layernorm
-    (each block's norms) and moe_act (the experts' activation), whose outputs are dropped once read and remade in
-    the backward; mlp (a dense MLP), moe (a mixture-of-experts layer) and shared_experts, each checkpointed whole.
-    Repeated or comma-separated (with --train)"""
+    (each block's norms), moe_act (the experts' activation) and mla_up_proj (multi-latent attention's query, key
+    and value), whose outputs are dropped once read and remade in the backward; mlp (a dense MLP), moe (a
+    mixture-of-experts layer), shared_experts and core_attn (the attention between its projections: Megatron's
+    default), each checkpointed whole. Repeated or comma-separated (with --train)"""
     grads: Grads = opt("none", metavar="none|zero")
     """none: gradients appear in the backward (first step, zero_grad(set_to_none=True)); zero: kept between
     steps, so they exist before the forward"""
@@ -386,9 +386,6 @@ def recompute_names(names: tuple[str, ...]) -> tuple[str, ...]:
         for name in (n.strip().lower().replace("-", "_") for n in item.split(",")):
             if not name:
                 continue
-            if name in RECOMPUTE_NOT_PRICED:
-                raise FootprintError(f"--recompute-modules {name}: not priced yet (priced: "
-                                     f"{', '.join(RECOMPUTE_MODULES)})")
             if name not in RECOMPUTE_MODULES:
                 raise FootprintError(f"unknown --recompute-modules name '{name}'; valid: "
                                      f"{', '.join(RECOMPUTE_MODULES)}")
