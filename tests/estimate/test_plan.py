@@ -96,6 +96,27 @@ def test_the_best_layout_is_priced_as_fit_prices_it(tmp_path: Path) -> None:
     assert best["step_s"] == row["latency_s"] and best["need_bytes"] == row["need_bytes"]
 
 
+def test_a_megatron_plans_selective_recompute_is_megatrons_default(tmp_path: Path) -> None:
+    # Megatron-core's selective granularity has no per-operator policy: its default recomputes the core attention
+    # (--recompute-modules core_attn), which is what a Megatron plan prices and what its launch flags ask for
+    acc = find(load(None), "h100-sxm")
+    cache = TraceCache(Workload(str(LLAMA), {"input_ids": f"1,{SEQ}:int64"}, precision="bf16-mixed"),
+                       Training(train=True, optimizer="adamw"), cuda_sm=sm_of(acc))
+    p = Parallel(gpus=8, grad_accum=2, framework="megatron")
+    priced = price_layout(cache.get(1, "selective", p), acc, p)
+    out = tmp_path / "fit.json"
+    assert main(["fit", str(LLAMA), "--input-ids", f"1,{SEQ}", "--train", "--optimizer", "adamw", "--precision",
+                 "bf16-mixed", "--recompute-modules", "core_attn", "--gpu", "h100-sxm", "--gpus", "8",
+                 "--grad-accum", "2", "--framework", "megatron", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert priced.time_s == row["latency_s"] and priced.need == row["need_bytes"]
+    # under torch.distributed it stays torchtitan's per-operator policy
+    torch_p = Parallel(gpus=8, grad_accum=2)
+    assert cache.get(1, "selective", torch_p).training.ac == "selective"
+    mega = _plan(tmp_path, "--ac", "selective", "--framework", "megatron")["rows"][0]["launch"]["megatron"]
+    assert {"--recompute-granularity selective", "--recompute-modules core_attn"} <= set(mega)
+
+
 def test_the_launch_configuration_says_the_layout(tmp_path: Path) -> None:
     rows = _plan(tmp_path, "--ac", "selective")["rows"]
     for r in rows:

@@ -57,8 +57,8 @@ def launch(row: PlanRow) -> dict[str, Any]:
     if row.ac == "full" or every:  # one block in N: Megatron's block method over as many blocks of each stage
         mega += ["--recompute-granularity full", f"--recompute-method {'block' if every else 'uniform'}",
                  f"--recompute-num-layers {row.blocks // (p.pp * every) if every else 1}"]
-    elif row.ac == "selective":
-        mega.append("--recompute-granularity selective")
+    elif row.ac == "selective":  # Megatron-core's default selective recompute, as a Megatron plan prices it
+        mega += ["--recompute-granularity selective", "--recompute-modules core_attn"]
     if p.tensor > 1 and p.sequence_parallel:
         mega.append("--sequence-parallel")
     if p.tensor > 1 and p.async_tp:  # torchtitan's async TP (its micro-pipelining needs torch.compile)

@@ -143,6 +143,15 @@ class PlanResult:
                              "global_batch": self.global_batch}}
 
 
+def searched_training(t: Training, ac: str, p: Parallel) -> Training:
+    """The step at checkpointing mode ``ac`` as ``p``'s framework runs it: under Megatron-core, whose
+    selective granularity has no per-operator policy, ``selective`` is its default selective recompute
+    (``--recompute-granularity selective``: the core attention, ``core_attn``)."""
+    if ac == "selective" and p.framework == "megatron" and t.selective_ac_option == "op" and not t.recompute_modules:
+        return dataclasses.replace(t, ac="none", checkpointing=False, recompute_modules=("core_attn",))
+    return dataclasses.replace(t, ac=ac, checkpointing=False)
+
+
 class TraceCache:
     """The traces of a planner's search, one per trace key, each made once."""
 
@@ -156,7 +165,7 @@ class TraceCache:
 
     def get(self, micro_batch: int, ac: str, p: Parallel) -> TracedStep:
         w = at_batch(self.w, micro_batch)
-        t = layout_training(dataclasses.replace(self.t, ac=ac, checkpointing=False), p)
+        t = layout_training(searched_training(self.t, ac, p), p)
         key = trace_key(w, t, p, self.sm)
         if key not in self.store:
             start, cpu = time.perf_counter(), time.process_time()
