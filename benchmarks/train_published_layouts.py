@@ -56,7 +56,7 @@ PER_OP = ("selective (per-op SAC)", "selective op")
 # torchtitan's layer-wise selective checkpointing: its selective_ac_option, "2" by default
 # (torchtitan/config_manager.py at 6a6f755, the commit of the rows: "2 = checkpoint every other layer")
 PER_LAYER = {"selective layer": "2"}
-NOT_PRICED = ("fp8 recipe not stated", "fp8 on the GPT-2 stand-in", "selective checkpointing")
+NOT_PRICED = ("fp8 recipe not stated", "selective checkpointing")
 
 
 def blocks_every(r: dict[str, Any]) -> int | None:
@@ -104,9 +104,7 @@ def features(r: dict[str, Any]) -> list[str]:
     if (r.get("ep") or 1) > 1:
         out.append("expert parallelism")
     recipe = fp8_recipe(r)
-    if recipe is not None and r["model"].startswith("gpt-mpt"):  # MPT's nn.Linear layers are GPT-2's Conv1D here
-        out.append("fp8 on the GPT-2 stand-in")
-    elif recipe is not None:
+    if recipe is not None:
         out.append("fp8" if recipe else "fp8 recipe not stated")
     if r.get("fsdp") == "hybrid_shard":
         out.append("hsdp")
@@ -279,13 +277,14 @@ def model_of(r: dict[str, Any], folder: Path) -> str:
     h, ffn = r["hidden"], r.get("ffn_hidden") or 4 * r["hidden"]
     gated = any(k in m for k in ("llama", "olmo"))  # SwiGLU models: ffn_hidden is the gated MLP's own width
     if m.startswith("gpt-mpt") and (r.get("tp") or 1) == 1:
-        # MPT's blocks (llm-foundry's modeling_mpt.py): LayerNorm, a GELU MLP of ffn_hidden, learned
-        # positions, tied embeddings: GPT-2's, biases apart
+        # MPT's blocks (llm-foundry's modeling_mpt.py): LayerNorm, a GELU MLP of ffn_hidden, nn.Linear without
+        # biases, tied embeddings: OPT's, pre-norm, biases off (OPT's positions are learned, MPT's ALiBi)
         cfg: dict[str, Any] = {
-            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": h, "n_layer": r["layers"],
-            "n_head": r["heads"], "n_inner": ffn, "n_positions": r["seq"], "vocab_size": r["vocab"],
-            "activation_function": "gelu", "tie_word_embeddings": True, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
-            "attn_pdrop": 0.0}
+            "architectures": ["OPTForCausalLM"], "model_type": "opt", "hidden_size": h,
+            "num_hidden_layers": r["layers"], "num_attention_heads": r["heads"], "ffn_dim": ffn,
+            "max_position_embeddings": r["seq"], "vocab_size": r["vocab"], "word_embed_proj_dim": h,
+            "activation_function": "gelu", "enable_bias": False, "do_layer_norm_before": True, "dropout": 0.0,
+            "attention_dropout": 0.0, "tie_word_embeddings": True}
     else:  # a Llama of the same shape; a GELU MLP of ffn_hidden as a SwiGLU of 2/3 the width (the same parameters)
         cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
                "intermediate_size": ffn if gated else int(round(2 * ffn / 3)), "num_hidden_layers": r["layers"],
