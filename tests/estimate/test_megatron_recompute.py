@@ -177,6 +177,23 @@ def test_mla_up_projections_drop_query_key_and_value_and_remake_them(reuse: bool
     assert flops == LAYERS * 2 * 128 * (64 * 32 + 32 * 64 + 64 * 24 + 16 * 64) == 3_407_872
 
 
+def test_megatrons_granularity_is_the_mode_it_names() -> None:
+    # Megatron-core's --recompute-granularity: selective recomputes its --recompute-modules, core_attn unless
+    # named (TransformerConfig's default); full recomputes each block whole, as torchtitan's --ac full
+    assert Training(train=True, recompute_granularity="selective").recompute_modules == ("core_attn",)
+    assert Training(train=True, recompute_granularity="selective", recompute_modules=("mlp",)).recompute_modules == (
+        "mlp",)
+    full = Training(train=True, recompute_granularity="full")
+    assert full.ac == "full" and full.checkpointing
+    assert _total(LLAMA, "2,128:int64", ()) > tfp.memory(LLAMA, "2,128:int64", train=True, optimizer="adamw",
+                                                         recompute_granularity="full").total == tfp.memory(
+        LLAMA, "2,128:int64", train=True, optimizer="adamw", ac="full").total
+    for bad in (dict(recompute_granularity="full", ac="selective"), dict(recompute_granularity="selective", ac="full"),
+                dict(recompute_granularity="full", recompute_modules=("mlp",))):
+        with pytest.raises(FootprintError, match="--recompute"):
+            Training(train=True, **bad)  # type: ignore[arg-type]
+
+
 def test_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["memory", LLAMA, "--input-ids", "2,128", "--train", "--recompute-modules", "layernorm,mlp"]) == 0
     assert "selective recompute of layernorm (4), mlp (2) of 2 blocks" in capsys.readouterr().out

@@ -18,6 +18,7 @@ Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "a
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
 Grads = Literal["none", "zero"]
 Checkpointing = Literal["none", "full", "selective"]
+Granularity = Literal["full", "selective"]
 PipelineSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]
 FsdpDtype = Literal["fp32", "bf16", "fp16"]
 Fp8Recipe = Literal["none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed", "mxfp8"]
@@ -60,6 +61,9 @@ class Training(Record):
     selective_ac_option: str = opt("op", metavar="op|N")
     """with --ac selective, torchtitan's selective_ac_option: op (the per-operator policy) or N (every N-th
     repeated block recomputed whole, the N-th, 2N-th and so on, the others kept as they run)"""
+    recompute_granularity: Granularity | None = opt(metavar="full|selective")
+    """Megatron-core's --recompute-granularity: full (each block recomputed whole, as --ac full) or selective
+    (--recompute-modules, by default Megatron's: core_attn)"""
     recompute_modules: tuple[str, ...] = opt((), metavar="NAME")
     """Megatron-core's selective recompute (--recompute-granularity selective --recompute-modules): layernorm
     (each block's norms), moe_act (the experts' activation) and mla_up_proj (multi-latent attention's query, key
@@ -95,6 +99,23 @@ class Training(Record):
         """Every how many repeated blocks one is checkpointed (1: each of them)."""
         return int(self.selective_ac_option) if self.ac == "selective" and self.selective_ac_option != "op" else 1
 
+    def _check_granularity(self) -> None:
+        """Megatron's --recompute-granularity as the modes it is: full as --ac full, selective as its
+        --recompute-modules (core_attn unless named)."""
+        granularity = self.recompute_granularity
+        if granularity is None:
+            return
+        if self.ac not in (None, granularity) or (granularity == "selective" and self.checkpointing):
+            raise FootprintError(f"--recompute-granularity {granularity} is Megatron-core's checkpointing; it does not "
+                                 "combine with --ac or --checkpointing: give one of them")
+        if granularity == "full":
+            if self.recompute_modules:
+                raise FootprintError("--recompute-modules chooses what selective recompute recomputes: "
+                                     "--recompute-granularity full recomputes each block whole")
+            object.__setattr__(self, "ac", "full")
+        elif not self.recompute_modules:
+            object.__setattr__(self, "recompute_modules", ("core_attn",))
+
     @property
     def step_optimizer(self) -> str:
         """The optimizer a timed training step runs (``bench``, ``predict``): the one named, else sgd."""
@@ -109,6 +130,7 @@ class Training(Record):
                                  "selective")
         if self.ac == "none" and self.checkpointing:
             raise FootprintError("--ac none contradicts --checkpointing: give one of them")
+        self._check_granularity()
         if self.ac in ("full", "selective"):
             object.__setattr__(self, "checkpointing", True)
         if self.recompute_modules:
