@@ -44,6 +44,7 @@ from torch_footprint.estimate.kernels.matrix import (  # noqa: E402
     attention_use,
     gemm_use,
     is_geforce,
+    is_slot_powered,
     matrix_share,
 )
 from torch_footprint.hardware import get  # noqa: E402
@@ -212,7 +213,7 @@ def power_rows(data: dict[str, Any]) -> list[Row]:
 
 FAMILIES = {  # the constants each family fits (its own; the others as fitted before it)
     "bandwidth": ("hbm", "gddr", "other_memory"),
-    "gemm": ("matrix_a", "matrix_b", "k_half", "kernel_floor_s", "amd", "geforce"),
+    "gemm": ("matrix_a", "matrix_b", "k_half", "kernel_floor_s", "amd", "geforce", "slot"),
     "attention": ("attn", "attn_s_half", "attn_backward", "attn_wgmma"),
     "attention-v1": ("attn_v1_head",),
     "attention-aotriton": ("attn_aotriton", "attn_aotriton_s_half"),
@@ -220,8 +221,8 @@ FAMILIES = {  # the constants each family fits (its own; the others as fitted be
     "power": ("power_exp",),
 }
 BOUNDS = {"hbm": (0.5, 1.0), "gddr": (0.5, 1.0), "other_memory": (0.3, 1.0), "matrix_a": (0.3, 1.2),
-          "matrix_b": (-0.3, 0.3), "geforce": (0.8, 1.4), "k_half": (0.0, 2048.0), "kernel_floor_s": (0.0, 3e-5),
-          "amd": (0.2, 1.2),
+          "matrix_b": (-0.3, 0.3), "geforce": (0.8, 1.4), "slot": (0.3, 1.2), "k_half": (0.0, 2048.0),
+          "kernel_floor_s": (0.0, 3e-5), "amd": (0.2, 1.2),
           "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5),
           "attn_wgmma": (0.2, 1.5), "attn_v1_head": (8.0, 4096.0), "power_exp": (0.0, 2.0),
           "attn_aotriton": (0.05, 1.5), "attn_aotriton_s_half": (0.0, 8192.0), "attn_aotriton_backward": (0.05, 1.5)}
@@ -278,7 +279,8 @@ def fit(rows_by_family: dict[str, list[Row]], start: KernelConstants) -> KernelC
         if not rows:
             continue
         present = [n for n in names if (n != "amd" or any(r.gpu.vendor == "amd" for r in rows))
-                   and (n != "geforce" or any(isinstance(r.gpu, Accelerator) and is_geforce(r.gpu) for r in rows))]
+                   and (n != "geforce" or any(isinstance(r.gpu, Accelerator) and is_geforce(r.gpu) for r in rows))
+                   and (n != "slot" or any(isinstance(r.gpu, Accelerator) and is_slot_powered(r.gpu) for r in rows))]
         x0 = np.array([getattr(c, n) for n in present], dtype=float)
 
         def clamp(x: np.ndarray, present: list[str] = present) -> dict[str, float]:

@@ -320,6 +320,34 @@ def test_a_geforce_boards_clock_by_hand() -> None:
     assert board_clock(capped, k) == pytest.approx(1.25 * 0.5 ** k.power_exp)
 
 
+def test_a_slot_powered_boards_clock_by_hand() -> None:
+    # a PCIe board drawing no more than its x16 slot supplies (75 W) runs below its rated boost clock under
+    # load: its share is the data-centre formula's times slot; 76 W, a module or another vendor's board is not
+    from dataclasses import replace
+
+    from torch_footprint.estimate.kernels.matrix import board_clock, is_slot_powered
+
+    k = replace(C, slot=0.8)
+    slot = replace(GPU, tdp_w=70.0)
+    assert is_slot_powered(slot) and is_slot_powered(replace(GPU, tdp_w=75.0))
+    assert not any(is_slot_powered(g) for g in (replace(GPU, tdp_w=76.0), replace(slot, kind="soc"),
+                                                replace(slot, vendor="amd"), replace(GPU, tdp_w=None)))
+    assert board_clock(slot, k) == 0.8 and board_clock(replace(GPU, tdp_w=76.0), k) == 1.0
+    assert matrix_share(slot, "fp16", k) == pytest.approx(
+        0.8 * min(max(k.matrix_a + k.matrix_b * 70.0 / 200.0, k.matrix_low), k.matrix_high))  # 70 W over 200 TFLOP/s
+
+
+def test_slot_powered_matmuls_against_their_published_best_rates() -> None:
+    # the best of five square fp16 matmuls (1k-10k) in zzc0721/torch-performance-test-data's database.md
+    # (benchmarks/published/kernels.toml), TFLOP/s: T4 41.91-42.71 of 65 rated, L4 68.83 of 121
+    c = constants.current()
+    for gpu, tflops in (("t4", 42.3), ("l4", 68.83)):
+        acc = get(gpu)
+        best = max(acc.peak("fp16") * matrix_share(acc, "fp16", c) * problem_use(acc, ["gemm", 1, s, s, s], c, "fp16")
+                   for s in (1024, 2048, 4096, 8192, 10240))
+        assert best == pytest.approx(tflops * 1e12, rel=0.15)
+
+
 def test_geforce_matmuls_against_their_published_best_rates() -> None:
     # the best of five square fp16 matmuls (1k-10k), medians of the boards in
     # zzc0721/torch-performance-test-data's database.md (benchmarks/published/kernels.toml), TFLOP/s:

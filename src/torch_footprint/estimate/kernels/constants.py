@@ -39,6 +39,9 @@ class KernelConstants:
     # a GeForce board's clocks under load over the boost clock its datasheet rates are at
     # (matrix.py's board_clock): GPU Boost runs above it where power and temperature allow
     geforce: float = 1.0
+    # a board powered by its PCIe slot alone (75 W at most) under load, over its rated boost clock
+    # (matrix.py's board_clock): the slot's power holds it below
+    slot: float = 1.0
     # a GEMM's reduction length K fills its pipeline: K / (K + k_half)
     k_half: float = 48.0
     # the least time a kernel takes on the device (launch latency, a wave's ramp), seconds

@@ -98,8 +98,22 @@ def board_clock(acc: Accelerator, c: KernelConstants) -> float:
     below the TDP (:func:`power_clock`), and on a GeForce board ``geforce``. NVIDIA rates a GeForce
     part's TFLOP/s at its boost clock, a typical figure, and GPU Boost runs above it while power and
     temperature allow (the RTX 3090, 4090 and 5090 run square matmuls at 1.00-1.17 of their rated
-    dense peak, ``published/kernels.toml``); a data-centre part's boost clock is its ceiling."""
-    return power_clock(acc, c) * (c.geforce if is_geforce(acc) else 1.0)
+    dense peak, ``published/kernels.toml``); a data-centre part's boost clock is its ceiling. A board
+    powered by its PCIe slot alone (:func:`is_slot_powered`) runs below that ceiling under load,
+    at ``slot`` of it: the T4's and L4's best published matmuls reach 0.51-0.65 of their rated
+    peaks (fp16, tf32 and fp32 alike, so the clocks, not a unit), where data-centre boards with
+    power to spare reach 0.74-0.85."""
+    factor = c.geforce if is_geforce(acc) else c.slot if is_slot_powered(acc) else 1.0
+    return power_clock(acc, c) * factor
+
+
+SLOT_W = 75.0  # watts a PCIe x16 slot supplies (PCI Express CEM specification)
+
+
+def is_slot_powered(acc: Accelerator) -> bool:
+    """Whether ``acc`` is an NVIDIA PCIe board drawing no more than its slot supplies (the T4's 70 W,
+    the L4's 72 W): no auxiliary power, and clocks that its power limit holds down under load."""
+    return acc.vendor == "nvidia" and acc.kind == "gpu" and bool(acc.tdp_w) and (acc.tdp_w or 0.0) <= SLOT_W
 
 
 def is_geforce(acc: Accelerator) -> bool:
