@@ -228,6 +228,14 @@ BOUNDS = {"hbm": (0.5, 1.0), "gddr": (0.5, 1.0), "other_memory": (0.3, 1.0), "ma
           "attn_aotriton": (0.05, 1.5), "attn_aotriton_s_half": (0.0, 8192.0), "attn_aotriton_backward": (0.05, 1.5)}
 
 
+# the constants that apply to one class of board: fitted only where the family's rows have such a board
+BOARD_CLASS: dict[str, Callable[[Accelerator | Unlisted], bool]] = {
+    "amd": lambda g: g.vendor == "amd",
+    "geforce": lambda g: isinstance(g, Accelerator) and is_geforce(g),
+    "slot": lambda g: isinstance(g, Accelerator) and is_slot_powered(g),
+}
+
+
 def all_rows() -> dict[str, list[Row]]:
     """Every family's rows: the kernel measurements of ``published/kernels.toml`` and the
     power-limited epochs of ``published/power_limits.toml``."""
@@ -278,9 +286,7 @@ def fit(rows_by_family: dict[str, list[Row]], start: KernelConstants) -> KernelC
         rows = rows_by_family.get(family, [])
         if not rows:
             continue
-        present = [n for n in names if (n != "amd" or any(r.gpu.vendor == "amd" for r in rows))
-                   and (n != "geforce" or any(isinstance(r.gpu, Accelerator) and is_geforce(r.gpu) for r in rows))
-                   and (n != "slot" or any(isinstance(r.gpu, Accelerator) and is_slot_powered(r.gpu) for r in rows))]
+        present = [n for n in names if n not in BOARD_CLASS or any(BOARD_CLASS[n](r.gpu) for r in rows)]
         x0 = np.array([getattr(c, n) for n in present], dtype=float)
 
         def clamp(x: np.ndarray, present: list[str] = present) -> dict[str, float]:

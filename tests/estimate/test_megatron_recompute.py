@@ -23,6 +23,7 @@ from torch_footprint.cli import main
 from torch_footprint.errors import FootprintError
 from torch_footprint.estimate.workload import trace_step
 from torch_footprint.settings import Parallel, Training, Workload
+from torch_footprint.trace import Trace
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 LLAMA, MOE, MLA = str(CONFIGS / "llama-tiny"), str(CONFIGS / "qwen3-moe-tiny"), str(CONFIGS / "deepseek-v3-tiny")
@@ -48,11 +49,16 @@ def test_megatrons_loss_holds_one_fp32_copy_of_the_logits() -> None:
     assert _loss_bytes("torch", tokens) == 2 * fp32_logits + 2 * 4 * tokens
 
 
+def _at_forward_end(trace: Trace) -> int:
+    """Bytes live after the forward's last operator."""
+    live = dict(replay(trace, keep_timeline=True).timeline)
+    return live[max(i for i, e in enumerate(trace.events) if e.phase == "forward")]
+
+
 def _forward_end_bytes(model: str) -> int:
     trace, _ = trace_step(Workload(model, {"input_ids": "2,64:int64"}),
                           Training(train=True, optimizer="adamw", fused_kernels=True), Parallel(gpus=1))
-    live = dict(replay(trace, keep_timeline=True).timeline)
-    return live[max(i for i, e in enumerate(trace.events) if e.phase == "forward")]
+    return _at_forward_end(trace)
 
 
 def test_fused_experts_weigh_the_routed_tokens_in_their_gate(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,9 +134,7 @@ def _recomputed(attention: str, module: str, model: str = LLAMA, ids: str = "2,1
     def run(modules: tuple[str, ...]) -> tuple[int, int]:
         w = Workload(model, {"input_ids": ids}, attention=attention, reuse=reuse)
         trace, _ = trace_step(w, Training(train=True, optimizer="adamw", recompute_modules=modules), Parallel(gpus=1))
-        live = dict(replay(trace, keep_timeline=True).timeline)
-        end = live[max(i for i, e in enumerate(trace.events) if e.phase == "forward")]
-        return end, sum(e.flops for e in trace.events if e.phase == "backward" and op in e.op)
+        return _at_forward_end(trace), sum(e.flops for e in trace.events if e.phase == "backward" and op in e.op)
 
     (kept, flops), (checkpointed, again) = run(()), run((module,))
     return kept - checkpointed, again - flops
@@ -214,9 +218,8 @@ def test_transformer_engine_fp8_keeps_each_linears_input_in_fp8() -> None:
         trace, notes = trace_step(Workload(LLAMA, {"input_ids": "2,64:int64"}, precision="bf16-mixed"),
                                   Training(train=True, optimizer="adamw"),
                                   Parallel(gpus=1, framework="megatron", fp8=fp8))
-        live = dict(replay(trace, keep_timeline=True).timeline)
         assert (fp8 is not None) == any("keep their inputs in fp8" in n for n in notes)
-        return live[max(i for i, e in enumerate(trace.events) if e.phase == "forward")]
+        return _at_forward_end(trace)
 
     tokens = 128
     freed = 2 * tokens * HIDDEN + tokens * 344  # bytes at 2 a value less 1 a value: the bf16 copies let go

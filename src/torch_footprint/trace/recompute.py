@@ -171,7 +171,7 @@ def _up_projected(registry: _Registry, module: nn.Module, qkv: tuple[Any, ...]) 
     if not torch.is_grad_enabled() or not registry.stack:
         return
     fn, args, kwargs = registry.stack[-1]
-    recipe = _Recipe(lambda: _replayed(registry, module, fn, *args, **kwargs), ())
+    recipe = _Recipe(functools.partial(_replayed, registry, module, fn, *args, **kwargs), ())
     for i, t in enumerate(qkv):
         if isinstance(t, torch.Tensor):
             registry.remember(t if t._base is None else t._base, _Pick(recipe, i, t._base is not None))
@@ -261,9 +261,9 @@ def enable_recompute(model: nn.Module, modules: tuple[str, ...]) -> tuple[str, C
                         put(shared, "forward", functools.partial(_whole, own_forward(shared)))
                         counts["shared_experts"] += 1
     attention = [m for block in blocks for m in _attention_modules(block)]
-    whole = [m for m in attention if "core_attn" in modules]
-    latent = [m for m in attention if "mla_up_proj" in modules and isinstance(getattr(m, "kv_b_proj", None),
-                                                                              nn.Module)]
+    whole = attention if "core_attn" in modules else []
+    latent = [m for m in attention if isinstance(getattr(m, "kv_b_proj", None), nn.Module)] \
+        if "mla_up_proj" in modules else []
     counts.update({name: len(mods) for name, mods in (("core_attn", whole), ("mla_up_proj", latent))
                    if name in modules})
     for m in latent:

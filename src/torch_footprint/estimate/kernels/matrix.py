@@ -113,7 +113,7 @@ SLOT_W = 75.0  # watts a PCIe x16 slot supplies (PCI Express CEM specification)
 def is_slot_powered(acc: Accelerator) -> bool:
     """Whether ``acc`` is an NVIDIA PCIe board drawing no more than its slot supplies (the T4's 70 W,
     the L4's 72 W): no auxiliary power, and clocks that its power limit holds down under load."""
-    return acc.vendor == "nvidia" and acc.kind == "gpu" and bool(acc.tdp_w) and (acc.tdp_w or 0.0) <= SLOT_W
+    return acc.vendor == "nvidia" and acc.kind == "gpu" and 0.0 < (acc.tdp_w or 0.0) <= SLOT_W
 
 
 def is_geforce(acc: Accelerator) -> bool:
