@@ -250,19 +250,35 @@ def lm_loss(out: Any, y: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), y.flatten())
 
 
-LLM_CASES = [("llama-1.1b", 4, 2048, "amp-bf16", False), ("llama-1.1b", 4, 2048, "amp-bf16", True),
-             ("llama-1.1b", 4, 2048, "bf16", False), ("Qwen--Qwen2.5-0.5B", 8, 1024, "amp-bf16", False),
-             ("Qwen--Qwen2.5-0.5B", 8, 1024, "amp-bf16", True)]
+LLM_CASES: list[tuple[str, int, int, str, bool | str]] = [
+    ("llama-1.1b", 4, 2048, "amp-bf16", False), ("llama-1.1b", 4, 2048, "amp-bf16", True),
+    ("llama-1.1b", 4, 2048, "bf16", False), ("Qwen--Qwen2.5-0.5B", 8, 1024, "amp-bf16", False),
+    ("Qwen--Qwen2.5-0.5B", 8, 1024, "amp-bf16", True)]
 
 
-def llm_cases(text: str) -> list[tuple[str, int, int, str, bool]]:
+def llm_cases(text: str) -> list[tuple[str, int, int, str, bool | str]]:
     """``--llm-cases``: CONFIG:BATCH:SEQ:PRECISION:CHECKPOINTING,... (a folder of benchmarks/configs;
-    amp-bf16 or bf16; 0 or 1)."""
-    out = []
+    amp-bf16 or bf16; 0, 1, or core_attn: each attention call checkpointed, Megatron-core's default
+    selective recompute, as a user registers it with transformers)."""
+    out: list[tuple[str, int, int, str, bool | str]] = []
     for item in text.split(","):
         name, batch, seq, precision, ckpt = item.split(":")
-        out.append((name, int(batch), int(seq), precision, ckpt == "1"))
+        out.append((name, int(batch), int(seq), precision, ckpt if ckpt == "core_attn" else ckpt == "1"))
     return out
+
+
+def checkpointed_attention() -> str:
+    """Register transformers' SDPA attention wrapped in torch.utils.checkpoint under a name of its own
+    (what a user writes to recompute each attention call in the backward), and return that name."""
+    from torch.utils.checkpoint import checkpoint
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def recomputed(*args: Any, **kwargs: Any) -> Any:
+        return checkpoint(sdpa_attention_forward, *args, use_reentrant=False, **kwargs)
+
+    AttentionInterface.register("sdpa_recomputed", recomputed)
+    return "sdpa_recomputed"
 
 
 def llm_train(dev: str, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
@@ -274,12 +290,12 @@ def llm_train(dev: str, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
         cfg = AutoConfig.from_pretrained(ROOT / "benchmarks" / "configs" / cfg_name)
         if smoke:
             cfg.num_hidden_layers, batch, seq = 2, 1, 32
-        cfg._attn_implementation = "sdpa"
+        cfg._attn_implementation = checkpointed_attention() if ckpt == "core_attn" else "sdpa"
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         with torch.device(dev):
             model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
         model.train()
-        if ckpt:
+        if ckpt is True:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)

@@ -1,9 +1,12 @@
-"""Single-GPU training steps predicted against our own H100 measurements (nothing fitted to them).
+"""Single-GPU training steps predicted against our own GPU measurements (nothing fitted to them).
 
-The measurements are benchmarks/results/gpu-measure-h100.json, sections ``train`` (image
-models and BERT-base) and ``llm_train`` (two causal LMs from shipped configs), made by
-benchmarks/gpu_measure.py on one H100 SXM 80GB (torch 2.11, transformers 5.17, SDPA
-attention, foreach optimizers). What each measured figure includes, from ``timed_train``:
+The measurements are benchmarks/gpu_measure.py's reports, sections ``train`` (image models and
+BERT-base) and ``llm_train`` (causal LMs from shipped configs): by default
+benchmarks/results/gpu-measure-h100.json, one H100 SXM 80GB (torch 2.11, transformers 5.17, SDPA
+attention, foreach optimizers); ``--measured`` another (gpu-measure-h200.json: one H200, the
+same stack, with Megatron-core's ``core_attn`` recompute as a user registers it with
+transformers: SDPA wrapped in torch.utils.checkpoint). What each measured figure includes, from
+``timed_train``:
 
 * ``allocated_at_start``: what was allocated before the optimizer existed (the weights);
 * ``states_bytes``: allocated after a second step minus that: gradients + optimizer state;
@@ -17,9 +20,10 @@ attention, foreach optimizers). What each measured figure includes, from ``timed
 The prediction: ``trace_step`` of the same model, batch, precision, optimizer and
 checkpointing with the CUDA target's attention choice (compute capability 9.0), replayed as a
 second step (``steady``: the optimizer state exists before it); the same difference taken;
-the step's time from the roofline on the ``h100-sxm`` row in the run's memory layout.
+the step's time from the roofline on the database's row of the GPU the report names, in the
+run's memory layout.
 
-    PYTHONPATH=src python benchmarks/train_measured_h100.py [--only llm|train] [--match TEXT] [--measured F]
+    PYTHONPATH=src python benchmarks/train_measured.py [--only llm|train] [--match TEXT] [--measured F]
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from torch_footprint.analysis.memory import replay
 from torch_footprint.estimate.kernels.roofline import estimate_latency
 from torch_footprint.estimate.workload import trace_step
 from torch_footprint.hardware import get
+from torch_footprint.hardware import list as all_rows
+from torch_footprint.hardware.local import find_local_gpu
 from torch_footprint.settings import Training, Workload
 
 ROOT = Path(__file__).resolve().parent
@@ -63,8 +69,9 @@ class Compared:
 def workload_of(case: dict[str, Any]) -> tuple[Workload, Training, str]:
     """The footprint workload, step and memory layout that run ``case`` as gpu_measure ran it."""
     precision = PRECISION[case["precision"]]
-    training = Training(train=True, optimizer=OPTIMIZER[case["optimizer"]],
-                        checkpointing=bool(case.get("checkpointing")))
+    ckpt = case.get("checkpointing")
+    training = Training(train=True, optimizer=OPTIMIZER[case["optimizer"]], checkpointing=ckpt is True,
+                        recompute_modules=(ckpt,) if isinstance(ckpt, str) else ())
     name = case["model"]
     if case["input"].startswith("seq="):
         seq = int(case["input"].removeprefix("seq="))
@@ -75,13 +82,14 @@ def workload_of(case: dict[str, Any]) -> tuple[Workload, Training, str]:
 
 
 def label_of(case: dict[str, Any]) -> str:
-    ckpt = " ckpt" if case.get("checkpointing") else ""
+    ckpt = case.get("checkpointing")
+    ckpt = f" {ckpt}" if isinstance(ckpt, str) else " ckpt" if ckpt else ""
     layout = f" {case['layout']}" if case["layout"] != "-" else ""
     return f"{case['model'].removeprefix('hf:google-bert/')} b{case['batch']} {case['input']} {case['precision']}" \
            f"{layout}{ckpt}"
 
 
-def compare(case: dict[str, Any]) -> Compared:
+def compare(case: dict[str, Any], gpu: Any) -> Compared:
     w, t, layout = workload_of(case)
     trace = trace_step(w, t, cuda_sm=(9, 0))[0]
     steady = replay(trace, steady=True)
@@ -90,7 +98,7 @@ def compare(case: dict[str, Any]) -> Compared:
     weights = states.get("weights", 0) + states.get("buffers", 0)
     predicted_peak = steady.peak_bytes - weights - grads - opt
     # the measured peak sits above the inputs too (made before the first step): leave them in
-    pred = estimate_latency(trace, get("h100-sxm"), layout=layout)
+    pred = estimate_latency(trace, gpu, layout=layout)
     return Compared(label_of(case), case["peak_bytes_above_states"], predicted_peak, case["states_bytes"],
                     grads + opt, case["median_s"], pred.time_s)
 
@@ -101,18 +109,21 @@ def main() -> None:
     ap.add_argument("--match", help="only the cases whose label contains this")
     ap.add_argument("--measured", type=Path, default=MEASURED, help="another gpu_measure.py report")
     args = ap.parse_args()
-    sections = json.loads(args.measured.read_text())["sections"]
+    doc = json.loads(args.measured.read_text())
+    sections = doc["sections"]
+    gpu = find_local_gpu(all_rows(), name=doc["environment"].get("name")) or get("h100-sxm")
     every = tuple(s for s in ("llm_train", "train") if s in sections)
     names = {"llm": ("llm_train",), "train": ("train",), None: every}[args.only]
     cases = [c for s in names for c in sections[s]]
     if args.match:
         cases = [c for c in cases if args.match in label_of(c)]
+    print(f"measured on {doc['environment'].get('name')}, priced as {gpu.id}")
     print(f"{'case':52s} {'peak above states (GiB)':>26s} {'grads+optimizer (GiB)':>24s} {'step (ms)':>24s}")
     print(f"{'':52s} {'measured':>9s} {'predicted':>9s} {'err':>6s} {'measured':>8s} {'pred':>7s} {'err':>6s}"
           f" {'measured':>8s} {'pred':>7s} {'err':>6s}")
     rows = []
     for case in cases:
-        r = compare(case)
+        r = compare(case, gpu)
         rows.append(r)
         ep, es, et = r.errors()
         print(f"{r.label:52s} {r.measured_peak / GIB:9.2f} {r.predicted_peak / GIB:9.2f} {100 * ep:+5.1f}%"
