@@ -127,3 +127,82 @@ def test_cudnns_half_precision_batch_norm_in_nchw_runs_at_its_own_rate():
                                                                                   - 1152 / 3000e9)
     # a card streaming 100 GB/s, slower than that rate: both layouts at its memory's rate
     assert bn(CARD, "nchw").memory_s == pytest.approx(bn(CARD, "nhwc").memory_s)
+
+
+class _Seen(torch.utils._python_dispatch.TorchDispatchMode):
+    """The operators a call reaches, as the dispatcher sends them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(f"{func.namespace}.{func._overloadpacket.__name__}")
+        return func(*args, **(kwargs or {}))
+
+
+RMS_DTYPES = [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32), (torch.float32, None),
+              (torch.float16, torch.float16), (torch.float32, torch.bfloat16)]
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
+@pytest.mark.parametrize(("x_dtype", "w_dtype"), RMS_DTYPES)
+def test_rms_norm_for_a_cuda_target_takes_the_kernel_cudas_dispatcher_takes(x_dtype, w_dtype):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from torch_footprint.trace.cuda_ops import cuda_rms_norm
+
+    with FakeTensorMode(allow_non_fake_inputs=True):  # CUDA tensors without a GPU: torch's own choice
+        x = torch.empty(4, 8, device="cuda", dtype=x_dtype)
+        w = torch.empty(8, device="cuda", dtype=w_dtype) if w_dtype else None
+        with _Seen() as cuda:
+            torch.nn.functional.rms_norm(x, (8,), w)
+    x = torch.empty(4, 8, device="meta", dtype=x_dtype)
+    w = torch.empty(8, device="meta", dtype=w_dtype) if w_dtype else None
+    with _Seen() as traced:
+        cuda_rms_norm(torch.nn.functional.rms_norm)(x, (8,), w)
+    assert ("aten._fused_rms_norm" in cuda.ops) == ("footprint._fused_rms_norm" in traced.ops)
+    assert ("aten.rsqrt" in cuda.ops) == ("aten.rsqrt" in traced.ops)
+
+
+def test_rms_norms_stand_in_computes_what_the_composite_does():
+    from torch_footprint.trace.cuda_ops import cuda_rms_norm
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    y = cuda_rms_norm(torch.nn.functional.rms_norm)(x, 16, w, 1e-6)
+    y.square().sum().backward()
+    gx, gw = x.grad, w.grad
+    x.grad = w.grad = None
+    ref = torch.nn.functional.rms_norm(x, (16,), w, 1e-6)
+    ref.square().sum().backward()
+    torch.testing.assert_close(y, ref)
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
+
+
+class Normed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(64, 64, bias=False)
+        self.norm = nn.RMSNorm(64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.lin(x))
+
+
+def test_nn_rmsnorm_on_a_cuda_target_is_one_kernel_each_way():
+    w, t = _records("profile", {"train": True, "optimizer": "sgd", "precision": "bf16"},
+                    Normed().to(torch.bfloat16), "4,16,64:bfloat16")
+    cuda = trace_step(w, t, cuda_sm=H100)[0].events
+    cpu = [e.op for e in trace_step(w, t)[0].events]
+    assert "aten.rsqrt.default" in cpu and "aten._fused_rms_norm.default" not in cpu
+    ops = [e.op for e in cuda]
+    assert ops.count("aten._fused_rms_norm.default") == 1
+    assert ops.count("aten._fused_rms_norm_backward.default") == 1
+    assert not {"aten.rsqrt.default", "aten.pow.Tensor_Scalar", "aten.mean.dim"} & set(ops)
+    # by hand: the kernel writes the output (4 x 16 x 64 bf16) and one fp32 reciprocal root mean
+    # square per row (4 x 16), which it keeps for the backward
+    fused = next(e for e in cuda if e.op == "aten._fused_rms_norm.default")
+    assert sum(n for _, n in fused.allocs) == 4 * 16 * 64 * 2 + 4 * 16 * 4

@@ -494,7 +494,7 @@ register("_native_batch_norm_legit_no_training", "_batch_norm_no_update")(normal
 register("native_layer_norm", "native_group_norm")(normalisation(True))
 
 
-@register("_fused_rms_norm")
+@register("_fused_rms_norm", ("footprint", "_fused_rms_norm"))
 def _rms_norm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Mean of squares (2), rsqrt and scale (1), times the weight (1) when there is one."""
     affine = named_args(func, args, kwargs).get("weight") is not None
@@ -503,7 +503,7 @@ def _rms_norm(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) 
 
 @register("native_batch_norm_backward", "native_layer_norm_backward", "native_group_norm_backward",
           "cudnn_batch_norm_backward", "miopen_batch_norm_backward", "batch_norm_backward",
-          "_fused_rms_norm_backward")
+          "_fused_rms_norm_backward", ("footprint", "_fused_rms_norm_backward"))
 def _norm_backward(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Cost:
     """Twice the forward's training cost (two reductions and the elementwise chain);
     grad_out is args[0], the input args[1]."""

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import onednn_rnn
+from .cuda_ops import cuda_rms_norm
 from .formulas import causal_pairs, causal_scope, enter_causal_scope, leave_causal_scope
 from .step import recomputing
 
@@ -95,11 +96,16 @@ class CpuKernels:
     allocator records: ``torch.get_rng_state()``'s copy of the generator (5056 bytes), which
     activation checkpointing keeps per checkpointed call until its backward and takes again
     around each recomputation (``torch.random.fork_rng``).
+
+    For a CUDA target (``cuda``) it also swaps ``torch.nn.functional.rms_norm`` (nn.RMSNorm's) for
+    the one kernel CUDA runs (:func:`.cuda_ops.cuda_rms_norm`).
     """
 
     def __init__(self, reroute: bool = True,
                  host_tensor: Callable[[str, torch.Tensor], None] | None = None,
-                 fuse: Callable[[dict[str, Any]], bool] | None = None) -> None:
+                 fuse: Callable[[dict[str, Any]], bool] | None = None, cuda: bool = False) -> None:
+        self.cuda = cuda
+        self._saved_rms: Any = None
         self._saved: Any = None
         self._saved_rng: Any = None
         self._saved_linear: Any = None
@@ -152,6 +158,9 @@ class CpuKernels:
         F.scaled_dot_product_attention = sdpa
         self._saved_linear = F.linear
         F.linear = _in_place_bias(self._saved_linear)
+        self._saved_rms = F.rms_norm
+        if self.cuda:
+            F.rms_norm = cuda_rms_norm(self._saved_rms)
         return self
 
     def _fused_for_target(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any]) -> bool:
@@ -195,6 +204,7 @@ class CpuKernels:
         F.scaled_dot_product_attention = self._saved
         torch.get_rng_state = self._saved_rng
         F.linear = self._saved_linear
+        F.rms_norm = self._saved_rms
 
 
 def _call_record(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any],

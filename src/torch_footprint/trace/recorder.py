@@ -10,6 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..dtypes import name_of
+from .cuda_ops import NAMESPACE as CUDA_OPS
 from .fastmeta import fast_meta
 from .formulas import formula_for, is_cast
 from .kernels import kernel_scratch, wrapped_scalars
@@ -196,7 +197,9 @@ class Recorder(TorchDispatchMode):
             self.param_casts.extend(uid for uid, _ in allocs)
         name = self._names.get(func)
         if name is None:
-            name = self._names[func] = f"{func.namespace}.{func._overloadpacket.__name__.split('.')[-1]}." \
+            # this tool's stand-ins for a CUDA kernel (trace.cuda_ops) are named as the kernel
+            namespace = "aten" if func.namespace == CUDA_OPS else func.namespace
+            name = self._names[func] = f"{namespace}.{func._overloadpacket.__name__.split('.')[-1]}." \
                                        f"{func._overloadname}"
         self.events.append(OpEvent(
             op=name,

@@ -322,7 +322,8 @@ def _run(model: nn.Module, make_inputs: Callable[[str], tuple[tuple[Any, ...], d
     finish: Callable[[], None] | None = None  # keeps a recorded optimizer step (:mod:`.optimizer_memo`)
     run_device = "meta" if tensors == "meta" else device
     mode: Any = _fake_mode() if tensors == "fake" else contextlib.nullcontext()
-    kernels: Any = (CpuKernels(reroute=tensors == "meta", host_tensor=rec.host_tensor, fuse=step.fuse_attention)
+    kernels: Any = (CpuKernels(reroute=tensors == "meta", host_tensor=rec.host_tensor, fuse=step.fuse_attention,
+                               cuda=step.cuda)
                     if device == "cpu"
                     else contextlib.nullcontext())
 
