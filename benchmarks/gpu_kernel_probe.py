@@ -145,24 +145,33 @@ def loops(dev: str, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
     out = []
     for n in ((2**18,) if smoke else (2**25, 2**27)):
         for dtype in (low, torch.float32):
-            b, s, h = max(1, n // (1024 * 16 * 64)), 1024, 16  # (b, s, h, 64): attention's (batch, tokens, heads, head)
-            x = torch.randn(b, s, h, 64, device=dev, dtype=dtype)
-            y = torch.randn(b, s, h, 64, device=dev, dtype=dtype)
-            yt = torch.randn(b, h, s, 64, device=dev, dtype=dtype).transpose(1, 2)  # (b, s, h, 64), strided
-            c = n // (32 * 32)
-            img = torch.randn(c // 256, 256, 32, 32, device=dev, dtype=dtype)
-            scale = torch.randn(c // 256, 256, 1, 1, device=dev, dtype=dtype)
-            other = torch.randn(b, s, h, 64, device=dev, dtype=torch.float32 if dtype != torch.float32 else low)
-            cases = {"add": lambda: x + y, "add_transposed": lambda: x + yt, "copy_transposed": lambda: yt.contiguous(),
-                     "clone": lambda: x.clone(), "mul_broadcast": lambda: img * scale,
-                     "add_broadcast": lambda: img + scale, "copy_broadcast": lambda: scale.expand_as(img).contiguous(),
-                     "add_cast": lambda: x + other, "add_cast_transposed": lambda: yt + other,
-                     "silu": lambda: torch.nn.functional.silu(x), "gelu": lambda: torch.nn.functional.gelu(x)}
-            for what, fn in cases.items():
-                t = timer(fn, warmup=3, reps=20, max_s=0.2)
-                elements = (img if "broadcast" in what else x).numel()
-                out.append({"op": what, "elements": elements, "dtype": str(dtype), **t})
-                print(f"loops {what:20s} {str(dtype):15s} {elements:11d} {1e6 * t['median_s']:8.1f} us", flush=True)
+            try:
+                out += _loops(dev, timer, n, dtype, low)
+            except torch.OutOfMemoryError as e:  # keep what the smaller sizes measured
+                out.append({"elements": n, "dtype": str(dtype), "error": f"{type(e).__name__}"})
+                torch.cuda.empty_cache()
+    return out
+
+
+def _loops(dev: str, timer: Timer, n: int, dtype: torch.dtype, low: torch.dtype) -> list[dict[str, Any]]:
+    b, s, h = max(1, n // (1024 * 16 * 64)), 1024, 16  # (b, s, h, 64): attention's (batch, tokens, heads, head)
+    x = torch.randn(b, s, h, 64, device=dev, dtype=dtype)
+    y = torch.randn(b, s, h, 64, device=dev, dtype=dtype)
+    yt = torch.randn(b, h, s, 64, device=dev, dtype=dtype).transpose(1, 2)  # (b, s, h, 64), strided
+    img = torch.randn(max(1, n // (256 * 32 * 32)), 256, 32, 32, device=dev, dtype=dtype)
+    scale = torch.randn(img.shape[0], 256, 1, 1, device=dev, dtype=dtype)
+    other = torch.randn(b, s, h, 64, device=dev, dtype=torch.float32 if dtype != torch.float32 else low)
+    cases = {"add": lambda: x + y, "add_transposed": lambda: x + yt, "copy_transposed": lambda: yt.contiguous(),
+             "clone": lambda: x.clone(), "mul_broadcast": lambda: img * scale,
+             "add_broadcast": lambda: img + scale, "copy_broadcast": lambda: scale.expand_as(img).contiguous(),
+             "add_cast": lambda: x + other, "add_cast_transposed": lambda: yt + other,
+             "silu": lambda: torch.nn.functional.silu(x), "gelu": lambda: torch.nn.functional.gelu(x)}
+    out = []
+    for what, fn in cases.items():
+        t = timer(fn, warmup=3, reps=20, max_s=0.2)
+        elements = (img if "broadcast" in what else x).numel()
+        out.append({"op": what, "elements": elements, "dtype": str(dtype), **t})
+        print(f"loops {what:20s} {str(dtype):15s} {elements:11d} {1e6 * t['median_s']:8.1f} us", flush=True)
     return out
 
 

@@ -206,3 +206,59 @@ def test_nn_rmsnorm_on_a_cuda_target_is_one_kernel_each_way():
     # square per row (4 x 16), which it keeps for the backward
     fused = next(e for e in cuda if e.op == "aten._fused_rms_norm.default")
     assert sum(n for _, n in fused.allocs) == 4 * 16 * 64 * 2 + 4 * 16 * 4
+
+
+def _loop(func, *tensors):
+    from torch_footprint.trace.recorder import elementwise_loop
+
+    out = func(*tensors)
+    return elementwise_loop(func, [t for t in tensors if isinstance(t, torch.Tensor)], [out])
+
+
+def test_each_elementwise_call_is_classed_by_the_loop_cudas_kernels_run():
+    # ATen's CUDALoops.cuh, gpu_kernel_impl: vectorized when the iteration is contiguous and needs no
+    # casts; unrolled with casts when contiguous; the legacy offset-computing loop otherwise (the
+    # kernels our H100 and H200 profiles name: vectorized_elementwise_kernel, unrolled_elementwise_kernel,
+    # elementwise_kernel<128, 4>)
+    aten = torch.ops.aten
+    x = torch.empty(4, 8, 16, 32, device="meta", dtype=torch.bfloat16)
+    xt = torch.empty(4, 16, 8, 32, device="meta", dtype=torch.bfloat16).transpose(1, 2)
+    x32 = torch.empty(4, 8, 16, 32, device="meta")
+    scale = torch.empty(4, 8, 1, 1, device="meta", dtype=torch.bfloat16)
+    last = x.contiguous(memory_format=torch.channels_last)
+    assert _loop(aten.add.Tensor, x, x) == ""
+    assert _loop(aten.add.Tensor, last, last) == ""  # the same dense layout on every operand
+    assert _loop(aten.add.Tensor, x, xt) == "strided"
+    assert _loop(aten.mul.Tensor, x, scale) == "strided"  # broadcast
+    assert _loop(aten.mul.Tensor, x, torch.empty((), device="meta", dtype=torch.bfloat16)) == ""  # a scalar
+    assert _loop(aten.add.Tensor, x, x32) == "cast"
+    assert _loop(aten.add.Tensor, xt, x32) == "strided cast"
+    assert _loop(aten.clone.default, xt) == "strided"
+    to_half = torch.ops.aten._to_copy.default
+    assert elementwise_loop_of_copy(to_half, x32) == ""  # a dense conversion: copy_kernel_cuda's vectorized path
+    assert _loop(aten.mm.default, x.flatten(0, 2), x[0, 0].t()) == ""  # not an elementwise kernel
+
+
+def elementwise_loop_of_copy(func, t):
+    from torch_footprint.trace.recorder import elementwise_loop
+
+    return elementwise_loop(func, [t], [func(t, dtype=torch.bfloat16)])
+
+
+class StridedAdd(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + x.transpose(1, 2)
+
+
+def test_a_strided_add_runs_at_its_loops_rate_per_sm_clock():
+    from torch_footprint.estimate.kernels import constants
+
+    w, t = _records("profile", {"precision": "bf16"}, StridedAdd(), "64,512,512:bfloat16")
+    trace = trace_step(w, t, cuda_sm=H100)[0]
+    pred = estimate_latency(trace, tfp.hardware.get("h100-sxm"))
+    add = next(o for o in pred.ops if o.op == "aten.add.Tensor")
+    # by hand: 64 x 512 x 512 elements at 0.71 SM clocks each over 132 SMs x 1.98 GHz (the H100 SXM's
+    # 67 TFLOP/s of fp32 over 2 FLOPs x 128 lanes): 45 us, after the kernel's least time; the memory
+    # alone (32 MiB of bf16 read twice and written once, at 87% of 3.35 TB/s) would take 34 us
+    elements = 64 * 512 * 512
+    assert add.memory_s == pytest.approx(elements * 0.71 / (67e12 / 256) + constants.current().kernel_floor_s)

@@ -252,11 +252,14 @@ def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: dict[str, Any])
 def _in_place_bias(original: Any) -> Any:
     """``F.linear`` that adds the bias in place where ATen's linear does outside a dispatch
     mode (see :class:`CpuKernels`): its input neither 2-D (addmm) nor contiguous (flattened
-    into addmm)."""
+    into addmm). Under autocast the bias is cast as ``linear``'s other arguments are (autocast casts
+    them all at ``linear``, which this split does not reach)."""
 
     def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if bias is None or input.dim() == 2 or input.is_contiguous():
             return original(input, weight, bias)
+        if torch.is_autocast_enabled("cpu") and bias.is_floating_point():
+            bias = bias.to(torch.get_autocast_dtype("cpu"))
         return torch.matmul(input, weight.t()).add_(bias)
 
     return linear

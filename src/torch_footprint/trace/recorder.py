@@ -34,6 +34,39 @@ def _right_transposed(func: Any, args: Any) -> bool:
     return isinstance(b, torch.Tensor) and b.dim() == 2 and b.stride(0) == 1 and b.shape[1] > 1
 
 
+# copies through TensorIterator's copy kernel: a dtype conversion of a dense tensor is vectorized there
+# (copy_kernel_cuda's float/half/bfloat16 paths), a copy out of a transposed or broadcast view is not
+_COPIES = frozenset({"copy_", "_to_copy", "clone", "contiguous"})
+
+
+def elementwise_loop(func: Any, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> str:
+    """Which loop PyTorch's CUDA elementwise kernels run for this call (ATen's CUDALoops.cuh,
+    ``gpu_kernel_impl``): a contiguous iteration without casts is vectorized (``vectorized_elementwise_kernel``,
+    ""); one whose operands need casting to the output's dtype loads them one by one
+    (``unrolled_elementwise_kernel``, "cast"); an iteration that is not contiguous (an operand
+    transposed, sliced or broadcast against the output) runs the legacy loop that computes every
+    element's offset in each operand (``elementwise_kernel<128, 4>``, "strided"), casting too where it
+    must ("strided cast"). Zero-dimensional operands are passed as scalars. Only pointwise operators
+    and copies run these loops; a copy's dtype conversion of a dense tensor is vectorized."""
+    if not outs or not (torch.Tag.pointwise in func.tags or func._overloadpacket.__name__ in _COPIES):
+        return ""
+    out = outs[0]
+    if out.numel() <= 1:
+        return ""
+    shape, stride = out.shape, out.stride()
+    strided = not (out.is_contiguous() or (out.dim() == 4 and out.is_contiguous(memory_format=torch.channels_last)))
+    cast = False
+    for t in ins:
+        if t.dim() == 0:
+            continue
+        if t.shape != shape or t.stride() != stride:
+            strided = True
+        if t.dtype != out.dtype:
+            cast = True
+    cast = cast and func._overloadpacket.__name__ not in _COPIES
+    return " ".join(kind for kind, on in (("strided", strided), ("cast", cast)) if on)
+
+
 def mutated(func: Any, args: Any, kwargs: dict[str, Any]) -> list[torch.Tensor]:
     """The tensors an operator writes in place: its schema's arguments marked ``Tensor(a!)``
     (``_foreach_mul_``'s ``self``: the whole list)."""
@@ -217,5 +250,6 @@ class Recorder(TorchDispatchMode):
             weights=weights,
             transposed=cost.kind == "matrix" and _right_transposed(func, args),
             problem=list(cost.problem),
+            loop=elementwise_loop(func, ins, outs) if cost.kind not in ("view", "matrix") else "",
         ))
         return out

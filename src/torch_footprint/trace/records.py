@@ -41,6 +41,10 @@ class OpEvent:
     # a matrix op's problem for kernel-time models (trace/formulas.py's Cost.problem): e.g.
     # ["gemm", batch, m, n, k]; empty for other ops
     problem: list[Any] = field(default_factory=list)
+    # the loop of PyTorch's CUDA elementwise kernels this op would run (trace.recorder.elementwise_loop):
+    # "" vectorized (or not an elementwise op), "strided" (an operand not in the output's dense layout,
+    # broadcast included), "cast" (operands of another dtype than the output's), or "strided cast"
+    loop: str = ""
 
     @property
     def matrix_flops(self) -> int:

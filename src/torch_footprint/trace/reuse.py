@@ -409,7 +409,7 @@ class BlockReuse:
                               e.bytes_written, e.out_shapes, e.out_dtypes,
                               [[shift + u - old, n] for u, n in e.allocs] if e.allocs else [],
                               e.scratch, [weights[w] for w in e.weights] if e.weights else [], e.transposed,
-                              e.problem))
+                              e.problem, e.loop))
         made: dict[int, torch.Tensor] = {}
         olds = (write_slot(done.cache, leaves, slot, rec, shift, made, done.mode, {u for _, u, _ in done.frees
                                                                                   if isinstance(u, str)})

@@ -131,9 +131,9 @@ def forward_equal(rec: Any, done: Any, paths: list[str], params: list[int | None
     weights = dict(zip(done.params, params))
     for e, d in zip(events, done.events):
         if (e.op, e.module, e.phase, e.flops, e.macs, e.kind, e.bytes_read, e.bytes_written, e.out_shapes,
-                e.out_dtypes, e.scratch, e.transposed, e.problem) != (
+                e.out_dtypes, e.scratch, e.transposed, e.problem, e.loop) != (
                 d.op, where.get(d.module), d.phase, d.flops, d.macs, d.kind, d.bytes_read, d.bytes_written,
-                d.out_shapes, d.out_dtypes, d.scratch, d.transposed, d.problem):
+                d.out_shapes, d.out_dtypes, d.scratch, d.transposed, d.problem, d.loop):
             return False
         if [[u - uid0, n] for u, n in e.allocs] != [[u - done.uid0, n] for u, n in d.allocs]:
             return False
@@ -299,7 +299,7 @@ class Replayed:
                               e.bytes_written, e.out_shapes, e.out_dtypes,
                               [[b0 + u - bw.first, n] for u, n in e.allocs] if e.allocs else [],
                               e.scratch, [weights[w] for w in e.weights] if e.weights else [], e.transposed,
-                              e.problem))
+                              e.problem, e.loop))
             while nxt is not None and nxt[0] == i:
                 self._free(nxt, base, b0, grads)
                 nxt = next(frees, None)

@@ -9,6 +9,8 @@ leaves out. One function per mechanism, each with its source.
 * :func:`batch_norm_layout_factor`: PyTorch's own NCHW batch-norm kernels (bf16) are slower
   than its channels-last ones, and cuDNN's half-precision ones run at a rate of their own;
 * :func:`norm_rows_s`: eager layer norm gives each row a thread block of its own;
+* :func:`loop_s`: PyTorch's unvectorized elementwise loops (an operand transposed or broadcast, a
+  cast between dtypes) are bound by the SMs' clocks, not by the memory;
 * :func:`is_host_scalar_read`: the optimizer's step counts are read on the host;
 * :func:`is_state_init`: the optimizer's state is created in the first step only, which the
   trace records but a steady-state step does not run.
@@ -208,3 +210,25 @@ def norm_rows_s(e: OpEvent, units: int | None, sm: tuple[int, int] | None) -> fl
         return 0.0
     resident = THREADS_PER_SM.get(sm, 2048) // ROW_THREADS
     return rows[0] / (units * resident) * ROW_BLOCK_S[rows[1]]
+
+
+# PyTorch's CUDA elementwise kernels run one of three loops (ATen's CUDALoops.cuh, gpu_kernel_impl;
+# the trace records which, trace.recorder.elementwise_loop). The vectorized one streams at the
+# memory's rate. The other two compute each element's operand offsets or casts one at a time, and
+# run at a rate per SM clock, whatever the memory: on an H200 they took 0.89-1.00 of an H100's time
+# where the vectorized kernels took 0.70-0.75, as the bandwidths say (torch.profiler, the same
+# models: benchmarks/results/gpu-profile-h200.txt against gpu-profile-h100.txt). SM clocks per
+# element, fitted to one H200 (benchmarks/gpu_kernel_probe.py: 33 calls of 16M to 8.6G elements,
+# sections ``loops`` and ``strided``, the kernel floor taken off): a transposed or broadcast operand
+# 0.71 (median of 20 calls, 0.42-0.95: copies 0.42-0.80, adds and multiplies 0.65-0.95), a cast
+# 1.00 (8 calls, 0.94-1.01); both: the sum (3 calls, 1.50-1.83 measured against 1.71).
+LOOP_CLOCKS = {"strided": 0.71, "cast": 1.00}
+
+
+def loop_s(e: OpEvent, sm_clocks: float) -> float:
+    """Seconds an unvectorized elementwise loop (:data:`LOOP_CLOCKS`) takes over its output's
+    elements on a GPU whose SMs run ``sm_clocks`` clock cycles a second between them (0: none)."""
+    if not e.loop or not e.out_shapes or not sm_clocks:
+        return 0.0
+    clocks = sum(LOOP_CLOCKS[kind] for kind in e.loop.split())
+    return math.prod(e.out_shapes[0]) * clocks / sm_clocks

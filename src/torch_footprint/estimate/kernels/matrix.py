@@ -234,9 +234,16 @@ def exp_rate(acc: Accelerator) -> float:
     an H100 SXM: 67 over 128 x 2 gives 4.2 T (236 times fewer than its 989). Other vendors'
     parts are taken as 64 lanes per unit (AMD CDNA's transcendentals run at a quarter of its
     64-lane fp32 rate, the CDNA3 instruction-set guide)."""
+    return sm_clocks(acc) * SFU_PER_SM
+
+
+def sm_clocks(acc: Accelerator) -> float:
+    """Clock cycles a second over all of ``acc``'s SMs (units x clock), read from its fp32 rate:
+    lanes x 2 FLOPs per cycle on each (128 fp32 lanes from compute capability 8.6, 64 before; other
+    vendors' units taken as 64). An H100 SXM: 67 TFLOP/s over 2 x 128 gives 132 SMs at 1.98 GHz."""
     sm = sm_of(acc)
     lanes = 64 if sm is None or sm in FP32_LANES_64 else 128
-    return acc.vector_peak * SFU_PER_SM / (2 * lanes)
+    return acc.vector_peak / (2 * lanes)
 
 
 def attention_use(acc: Accelerator, key: str, bh: int, seq_q: int, seq_k: int, head: int, head_v: int,

@@ -72,9 +72,10 @@ from .gpu import (
     is_host_scalar_read,
     is_state_init,
     layout_transpose_bytes,
+    loop_s,
     norm_rows_s,
 )
-from .matrix import is_depthwise, is_grouped, matrix_share, power_clock, problem_use
+from .matrix import board_clock, is_depthwise, is_grouped, matrix_share, power_clock, problem_use, sm_clocks
 from .prediction import Ceilings, OpTime, Prediction
 from .sdpa import sm_of
 
@@ -290,9 +291,10 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
     conv_tf32 = tf32 if tf32 is not None else acc.vendor == "nvidia"
     gpu = acc.kind == "gpu"
     nvidia_sm = sm_of(acc)
+    k_const = fitted.current()
+    clocks = sm_clocks(acc) * board_clock(acc, k_const) if nvidia_sm is not None else 0.0  # the SMs' cycles a second
     training = bool(trace.settings.get("training")) and bool(trace.settings.get("backward"))
     kernels = c.model == "kernels"
-    k_const = fitted.current()
     floor = k_const.kernel_floor_s if kernels else 0.0
     total_flops = 0
     uses: dict[tuple[Any, ...], float] = {}  # problem_use by problem and dtype: layers repeat their shapes
@@ -372,6 +374,8 @@ def estimate_latency(trace: Trace, acc: Accelerator, *, tf32: bool | None = None
         memory = (nbytes + extra) / bandwidth * slowdown
         if nvidia_sm is not None and kernels and not compiled:  # eager's block per row (gpu.norm_rows_s)
             memory = max(memory, norm_rows_s(e, acc.units, nvidia_sm))
+            if e.loop and i not in folded:  # its unvectorized loops (gpu.loop_s)
+                memory = max(memory, loop_s(e, clocks))
         if (nbytes or e.flops) and i not in folded:  # a kernel's least time on the device: its own
             compute, memory = compute + floor, memory + floor
         overhead = c.overhead + kind_extra(c.extra_overhead, op_kind(e.op, e.problem)) if c.extra_overhead \
