@@ -6,7 +6,9 @@ forward at 512 to 16k tokens, and
 copies and adds of 256 MiB or more (kernels of 50 us or more: below, one timed launch measures
 the host's dispatch) are priced as ``fit_kernels.py`` prices the published
 kernel rows, with the shipped constants and with the constants refitted without any published
-row of the measured GPU (its leave-one-GPU-out). Nothing is fitted to these measurements.
+row of the measured GPU (its leave-one-GPU-out). Then the layer norms, RMS norms and softmaxes of
+the memory section, each traced for that GPU and priced as ``predict`` prices it (no constant of
+the model is fitted to them). Nothing is fitted to these measurements.
 
     python benchmarks/validate_measured_kernels.py [benchmarks/results/gpu-measure-h100*.json ...]
 """
@@ -21,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from fit_kernels import attention_rows, bandwidth_rows, errors, fit, gemm_rows, summary  # noqa: E402
 
 from torch_footprint.estimate.kernels import constants  # noqa: E402
-from torch_footprint.estimate.kernels.sdpa import sdpa_kernel  # noqa: E402
+from torch_footprint.estimate.kernels.sdpa import sdpa_kernel, sm_of  # noqa: E402
 from torch_footprint.hardware import list as all_rows  # noqa: E402
 from torch_footprint.hardware.local import find_local_gpu  # noqa: E402
 
@@ -96,6 +99,51 @@ def main() -> None:
     print()
     for name in sorted(by):
         print(f"{name:26s} {summary(by[name])}")
+    rowwise(args.paths)
+
+
+class _RowOp(torch.nn.Module):
+    """One of gpu_measure.py's row-wise calls over the last dimension."""
+
+    def __init__(self, op: str, width: int) -> None:
+        super().__init__()
+        self.op = op
+        self.weight = torch.nn.Parameter(torch.ones(width, dtype=torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        F = torch.nn.functional
+        if self.op == "layer_norm":
+            return F.layer_norm(x, (x.shape[-1],), self.weight, self.weight)
+        if self.op == "rms_norm":
+            return F.rms_norm(x, (x.shape[-1],), self.weight)
+        return torch.softmax(x, -1)
+
+
+def rowwise(paths: list[str]) -> None:
+    """gpu_measure.py's layer norms, RMS norms and softmaxes (bf16), each traced for the GPU that ran
+    it and priced as ``predict`` prices it (its device time: the kernel, without the host's launch)."""
+    import torch_footprint as tfp
+    from torch_footprint.analysis import Profile
+    from torch_footprint.api import _records
+    from torch_footprint.estimate.workload import trace_step
+
+    errs: dict[str, list[float]] = defaultdict(list)
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        acc = find_local_gpu(all_rows(), name=doc["environment"].get("name"))
+        for r in doc["sections"].get("memory", []):
+            if r.get("op") not in ("layer_norm", "rms_norm", "softmax"):
+                continue
+            w, t = _records("profile", {"precision": "bf16"}, _RowOp(r["op"], r["width"]),
+                            f"{r['rows']},{r['width']}:bfloat16")
+            pred = tfp.predict(Profile(trace_step(w, t, cuda_sm=sm_of(acc))[0], []), acc.id)
+            device = sum(max(o.compute_s, o.memory_s) for o in pred.ops)
+            err = device / r["median_s"] - 1
+            errs[r["op"]].append(err)
+            print(f"row-wise  {acc.id:9s} {r['op']:10s} {r['rows']:6d} x {r['width']:5d}  measured "
+                  f"{r['median_s'] * 1e6:8.1f} us  predicted {device * 1e6:8.1f} us  {err:+7.1%}")
+    for op, e in sorted(errs.items()):
+        print(f"row-wise {op:17s} {summary(e)}")
 
 
 if __name__ == "__main__":
