@@ -25,6 +25,7 @@ JSON goes to --out, else $OUT/gpu-kernel-probe.json, rewritten whole after every
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -187,14 +188,12 @@ def main() -> None:
         sys.exit("no CUDA device: give --device cpu --smoke to try the code paths")
     report: dict[str, Any] = {"environment": environment(args.device), "sections": {}}
     timer = Timer(args.device)
+    sections = {"sustained": functools.partial(sustained, seconds=args.sustain_s), "rows": rows, "strided": strided,
+                "loops": loops}
     for name in args.sections.split(","):
         t = time.perf_counter()
         try:
-            if name == "sustained":
-                report["sections"][name] = sustained(args.device, timer, args.smoke, args.sustain_s)
-            else:
-                section = {"rows": rows, "strided": strided, "loops": loops}[name]
-                report["sections"][name] = section(args.device, timer, args.smoke)
+            report["sections"][name] = sections[name](args.device, timer, args.smoke)
         except Exception as e:  # a section that breaks must not lose the others' measurements
             report["sections"][name] = [{"error": f"{type(e).__name__}: {e}"[:500]}]
             print(f"{name}: {type(e).__name__}: {e}", flush=True)

@@ -36,7 +36,15 @@ def _right_transposed(func: Any, args: Any) -> bool:
 
 # copies through TensorIterator's copy kernel: a dtype conversion of a dense tensor is vectorized there
 # (copy_kernel_cuda's float/half/bfloat16 paths), a copy out of a transposed or broadcast view is not
-_COPIES = frozenset({"copy_", "_to_copy", "clone", "contiguous"})
+_COPIES = frozenset({"copy_", "_to_copy", "clone"})
+
+
+@functools.cache
+def _loop_kind(func: Any) -> str:
+    """"copy", "pointwise" or "" (an operator that runs no elementwise loop), once per operator."""
+    if func._overloadpacket.__name__ in _COPIES:
+        return "copy"
+    return "pointwise" if torch.Tag.pointwise in func.tags else ""
 
 
 def elementwise_loop(func: Any, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> str:
@@ -48,7 +56,8 @@ def elementwise_loop(func: Any, ins: list[torch.Tensor], outs: list[torch.Tensor
     element's offset in each operand (``elementwise_kernel<128, 4>``, "strided"), casting too where it
     must ("strided cast"). Zero-dimensional operands are passed as scalars. Only pointwise operators
     and copies run these loops; a copy's dtype conversion of a dense tensor is vectorized."""
-    if not outs or not (torch.Tag.pointwise in func.tags or func._overloadpacket.__name__ in _COPIES):
+    kind = _loop_kind(func)
+    if not kind or not outs:
         return ""
     out = outs[0]
     if out.numel() <= 1:
@@ -63,8 +72,8 @@ def elementwise_loop(func: Any, ins: list[torch.Tensor], outs: list[torch.Tensor
             strided = True
         if t.dtype != out.dtype:
             cast = True
-    cast = cast and func._overloadpacket.__name__ not in _COPIES
-    return " ".join(kind for kind, on in (("strided", strided), ("cast", cast)) if on)
+    cast = cast and kind != "copy"
+    return " ".join(name for name, on in (("strided", strided), ("cast", cast)) if on)
 
 
 def mutated(func: Any, args: Any, kwargs: dict[str, Any]) -> list[torch.Tensor]:
