@@ -5,7 +5,9 @@ Reads benchmarks/published/kernels.toml: cuBLAS GEMM throughputs (best shapes, s
 few-row products, and the best of five square sizes on fifteen boards, GeForce among them),
 FlashAttention-2's throughputs (forward, backward and both, A100 and H100) by sequence length,
 head dimension and mask, FlashAttention v1's and its Triton port's beside them in the same
-tables, PyTorch's SDPA on ROCm (AOTriton's kernels), and streaming-kernel bandwidths; and
+tables, PyTorch's SDPA on ROCm (AOTriton's kernels), cuDNN's convolutions (DeepBench: each pass
+timed apart; the fp32 3x3 stride-1 ones fit the Winograd gain, the rest are a check), and
+streaming-kernel bandwidths; and
 benchmarks/published/power_limits.toml: training epochs timed under power limits (the clocks'
 fall below the TDP). Each family's constants are fitted
 to its rows (least squares on the log of the time), then refitted without each GPU's rows
@@ -45,7 +47,9 @@ from torch_footprint.estimate.kernels.matrix import (  # noqa: E402
     gemm_use,
     is_geforce,
     is_slot_powered,
+    is_winograd,
     matrix_share,
+    problem_use,
 )
 from torch_footprint.hardware import get  # noqa: E402
 from torch_footprint.hardware.db import Accelerator  # noqa: E402
@@ -165,6 +169,47 @@ def attention_backward_rows(data: dict[str, Any]) -> list[Row]:
     return rows
 
 
+CONV_PASSES = (("forward", "fwd_ms"), ("backwardd", "bwd_data_ms"), ("backwardw", "bwd_weight_ms"))
+
+
+def conv_rows(data: dict[str, Any]) -> list[Row]:
+    """Each published convolution pass, priced as ``predict`` prices a traced one (its direct
+    FLOPs at the rate its GEMMs or its Winograd form reach, its tensors' bytes at the memory's
+    rate, the kernel's least time). The fp32 passes that cuDNN's Winograd algorithms can take
+    (:func:`is_winograd`), timed with the algorithm cuDNN's search found fastest, fit the Winograd
+    gain (family ``conv-winograd``). The rest, ``conv`` (the other fp32 passes, and the fp16 ones,
+    timed with algorithms fixed by the benchmark's build, not searched), are a check: no constant
+    is fitted to them."""
+    rows = []
+    for r in data.get("conv", []):
+        acc = gpu(r["gpu"])
+        if acc is None or r["dtype"] not in DTYPE:
+            continue
+        key = DTYPE[r["dtype"]]
+        n, ci, co, kh, kw = (int(r[f]) for f in ("n", "c", "k", "r", "s"))
+        oh = (int(r["h"]) + 2 * int(r["pad_h"]) - kh) // int(r["stride_h"]) + 1
+        ow = (int(r["w"]) + 2 * int(r["pad_w"]) - kw) // int(r["stride_w"]) + 1
+        flops = 2 * n * co * ci * kh * kw * oh * ow
+        elem = 4 if key in ("fp32", "tf32") else 2
+        nbytes = elem * (n * ci * int(r["h"]) * int(r["w"]) + co * ci * kh * kw + n * co * oh * ow)
+        for which, field in CONV_PASSES:
+            if r.get(field) is None:
+                continue
+            problem = ("conv", n, ci, co, oh * ow, kh * kw, 1, which, f"{kh}x{kw}",
+                       max(int(r["stride_h"]), int(r["stride_w"])), 1)
+
+            def predict(c: KernelConstants, acc: Accelerator = acc, key: str = key, problem: tuple = problem,
+                        flops: int = flops, nbytes: int = nbytes) -> float:
+                rate = (acc.peak(key) or 0.0) * matrix_share(acc, key, c) * problem_use(acc, problem, c, key)
+                compute = flops / rate
+                return floored_s(max(compute, nbytes / (acc.bandwidth * bandwidth_share(acc, c))), c)
+
+            family = "conv-winograd" if key == "fp32" and is_winograd(problem) else "conv"
+            rows.append(Row(family, acc, r[field] * 1e-3, predict,
+                            f"{r['dtype']} {which} {ci}->{co} {kh}x{kw}/{problem[9]} {n}x{oh}x{ow}"))
+    return rows
+
+
 def bandwidth_rows(data: dict[str, Any]) -> list[Row]:
     rows = []
     for r in data["bandwidth"]:
@@ -219,13 +264,15 @@ FAMILIES = {  # the constants each family fits (its own; the others as fitted be
     "attention-aotriton": ("attn_aotriton", "attn_aotriton_s_half"),
     "attention-aotriton-bwd": ("attn_aotriton_backward",),
     "power": ("power_exp",),
+    "conv-winograd": ("winograd",),
 }
 BOUNDS = {"hbm": (0.5, 1.0), "gddr": (0.5, 1.0), "other_memory": (0.3, 1.0), "matrix_a": (0.3, 1.2),
           "matrix_b": (-0.3, 0.3), "geforce": (0.8, 1.4), "slot": (0.3, 1.2), "k_half": (0.0, 2048.0),
           "kernel_floor_s": (0.0, 3e-5), "amd": (0.2, 1.2),
           "attn": (0.1, 1.5), "attn_s_half": (0.0, 8192.0), "attn_backward": (0.2, 1.5),
           "attn_wgmma": (0.2, 1.5), "attn_v1_head": (8.0, 4096.0), "power_exp": (0.0, 2.0),
-          "attn_aotriton": (0.05, 1.5), "attn_aotriton_s_half": (0.0, 8192.0), "attn_aotriton_backward": (0.05, 1.5)}
+          "attn_aotriton": (0.05, 1.5), "attn_aotriton_s_half": (0.0, 8192.0), "attn_aotriton_backward": (0.05, 1.5),
+          "winograd": (0.5, 4.0)}
 
 
 # the constants that apply to one class of board: fitted only where the family's rows have such a board
@@ -241,7 +288,9 @@ def all_rows() -> dict[str, list[Row]]:
     power-limited epochs of ``published/power_limits.toml``."""
     data = tomllib.loads((ROOT / "benchmarks" / "published" / "kernels.toml").read_text())
     attention = attention_rows(data)
-    return {"bandwidth": bandwidth_rows(data), "gemm": gemm_rows(data),
+    convs = conv_rows(data)
+    return {**{f: [r for r in convs if r.family == f] for f in ("conv-winograd", "conv")},
+            "bandwidth": bandwidth_rows(data), "gemm": gemm_rows(data),
             "attention": [r for r in attention if r.family == "attention"],
             "attention-v1": attention_rows(data, v1=True),
             "attention-aotriton": [r for r in attention if r.family == "attention-aotriton"],
@@ -335,11 +384,14 @@ def main() -> None:
             by_gpu.setdefault(g, []).extend(errs)
     for f, rows in families.items():
         print(f"{f:22s} {summary(errors(rows, full)):48s} {summary(logo[f])}")
-    # the kernels' figure: the power family's epochs are not kernel times (and would dilute it)
-    kernels = [f for f in families if f != "power"]
+    # the kernels' figure: the power family's epochs are not kernel times (and would dilute it);
+    # printed without the convolutions, with the fitted ones, and with every one (``conv`` a check)
+    kernels = [f for f in families if f not in ("power", "conv")]
     allerr = [e for f in kernels for e in logo[f]]
-    print(f"{'kernels':22s} {summary([e for f in kernels for e in errors(families[f], full)]):48s} "
-          f"{summary(allerr)}")
+    for label, names in (("kernels, no conv", [f for f in kernels if not f.startswith("conv")]),
+                         ("kernels", kernels), ("kernels and conv", [*kernels, "conv"])):
+        print(f"{label:22s} {summary([e for f in names for e in errors(families[f], full)]):48s} "
+              f"{summary([e for f in names for e in logo[f]])}")
     print("\nleave-one-GPU-out, by GPU:")
     for g in gpus:
         print(f"  {g:16s} {summary(by_gpu[g])}")

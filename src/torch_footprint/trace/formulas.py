@@ -49,7 +49,8 @@ class Cost(NamedTuple):
     macs: int
     kind: str
     # a matrix op's problem, for kernel-time models: ("gemm", batch, m, n, k),
-    # ("conv", n, c_in, c_out, spatial_out, kernel, groups, pass) or
+    # ("conv", n, c_in, c_out, spatial_out, kernel, groups, pass, window, stride, dilation) (window:
+    # the kernel's sizes, "3x3", prefixed "t" when transposed; stride and dilation: the largest) or
     # ("attn", batch_heads, l_q, l_k, e, e_v, causal, backward)
     problem: tuple[Any, ...] = ()
 
@@ -315,7 +316,10 @@ def matrix_problem(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tu
         spatial_out = math.prod(_shape(args[0])[2:]) if backward else 0
         mask = tuple(bool(m) for m in a.get("output_mask", ())) if backward else ()
         return ("conv", sx[0], sx[1], c_out, spatial_out, math.prod(sw[2:]), groups,
-                "backward" + "".join("dw"[i] for i, m in enumerate(mask[:2]) if m) if backward else "forward")
+                "backward" + "".join("dw"[i] for i, m in enumerate(mask[:2]) if m) if backward else "forward",
+                ("t" if transposed else "") + "x".join(str(int(d)) for d in sw[2:]),
+                max((int(v) for v in a.get("stride") or ()), default=1),
+                max((int(v) for v in a.get("dilation") or ()), default=1))
     return ()
 
 

@@ -72,6 +72,9 @@ class KernelConstants:
     attn_aotriton: float = 0.63
     attn_aotriton_s_half: float = 150.0
     attn_aotriton_backward: float = 0.6
+    # a Winograd convolution's rate per direct-product FLOP over a GEMM's on the fp32 cores
+    # (matrix.py's winograd_scale); 1: no gain
+    winograd: float = 1.0
     # a board run below its TDP: the matrix units' rate falls as (limit / TDP) ** power_exp
     # (matrix.py's power_clock), fitted to training epochs timed under power limits
     power_exp: float = 0.5

@@ -22,6 +22,10 @@ are fitted to published kernel measurements (:mod:`.constants`).
   tile that wastes least (128 x 256 down to 64 x 64, smaller tiles at a lower rate).
 * **Short reductions** (:func:`reduction_use`): a GEMM whose reduction length K is short
   spends its time loading tiles rather than multiplying: K / (K + k_half), fitted.
+* **Winograd convolutions** (:func:`winograd_scale`): cuDNN runs a 3 x 3, stride-1 convolution in
+  fp32 by Winograd's minimal filtering, fewer multiplies per output than the direct product (Lavin
+  and Gray 2016, arXiv:1509.09308: F(2x2, 3x3) takes 16 where the direct form takes 36), when
+  that beats the tensor cores' rate for the dtype; its gain over a GEMM of the direct FLOPs, fitted.
 * **A kernel's least time** (``kernel_floor_s``): launch latency and the ramp of one wave,
   fitted to the smallest published GEMMs and copies.
 * **Fused attention** (:func:`attention_use`): FlashAttention-2's share of the matrix
@@ -174,7 +178,7 @@ def gemm_use(acc: Accelerator, batch: int, m: int, n: int, k: int, c: KernelCons
 
 def conv_gemms(problem: Sequence[Any]) -> list[tuple[int, int, int, int, float]]:
     """The GEMMs an implicit-GEMM convolution runs (batch, m, n, k, share of the FLOPs) for a
-    traced ``["conv", n, c_in, c_out, spatial_out, kernel, groups, pass]`` problem: the
+    traced ``["conv", n, c_in, c_out, spatial_out, kernel, groups, pass, ...]`` problem: the
     forward (outputs x output channels, reducing over input channels x kernel), or the
     backward's data gradient and weight gradient."""
     _, n, c_in, c_out, spatial, kernel, groups, which = problem[:8]
@@ -184,10 +188,11 @@ def conv_gemms(problem: Sequence[Any]) -> list[tuple[int, int, int, int, float]]
     forward = (g, rows, co, ci * int(kernel))
     if which == "forward":
         return [(*forward, 1.0)]
+    grads = str(which).removeprefix("backward")  # "d", "w" or "dw": the gradients the call computes
     parts = []
-    if "d" in which:  # dX = dY W^T: as many FLOPs as the forward
+    if "d" in grads:  # dX = dY W^T: as many FLOPs as the forward
         parts.append((g, rows, ci, co * int(kernel)))
-    if "w" in which:  # dW = X^T dY: reduces over the batch's positions
+    if "w" in grads:  # dW = X^T dY: reduces over the batch's positions
         parts.append((g, co, ci * int(kernel), rows))
     return [(*p, 1.0 / len(parts)) for p in parts] or [(*forward, 1.0)]
 
@@ -206,6 +211,30 @@ def is_depthwise(problem: Sequence[Any]) -> bool:
     return int(problem[2]) // g <= DEPTHWISE_CHANNELS and int(problem[3]) // g <= DEPTHWISE_CHANNELS
 
 
+WINOGRAD_WINDOW = "3x3"
+
+
+def is_winograd(problem: Sequence[Any]) -> bool:
+    """A convolution that cuDNN's Winograd algorithms take: a 3 x 3 window, stride 1, no dilation,
+    one group, not transposed (the supported configurations of ``CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD``
+    and its ``_NONFUSED`` forms, forward, data and filter gradients; cuDNN's API reference)."""
+    return len(problem) > 10 and problem[0] == "conv" and problem[8] == WINOGRAD_WINDOW \
+        and int(problem[9]) == 1 and int(problem[10]) == 1 and int(problem[6]) == 1
+
+
+def winograd_scale(acc: Accelerator, key: str, c: KernelConstants) -> float:
+    """What a Winograd convolution reaches of ``key``'s best rate, per direct-product FLOP, on ``acc``
+    (0: not run). Only an NVIDIA GPU's fp32 work takes it (fp32 without TF32, or TF32 on a part
+    whose TF32 tensor rate is no faster than its fp32 cores, a GeForce's): Winograd runs on the
+    fp32 cores at ``winograd`` times a GEMM's rate per direct FLOP (fitted to DeepBench's cuDNN
+    convolutions, ``published/kernels.toml``), and cuDNN's search (``cudnnFind``, or PyTorch's
+    ``cudnn.benchmark``) keeps it where it beats the tensor cores."""
+    if acc.vendor != "nvidia" or key not in ("fp32", "tf32") or not (simt := acc.peak("fp32")):
+        return 0.0
+    rate = acc.peak(key) or simt
+    return c.winograd * simt * matrix_share(acc, "fp32", c) / (rate * matrix_share(acc, key, c))
+
+
 def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants, key: str = "",
                 attention: str | None = None) -> float:
     """The share of the best rate a traced matrix problem reaches at dtype ``key`` (1.0 where
@@ -218,8 +247,10 @@ def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants, ke
         return gemm_use(acc, int(batch), int(m), int(n), int(k), c, key)
     if kind == "conv":
         parts = conv_gemms(problem)
-        # harmonic: the parts run one after another, each FLOP share at its own rate
-        return 1.0 / sum(share / max(gemm_use(acc, b, m, n, k, c, key), 1e-6) for b, m, n, k, share in parts)
+        wino = winograd_scale(acc, key, c) if is_winograd(problem) else 0.0
+        # harmonic: the parts run one after another, each FLOP share at its own rate (the faster algorithm's)
+        return 1.0 / sum(share / max(gemm_use(acc, b, m, n, k, c, key), wino * gemm_use(acc, b, m, n, k, c, "fp32"),
+                                     1e-6) for b, m, n, k, share in parts)
     if kind == "attn":
         _, bh, lq, lk, e, ev, causal, backward = problem[:8]
         return attention_use(acc, key, int(bh), int(lq), int(lk), int(e), int(ev), bool(causal), bool(backward), c,
