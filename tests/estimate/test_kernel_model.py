@@ -399,7 +399,7 @@ def test_fp32_winograd_convolutions_against_deepbench() -> None:
     """Baidu DeepBench's cuDNN 7.6 times (benchmarks/published/kernels.toml), fp32, the algorithm
     cudnnFind found fastest: every 3 x 3, stride-1 pass on the V100 and the T4, priced by their direct
     FLOPs at the rate problem_use gives. The shipped Winograd gain is their fit (one constant, two
-    GPUs, which disagree: the V100's passes alone fit about 2, the T4's about 1.4); without it the
+    GPUs, which disagree: the V100's passes alone fit about 1.9, the T4's about 1.5); without it the
     passes were priced 40-80% too slow."""
     from pathlib import Path
 
