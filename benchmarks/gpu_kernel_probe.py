@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_measure import Timer, environment, write  # noqa: E402
+from gpu_measure import Timer, environment, run_section  # noqa: E402
 
 
 def _nvml() -> Any:
@@ -191,14 +191,7 @@ def main() -> None:
     sections = {"sustained": functools.partial(sustained, seconds=args.sustain_s), "rows": rows, "strided": strided,
                 "loops": loops}
     for name in args.sections.split(","):
-        t = time.perf_counter()
-        try:
-            report["sections"][name] = sections[name](args.device, timer, args.smoke)
-        except Exception as e:  # a section that breaks must not lose the others' measurements
-            report["sections"][name] = [{"error": f"{type(e).__name__}: {e}"[:500]}]
-            print(f"{name}: {type(e).__name__}: {e}", flush=True)
-        write(report, args.out)
-        print(f"[{name}: {time.perf_counter() - t:.1f} s]", flush=True)
+        run_section(report, name, sections[name], args, timer)
     print(f"wrote {args.out}")
 
 

@@ -497,6 +497,25 @@ def write(report: dict[str, Any], path: str) -> None:
     tmp.replace(path)
 
 
+def run_section(report: dict[str, Any], name: str, section: Callable[[str, Timer, bool], list[dict[str, Any]]],
+                args: argparse.Namespace, timer: Timer, timed: bool = False) -> None:
+    """One section into ``report["sections"]`` (a section that breaks records its error and must not
+    lose the others' measurements; ``timed``: its seconds into ``report["seconds"]``), the report
+    written whole."""
+    t = time.perf_counter()
+    try:
+        report["sections"][name] = section(args.device, timer, args.smoke)
+    except Exception as e:
+        report["sections"][name] = [{"error": f"{type(e).__name__}: {e}"[:500]}]
+        print(f"{name}: {type(e).__name__}: {e}", flush=True)
+        free(args.device)
+    seconds = time.perf_counter() - t
+    if timed:
+        report.setdefault("seconds", {})[name] = seconds
+    write(report, args.out)
+    print(f"[{name}: {seconds:.1f} s]", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
@@ -521,16 +540,7 @@ def main() -> None:
         if time.perf_counter() - start > args.budget_s:
             report["skipped"].append(name)
             continue
-        t = time.perf_counter()
-        try:
-            report["sections"][name] = SECTIONS[name](args.device, timer, args.smoke)
-        except Exception as e:  # a section that breaks must not lose the others' measurements
-            report["sections"][name] = [{"error": f"{type(e).__name__}: {e}"[:500]}]
-            print(f"{name}: {type(e).__name__}: {e}", flush=True)
-            free(args.device)
-        report.setdefault("seconds", {})[name] = time.perf_counter() - t
-        write(report, args.out)
-        print(f"[{name}: {time.perf_counter() - t:.1f} s]", flush=True)
+        run_section(report, name, SECTIONS[name], args, timer, timed=True)
     write(report, args.out)
     print(f"wrote {args.out} in {time.perf_counter() - start:.0f} s")
 

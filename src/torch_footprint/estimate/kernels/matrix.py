@@ -248,9 +248,13 @@ def problem_use(acc: Accelerator, problem: Sequence[Any], c: KernelConstants, ke
     if kind == "conv":
         parts = conv_gemms(problem)
         wino = winograd_scale(acc, key, c) if is_winograd(problem) else 0.0
-        # harmonic: the parts run one after another, each FLOP share at its own rate (the faster algorithm's)
-        return 1.0 / sum(share / max(gemm_use(acc, b, m, n, k, c, key), wino * gemm_use(acc, b, m, n, k, c, "fp32"),
-                                     1e-6) for b, m, n, k, share in parts)
+
+        def use(b: int, m: int, n: int, k: int) -> float:  # the faster algorithm's
+            gemm = gemm_use(acc, b, m, n, k, c, key)
+            return max(gemm, wino * gemm_use(acc, b, m, n, k, c, "fp32")) if wino else gemm
+
+        # harmonic: the parts run one after another, each FLOP share at its own rate
+        return 1.0 / sum(share / max(use(b, m, n, k), 1e-6) for b, m, n, k, share in parts)
     if kind == "attn":
         _, bh, lq, lk, e, ev, causal, backward = problem[:8]
         return attention_use(acc, key, int(bh), int(lq), int(lk), int(e), int(ev), bool(causal), bool(backward), c,
